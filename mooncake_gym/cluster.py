@@ -1,0 +1,52 @@
+"""The prefill instance shared by both simulators: a FIFO server with an optional local prefix cache."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from .prefixcache import PrefixCache
+
+
+class PrefillInstance:
+    """One prefill instance: requests are served one at a time in arrival (FIFO) order.
+
+    ``busy_until`` is the time the last dispatched request finishes, so the queued work at time
+    ``now`` is ``max(0, busy_until - now)``: the sum of the remaining service times of everything
+    already dispatched (Algorithm 1's T_queue). ``cache`` is the instance's local prefix cache
+    (``None`` when the simulation does not model caching).
+    """
+
+    __slots__ = ("index", "busy_until", "cache", "_finishes", "busy_s", "requests")
+
+    def __init__(self, index: int, cache_blocks: int | None = None, cached: bool = True):
+        self.index = index
+        self.busy_until = 0.0
+        self.cache = PrefixCache(cache_blocks) if cached else None
+        self._finishes: deque[float] = deque()
+        self.busy_s = 0.0
+        self.requests = 0
+
+    def queue_s(self, now: float) -> float:
+        """Seconds of work queued ahead of a request dispatched at ``now``."""
+        q = self.busy_until - now
+        return q if q > 0.0 else 0.0
+
+    def queued_requests(self, now: float) -> int:
+        """Requests dispatched here that have not finished by ``now`` (including the one in service)."""
+        f = self._finishes
+        while f and f[0] <= now:
+            f.popleft()
+        return len(f)
+
+    def busy(self, now: float) -> bool:
+        return self.busy_until > now
+
+    def dispatch(self, now: float, service_s: float) -> tuple[float, float]:
+        """Queue a request of ``service_s`` seconds at ``now``; returns its (start, finish) times."""
+        start = self.busy_until if self.busy_until > now else now
+        finish = start + service_s
+        self.busy_until = finish
+        self._finishes.append(finish)
+        self.busy_s += service_s
+        self.requests += 1
+        return start, finish

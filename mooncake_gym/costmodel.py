@@ -1,0 +1,230 @@
+"""Cost model: the single source of every time in mooncake-gym.
+
+Prefill compute time, KV-cache load time from a storage tier, KV transfer time between
+instances and decode time all come from here; the simulators and the baselines' estimates call
+these functions and never carry a second formula.
+
+Every assumed constant lives in this module, in the block below, with its source.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+# --------------------------------------------------------------------------------------------
+# Assumed constants (one place; each with its source)
+# --------------------------------------------------------------------------------------------
+BYTES_PER_BF16 = 2
+#: Peak dense BF16 throughput per GPU, FLOP/s. A100/A800: 312 TFLOPS (NVIDIA A100 datasheet;
+#: Mooncake v3 §8 uses A800-SXM4-80GB). H100/H800 SXM: 989 TFLOPS dense (NVIDIA H100 datasheet).
+GPU_PEAK_BF16_FLOPS = {
+    "A100": 312e12,
+    "A800": 312e12,
+    "H100": 989e12,
+    "H800": 989e12,
+}
+#: Model FLOPs utilisation of prefill. The lecture's script assumes 60 % (lecture.md).
+DEFAULT_MFU = 0.6
+#: Node-level bandwidths (bytes/s) of the places a KV cache can be read from, for an 8-GPU node.
+#: One GPU gets 1/8 of a node's figure (lecture.md, demo 1).
+NODE_TIER_BANDWIDTH = {
+    # HBM2e of 8 A800-80GB, 2.0 TB/s each (NVIDIA A100 80GB datasheet); a cache already in GPU
+    # memory needs no load, this figure only makes the tier complete.
+    "gpu": 8 * 2.0e12,
+    # Host-to-device bandwidth B_h2d = 128 GB/s per node (Mooncake FAST'25, Table 1).
+    "dram": 128e9,
+    # Assumption: 8 PCIe 4.0 NVMe drives at 5 GB/s sustained sequential read each (datasheets of
+    # e.g. Samsung PM1733 quote 7 GB/s peak; 5 GB/s is a sustained, conservative figure).
+    "ssd": 8 * 5e9,
+    # Another machine's DRAM over RDMA: 800 Gbps per node (Mooncake v3 §2, FAST'25 Table 1:
+    # B_nic = 800 Gbps = 4 x 200 Gbps NICs).
+    "rdma": 800e9 / 8,
+}
+TIERS = tuple(NODE_TIER_BANDWIDTH)
+GPUS_PER_NODE = 8
+#: Fixed latency of one inter-instance KV transfer (connection set-up, descriptor exchange).
+#: Assumption: 1 ms, the order of magnitude of an RDMA transfer engine's per-batch set-up cost.
+DEFAULT_TRANSFER_LATENCY_S = 1e-3
+#: Fixed per-request prefill overhead (scheduling, kernel launch). Assumption: 0 by default, so
+#: that demo 1's figures are the pure compute times the lecture prints; set it per instance.
+DEFAULT_PREFILL_OVERHEAD_S = 0.0
+#: Tokens per KV block in Mooncake's public traces (traces/README.md; FAST'25 §4).
+BLOCK_TOKENS = 512
+
+
+# --------------------------------------------------------------------------------------------
+# Models
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ModelConfig:
+    """A decoder-only transformer with a gated (three-matrix) MLP and grouped-query attention."""
+
+    name: str
+    n_layers: int
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    d_head: int
+    d_ff: int
+    vocab: int
+    tied_embeddings: bool
+
+    @property
+    def params_per_layer(self) -> int:
+        """Weights of one layer: Q, K, V, O projections and the gated MLP (norms ignored)."""
+        q = self.d_model * self.n_heads * self.d_head
+        kv = 2 * self.d_model * self.n_kv_heads * self.d_head
+        o = self.n_heads * self.d_head * self.d_model
+        mlp = 3 * self.d_model * self.d_ff
+        return q + kv + o + mlp
+
+    @property
+    def n_params(self) -> int:
+        """Total parameter count including embeddings (and the LM head unless tied)."""
+        embeddings = self.vocab * self.d_model * (1 if self.tied_embeddings else 2)
+        return self.n_layers * self.params_per_layer + embeddings
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes of K and V for one token over all layers, in BF16."""
+        return 2 * self.n_layers * self.n_kv_heads * self.d_head * BYTES_PER_BF16
+
+    def prefill_flops(self, n_tokens: int, cached_tokens: int = 0) -> float:
+        """FLOPs to prefill tokens ``cached_tokens..n_tokens`` of an ``n_tokens`` prompt.
+
+        Linear layers: 2 FLOPs per weight per computed token. Causal attention: token i (0-based)
+        attends to i + 1 keys, costing 4 * n_heads * d_head FLOPs per key (QK^T and AV) per layer.
+        The LM head runs on the last token only and is negligible; it is left out.
+        """
+        h, n = cached_tokens, n_tokens
+        computed = n - h
+        linear = 2.0 * self.params_per_layer * computed
+        # sum_{i=h}^{n-1} (i + 1) = (n (n + 1) - h (h + 1)) / 2
+        attention = 2.0 * self.n_heads * self.d_head * (n * (n + 1) - h * (h + 1))
+        return self.n_layers * (linear + attention)
+
+
+MODELS: dict[str, ModelConfig] = {
+    # lecture.md's table, exactly.
+    "llama2-70b": ModelConfig("LLaMA2-70B", 80, 8192, 64, 8, 128, 28672, 32000, False),
+    "opt-13b": ModelConfig("OPT-13B", 40, 5120, 40, 40, 128, 13653, 50272, True),
+    # Meta's public config.json of Llama-3-70B and Llama-3-8B (GQA, 128k vocabulary).
+    "llama3-70b": ModelConfig("LLaMA3-70B", 80, 8192, 64, 8, 128, 28672, 128256, False),
+    "llama3-8b": ModelConfig("LLaMA3-8B", 32, 4096, 32, 8, 128, 14336, 128256, False),
+}
+
+
+def get_model(name: str | ModelConfig) -> ModelConfig:
+    """Look a model preset up by name (case-insensitive); a ModelConfig passes through."""
+    if isinstance(name, ModelConfig):
+        return name
+    key = str(name).lower()
+    if key not in MODELS:
+        raise ValueError(f"model: unknown preset {name!r}; expected one of {sorted(MODELS)}")
+    return MODELS[key]
+
+
+# --------------------------------------------------------------------------------------------
+# Hardware and the cost model
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class InstanceSpec:
+    """One serving instance: ``n_gpus`` GPUs of one kind running prefill at ``mfu``."""
+
+    gpu: str = "A800"
+    n_gpus: int = 8
+    mfu: float = DEFAULT_MFU
+    prefill_overhead_s: float = DEFAULT_PREFILL_OVERHEAD_S
+
+    def __post_init__(self):
+        if self.gpu not in GPU_PEAK_BF16_FLOPS:
+            raise ValueError(f"gpu: unknown {self.gpu!r}; expected one of {sorted(GPU_PEAK_BF16_FLOPS)}")
+        if not 1 <= self.n_gpus <= GPUS_PER_NODE:
+            raise ValueError(f"n_gpus: expected 1..{GPUS_PER_NODE}, got {self.n_gpus}")
+        if not 0 < self.mfu <= 1:
+            raise ValueError(f"mfu: expected 0 < mfu <= 1, got {self.mfu}")
+        if self.prefill_overhead_s < 0:
+            raise ValueError(f"prefill_overhead_s: expected >= 0, got {self.prefill_overhead_s}")
+
+    @property
+    def effective_flops(self) -> float:
+        return self.n_gpus * GPU_PEAK_BF16_FLOPS[self.gpu] * self.mfu
+
+    def tier_bandwidth(self, tier: str) -> float:
+        """Bytes/s this instance reads from ``tier``: its GPUs' share of the node figure."""
+        if tier not in NODE_TIER_BANDWIDTH:
+            raise ValueError(f"tier: unknown {tier!r}; expected one of {list(TIERS)}")
+        return NODE_TIER_BANDWIDTH[tier] * self.n_gpus / GPUS_PER_NODE
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Times of prefill, KV load, KV transfer and decode for one model on one instance kind."""
+
+    model: ModelConfig = field(default_factory=lambda: MODELS["llama2-70b"])
+    instance: InstanceSpec = field(default_factory=InstanceSpec)
+    transfer_latency_s: float = DEFAULT_TRANSFER_LATENCY_S
+    block_tokens: int = BLOCK_TOKENS
+
+    @classmethod
+    def preset(cls, model: str = "llama2-70b", gpu: str = "A800", n_gpus: int = 8, **kw) -> "CostModel":
+        return cls(get_model(model), InstanceSpec(gpu=gpu, n_gpus=n_gpus, **kw))
+
+    def with_overhead(self, prefill_overhead_s: float) -> "CostModel":
+        return replace(self, instance=replace(self.instance, prefill_overhead_s=prefill_overhead_s))
+
+    # -- compute ---------------------------------------------------------------------------
+    def compute_s(self, n_tokens: int, cached_tokens: int = 0) -> float:
+        """Pure compute time of prefilling the uncached tokens (no overhead, no load)."""
+        return self.model.prefill_flops(n_tokens, cached_tokens) / self.instance.effective_flops
+
+    def load_s(self, tokens: int, tier: str = "dram") -> float:
+        """Time to read ``tokens`` tokens of KV from ``tier`` into this instance's GPUs."""
+        if tier == "gpu" or tokens <= 0:
+            return 0.0
+        return tokens * self.model.kv_bytes_per_token / self.instance.tier_bandwidth(tier)
+
+    def prefill_s(self, n_tokens: int, cached_tokens: int = 0, tier: str = "dram", overlap: bool = True) -> float:
+        """Prefill time of an ``n_tokens`` prompt whose first ``cached_tokens`` are cached in ``tier``.
+
+        With layer-wise overlap (Mooncake v3 §5.2) the load of layer l+1 hides behind the compute of
+        layer l, so the time is max(compute, load) plus one layer's load; without overlap, load then
+        compute. A fixed per-request overhead is added in both cases.
+        """
+        compute = self.compute_s(n_tokens, cached_tokens)
+        load = self.load_s(cached_tokens, tier)
+        if overlap:
+            busy = max(compute, load) + load / self.model.n_layers
+        else:
+            busy = compute + load
+        return busy + self.instance.prefill_overhead_s
+
+    def recompute_s_per_token(self, context_tokens: int = 8192) -> float:
+        """Prefill compute time of a ``context_tokens`` prompt without cache, per token (demo 1)."""
+        return self.compute_s(context_tokens, 0) / context_tokens
+
+    # -- network ----------------------------------------------------------------------------
+    def kv_bytes(self, tokens: int) -> int:
+        return tokens * self.model.kv_bytes_per_token
+
+    def transfer_s(self, tokens: int) -> float:
+        """Time to copy ``tokens`` tokens of KV from another instance over RDMA (bytes/bw + latency)."""
+        if tokens <= 0:
+            return 0.0
+        return self.kv_bytes(tokens) / NODE_TIER_BANDWIDTH["rdma"] + self.transfer_latency_s
+
+    # -- decode -----------------------------------------------------------------------------
+    @staticmethod
+    def decode_s(output_tokens: int, tbt_s: float) -> float:
+        """Decode time of ``output_tokens`` tokens at a time-between-tokens of ``tbt_s``."""
+        return output_tokens * tbt_s
+
+    # -- blocks -----------------------------------------------------------------------------
+    def hit_tokens(self, hit_blocks: int, input_tokens: int) -> int:
+        """Tokens covered by ``hit_blocks`` leading blocks; at least one token is always computed."""
+        return max(0, min(hit_blocks * self.block_tokens, input_tokens - 1))
+
+
+def ceil_blocks(tokens: int, block_tokens: int = BLOCK_TOKENS) -> int:
+    return math.ceil(tokens / block_tokens)

@@ -1,0 +1,436 @@
+"""Workloads: requests, traces in Mooncake's JSONL format, a synthetic generator and i.i.d. resampling.
+
+A trace line (Mooncake FAST'25 trace release, see ``shared/traces/README.md``)::
+
+    {"timestamp": 277, "input_length": 32140, "output_length": 92, "hash_ids": [198, 199, ...]}
+
+``timestamp`` is the arrival in milliseconds; ``hash_ids`` has one id per 512-token block of the
+prompt and an id names a block *together with every block before it* (prefix hashing), so two
+requests can reuse KV for exactly their common leading ids. We also write and read an optional
+``session_id`` field (other readers ignore it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+
+from .costmodel import BLOCK_TOKENS
+
+REQUIRED_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
+
+
+class TraceFormatError(ValueError):
+    """A trace file line that does not follow the format; the message names file, line and field."""
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One inference request: arrival time (s), prompt and output lengths (tokens), prefix block ids."""
+
+    arrival_s: float
+    input_tokens: int
+    output_tokens: int
+    block_ids: tuple[int, ...]
+    session_id: int = -1
+
+
+class Trace:
+    """An ordered collection of requests, stored column-wise.
+
+    Columns: ``arrival_s`` (float64, non-decreasing), ``input_tokens`` and ``output_tokens``
+    (int64), ``session_ids`` (int64, -1 where unknown) and ``block_ids`` (a list of tuples of int).
+    """
+
+    __slots__ = ("arrival_s", "input_tokens", "output_tokens", "block_ids", "session_ids", "name")
+
+    def __init__(self, arrival_s, input_tokens, output_tokens, block_ids, session_ids=None, name="trace"):
+        self.arrival_s = np.asarray(arrival_s, dtype=np.float64)
+        self.input_tokens = np.asarray(input_tokens, dtype=np.int64)
+        self.output_tokens = np.asarray(output_tokens, dtype=np.int64)
+        self.block_ids = [tuple(int(b) for b in ids) for ids in block_ids]
+        n = len(self.arrival_s)
+        self.session_ids = (
+            np.full(n, -1, dtype=np.int64) if session_ids is None else np.asarray(session_ids, dtype=np.int64)
+        )
+        self.name = name
+        lengths = {len(self.input_tokens), len(self.output_tokens), len(self.block_ids), len(self.session_ids)}
+        if lengths != {n}:
+            raise ValueError(f"Trace columns have different lengths: {sorted(lengths | {n})}")
+        if n and np.any(np.diff(self.arrival_s) < 0):
+            raise ValueError("arrival_s: arrivals must be non-decreasing")
+
+    @classmethod
+    def from_requests(cls, requests: Iterable[Request], name: str = "trace") -> "Trace":
+        rs = list(requests)
+        return cls(
+            [r.arrival_s for r in rs],
+            [r.input_tokens for r in rs],
+            [r.output_tokens for r in rs],
+            [r.block_ids for r in rs],
+            [r.session_id for r in rs],
+            name=name,
+        )
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+    def __getitem__(self, i: int) -> Request:
+        return Request(
+            float(self.arrival_s[i]),
+            int(self.input_tokens[i]),
+            int(self.output_tokens[i]),
+            self.block_ids[i],
+            int(self.session_ids[i]),
+        )
+
+    def __iter__(self) -> Iterator[Request]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def __repr__(self) -> str:
+        return f"Trace({self.name!r}, {len(self)} requests, {self.duration_s:.1f} s)"
+
+    @property
+    def duration_s(self) -> float:
+        return float(self.arrival_s[-1] - self.arrival_s[0]) if len(self) else 0.0
+
+    @property
+    def rate(self) -> float:
+        """Mean requests per second over the trace's span."""
+        return (len(self) - 1) / self.duration_s if self.duration_s > 0 else float("nan")
+
+    def columns(self):
+        """The columns as plain Python lists (the simulators' hot loops index these)."""
+        return (
+            self.arrival_s.tolist(),
+            self.input_tokens.tolist(),
+            self.output_tokens.tolist(),
+            self.block_ids,
+        )
+
+    def take(self, indices: Sequence[int], arrival_s=None, name: str | None = None) -> "Trace":
+        idx = np.asarray(indices, dtype=np.int64)
+        return Trace(
+            self.arrival_s[idx] if arrival_s is None else arrival_s,
+            self.input_tokens[idx],
+            self.output_tokens[idx],
+            [self.block_ids[i] for i in idx.tolist()],
+            self.session_ids[idx],
+            name=name or self.name,
+        )
+
+    def head(self, n: int) -> "Trace":
+        return self.take(range(min(n, len(self))))
+
+    def scaled(self, speed: float) -> "Trace":
+        """The same requests replayed ``speed`` times as fast (arrival times divided by ``speed``)."""
+        if not speed > 0:
+            raise ValueError(f"speed: expected > 0, got {speed}")
+        name = self.name if speed == 1 else f"{self.name} x{speed:g}"
+        return self.take(range(len(self)), arrival_s=self.arrival_s / speed, name=name)
+
+    def stats(self) -> dict:
+        """Requests, span, rate, length percentiles, distinct blocks and the ideal prefix-hit ratio."""
+        inp, out = self.input_tokens, self.output_tokens
+        pct = lambda a, q: float(np.percentile(a, q)) if len(a) else float("nan")  # noqa: E731
+        hit_tokens, hit_blocks, total_blocks = ideal_prefix_hits(self)
+        return {
+            "name": self.name,
+            "requests": len(self),
+            "duration_s": self.duration_s,
+            "rate_per_s": self.rate,
+            "input_mean": float(inp.mean()) if len(self) else float("nan"),
+            "input_p50": pct(inp, 50),
+            "input_p90": pct(inp, 90),
+            "input_p99": pct(inp, 99),
+            "input_max": int(inp.max()) if len(self) else 0,
+            "output_mean": float(out.mean()) if len(self) else float("nan"),
+            "output_p50": pct(out, 50),
+            "output_p90": pct(out, 90),
+            "output_max": int(out.max()) if len(self) else 0,
+            "sessions": int(len(np.unique(self.session_ids[self.session_ids >= 0]))),
+            "distinct_blocks": len({b for ids in self.block_ids for b in ids}),
+            "ideal_hit_ratio": hit_tokens / max(1, int(inp.sum())),
+            "ideal_block_hit_ratio": hit_blocks / max(1, total_blocks),
+        }
+
+
+def ideal_prefix_hits(trace: Trace, block_tokens: int = BLOCK_TOKENS) -> tuple[int, int, int]:
+    """Hits of one infinite cache: (hit tokens, hit blocks, total blocks) over the whole trace."""
+    seen: set[int] = set()
+    hit_tokens = hit_blocks = total = 0
+    for n_in, ids in zip(trace.input_tokens.tolist(), trace.block_ids):
+        k = 0
+        for b in ids:
+            if b not in seen:
+                break
+            k += 1
+        hit_blocks += k
+        total += len(ids)
+        hit_tokens += min(k * block_tokens, n_in)
+        seen.update(ids)
+    return hit_tokens, hit_blocks, total
+
+
+# --------------------------------------------------------------------------------------------
+# JSONL reading and writing
+# --------------------------------------------------------------------------------------------
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _parse_line(text: str, where: str, block_tokens: int):
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise TraceFormatError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
+    if not isinstance(obj, dict):
+        raise TraceFormatError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    for name in REQUIRED_FIELDS:
+        if name not in obj:
+            raise TraceFormatError(f"{where}: field '{name}' is missing")
+    for name in ("timestamp", "input_length", "output_length"):
+        if not _is_int(obj[name]):
+            raise TraceFormatError(f"{where}: field '{name}': expected an integer, got {obj[name]!r}")
+        if obj[name] < 0:
+            raise TraceFormatError(f"{where}: field '{name}': expected >= 0, got {obj[name]}")
+    ids = obj["hash_ids"]
+    if not isinstance(ids, list) or not all(_is_int(b) for b in ids):
+        raise TraceFormatError(f"{where}: field 'hash_ids': expected a list of integers")
+    expected = math.ceil(obj["input_length"] / block_tokens)
+    if len(ids) != expected:
+        raise TraceFormatError(
+            f"{where}: field 'hash_ids': expected ceil(input_length/{block_tokens}) = {expected} ids, got {len(ids)}"
+        )
+    session = obj.get("session_id", -1)
+    if not _is_int(session):
+        raise TraceFormatError(f"{where}: field 'session_id': expected an integer, got {session!r}")
+    return obj["timestamp"], obj["input_length"], obj["output_length"], ids, session
+
+
+def read_trace(path: str | os.PathLike, block_tokens: int = BLOCK_TOKENS) -> Trace:
+    """Read a Mooncake JSONL trace, validating every line (errors name file, line and field)."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"trace: no such file {path!r}")
+    ts, inp, out, ids, sess = [], [], [], [], []
+    last_ts = None
+    with open(path, encoding="utf-8") as f:
+        for lineno, text in enumerate(f, 1):
+            if not text.strip():
+                continue
+            where = f"{path}:{lineno}"
+            t, i, o, h, s = _parse_line(text, where, block_tokens)
+            if last_ts is not None and t < last_ts:
+                raise TraceFormatError(f"{where}: field 'timestamp': goes backwards ({t} < {last_ts})")
+            last_ts = t
+            ts.append(t)
+            inp.append(i)
+            out.append(o)
+            ids.append(h)
+            sess.append(s)
+    if not ts:
+        raise TraceFormatError(f"{path}: the trace has no requests")
+    name = os.path.splitext(os.path.basename(path))[0]
+    return Trace(np.asarray(ts, dtype=np.float64) / 1000.0, inp, out, ids, sess, name=name)
+
+
+def trace_lines(trace: Trace) -> Iterator[str]:
+    """The JSONL lines of a trace (Mooncake's field order and separators)."""
+    ts = np.rint(trace.arrival_s * 1000.0).astype(np.int64).tolist()
+    for t, i, o, h, s in zip(
+        ts, trace.input_tokens.tolist(), trace.output_tokens.tolist(), trace.block_ids, trace.session_ids.tolist()
+    ):
+        obj = {"timestamp": t, "input_length": i, "output_length": o, "hash_ids": list(h)}
+        if s >= 0:
+            obj["session_id"] = s
+        yield json.dumps(obj)
+
+
+def write_trace(trace: Trace, path: str | os.PathLike) -> None:
+    """Write a trace as JSONL; reading it back and writing again gives the same bytes."""
+    with open(path, "w", encoding="utf-8") as f:
+        for line in trace_lines(trace):
+            f.write(line)
+            f.write("\n")
+
+
+# --------------------------------------------------------------------------------------------
+# Synthetic generator
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SyntheticConfig:
+    """Distributions of the synthetic workload (all lengths in tokens, times in seconds).
+
+    Sessions arrive as a Poisson process at ``rate`` per second. Each opens with one of
+    ``n_system_prompts`` system prompts (popularity Zipf with exponent ``system_prompt_zipf``, length
+    a whole number of blocks drawn uniformly from ``system_prompt_blocks``), shared by many sessions.
+    A session is a *document* session with probability ``document_share`` (a long document read
+    once, then ``1 + Geometric`` questions about it, each prompt = system + document + question) or
+    else a *chat* (each turn's prompt = the whole conversation so far + a new user message, so it
+    extends the previous prompt). Follow-up requests come after exponential think times. Lengths
+    are log-normal (long-tailed) with the given means and log-space sigmas.
+    """
+
+    document_share: float = 0.5
+    n_system_prompts: int = 16
+    system_prompt_zipf: float = 1.0
+    system_prompt_blocks: tuple[int, int] = (2, 6)
+    document_mean: float = 7000.0
+    document_sigma: float = 0.9
+    questions_mean: float = 2.2
+    question_mean: float = 150.0
+    question_sigma: float = 0.8
+    chat_first_mean: float = 3500.0
+    chat_first_sigma: float = 1.0
+    turns_mean: float = 2.2
+    chat_turn_mean: float = 600.0
+    chat_turn_sigma: float = 1.0
+    output_mean: float = 180.0
+    output_sigma: float = 1.0
+    output_max: int = 4096
+    input_max: int = 200_000
+    think_time_mean_s: float = 15.0
+
+
+DEFAULT_SYNTHETIC = SyntheticConfig()
+
+
+def _lognormal(rng: np.random.Generator, mean: float, sigma: float) -> float:
+    """A log-normal draw with the given arithmetic mean and log-space sigma."""
+    return float(rng.lognormal(math.log(mean) - sigma * sigma / 2.0, sigma))
+
+
+def synthetic_trace(
+    seed: int | np.random.Generator = 0,
+    rate: float = 4.0,
+    duration_s: float | None = 600.0,
+    n_requests: int | None = None,
+    config: SyntheticConfig = DEFAULT_SYNTHETIC,
+    block_tokens: int = BLOCK_TOKENS,
+) -> Trace:
+    """A synthetic trace imitating Mooncake's public traces (see :class:`SyntheticConfig`).
+
+    ``rate`` is the session arrival rate per second; sessions start in ``[0, duration_s)`` and
+    requests after ``duration_s`` are dropped. With ``n_requests`` the trace is cut to its first
+    ``n_requests`` requests (``duration_s=None`` then picks a long enough span). Deterministic per seed.
+    """
+    if not rate > 0:
+        raise ValueError(f"rate: expected > 0 sessions/s, got {rate}")
+    if n_requests is not None and n_requests < 1:
+        raise ValueError(f"n_requests: expected >= 1, got {n_requests}")
+    if duration_s is None:
+        if n_requests is None:
+            raise ValueError("duration_s: give a duration, n_requests, or both")
+        per_session = config.document_share * (1 + config.questions_mean) + (1 - config.document_share) * (
+            1 + config.turns_mean
+        )
+        duration_s = 1.3 * n_requests / (rate * per_session) + 4 * config.think_time_mean_s
+    if not duration_s > 0:
+        raise ValueError(f"duration_s: expected > 0, got {duration_s}")
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    c = config
+    lo, hi = c.system_prompt_blocks
+    sys_len = rng.integers(lo, hi + 1, size=c.n_system_prompts)
+    pop = 1.0 / np.arange(1, c.n_system_prompts + 1) ** c.system_prompt_zipf
+    pop /= pop.sum()
+    next_id = [0]
+
+    def fresh(k: int) -> list[int]:
+        start = next_id[0]
+        next_id[0] += k
+        return list(range(start, start + k))
+
+    sys_blocks = [fresh(int(k)) for k in sys_len]
+    rows = []  # (arrival, session, input, output, ids)
+    t, session = 0.0, 0
+    while True:
+        t += rng.exponential(1.0 / rate)
+        if t >= duration_s:
+            break
+        sp = int(rng.choice(c.n_system_prompts, p=pop))
+        stream = list(sys_blocks[sp])  # ids of the full blocks of the session's shared token stream
+        stream_len = len(stream) * block_tokens
+        is_doc = rng.random() < c.document_share
+        arrival = t
+
+        def request(shared_len: int, private_len: int) -> None:
+            # full blocks inside the shared stream keep their ids; the rest are this request's own
+            total = min(shared_len + private_len, c.input_max)
+            full_shared = min(shared_len, total) // block_tokens
+            while len(stream) < full_shared:
+                stream.extend(fresh(1))
+            ids = stream[:full_shared] + fresh(math.ceil(total / block_tokens) - full_shared)
+            out = int(min(c.output_max, max(1, round(_lognormal(rng, c.output_mean, c.output_sigma)))))
+            rows.append((arrival, session, total, out, ids))
+
+        if is_doc:
+            stream_len += max(1, round(_lognormal(rng, c.document_mean, c.document_sigma)))
+            n = max(1, int(rng.geometric(1.0 / c.questions_mean)))
+            for q in range(n):
+                if q:
+                    arrival += rng.exponential(c.think_time_mean_s)
+                request(stream_len, max(1, round(_lognormal(rng, c.question_mean, c.question_sigma))))
+        else:
+            n = max(1, int(rng.geometric(1.0 / c.turns_mean)))
+            stream_len += max(1, round(_lognormal(rng, c.chat_first_mean, c.chat_first_sigma)))
+            for turn in range(n):
+                if turn:
+                    arrival += rng.exponential(c.think_time_mean_s)
+                    stream_len += rows[-1][3] + max(1, round(_lognormal(rng, c.chat_turn_mean, c.chat_turn_sigma)))
+                request(stream_len, 0)
+        session += 1
+    rows = [r for r in rows if r[0] < duration_s]
+    rows.sort(key=lambda r: (r[0], r[1]))
+    if n_requests is not None:
+        if len(rows) < n_requests:
+            return synthetic_trace(
+                np.random.default_rng(rng.integers(2**63)), rate, 2 * duration_s, n_requests, config, block_tokens
+            )
+        rows = rows[:n_requests]
+    # renumber block ids in order of first appearance, as in Mooncake's traces
+    remap: dict[int, int] = {}
+    ids = [[remap.setdefault(b, len(remap)) for b in r[4]] for r in rows]
+    return Trace(
+        [r[0] for r in rows],
+        [r[2] for r in rows],
+        [r[3] for r in rows],
+        ids,
+        [r[1] for r in rows],
+        name=f"synthetic(rate={rate:g}, seed={seed if isinstance(seed, int) else 'rng'})",
+    )
+
+
+def resample_iid(trace: Trace, n_requests: int, rate: float, seed: int | np.random.Generator = 0) -> Trace:
+    """``n_requests`` requests drawn i.i.d. (with replacement) from ``trace`` with stationary
+    Poisson arrivals at ``rate`` per second (lecture demo 3)."""
+    if n_requests < 1:
+        raise ValueError(f"n_requests: expected >= 1, got {n_requests}")
+    if not rate > 0:
+        raise ValueError(f"rate: expected > 0 requests/s, got {rate}")
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    idx = rng.integers(0, len(trace), size=n_requests)
+    arrivals = np.cumsum(rng.exponential(1.0 / rate, size=n_requests))
+    return trace.take(idx, arrival_s=arrivals, name=f"{trace.name} iid({n_requests} @ {rate:.3g}/s)")
+
+
+def load_workload(trace: str | os.PathLike | Trace = "synthetic", rate: float = 4.0, seed: int = 0,
+                  speed: float = 1.0, **synthetic_kw) -> Trace:
+    """A trace object from a path, the word ``synthetic`` (generator at ``rate``, ``seed``) or a Trace."""
+    if isinstance(trace, Trace):
+        t = trace
+    elif str(trace) == "synthetic":
+        t = synthetic_trace(seed, rate, **synthetic_kw)
+    else:
+        t = read_trace(trace)
+    return t if speed == 1 else t.scaled(speed)
+
+
+def config_dict(config: SyntheticConfig = DEFAULT_SYNTHETIC) -> dict:
+    return asdict(config)
