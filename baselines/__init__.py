@@ -1,0 +1,23 @@
+"""Hand-coded scheduling policies, installed as ``mooncake_gym.baselines``.
+
+``ROUTING_POLICIES`` (prefill routing) and ``ADMISSION_POLICIES`` (overload admission) map the
+names the command line uses to policy factories; :func:`make_policy` builds one by name.
+"""
+
+from .routing import ROUTING_POLICIES, CacheAware, KVCentric, LoadBalancing, RandomRouting
+
+POLICIES = {"routing": ROUTING_POLICIES}
+
+
+def make_policy(problem: str, name: str, **kwargs):
+    """A fresh policy of ``problem`` ('routing' or 'admission') by ``name``, e.g. ('routing', 'cache')."""
+    if problem not in POLICIES:
+        raise ValueError(f"problem: expected one of {sorted(POLICIES)}, got {problem!r}")
+    registry = POLICIES[problem]
+    if name not in registry:
+        raise ValueError(f"policy: unknown {problem} policy {name!r}; expected one of {sorted(registry)}")
+    return registry[name](**kwargs)
+
+
+__all__ = ["ROUTING_POLICIES", "POLICIES", "make_policy", "RandomRouting", "LoadBalancing", "CacheAware",
+           "KVCentric"]

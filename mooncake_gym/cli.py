@@ -38,6 +38,25 @@ def _cmd_trace_generate(args) -> int:
     return 0
 
 
+def _cmd_replay(args) -> int:
+    from .routing import RoutingConfig, run_routing_baselines
+    from .workload import load_workload
+
+    trace = load_workload(args.trace, rate=args.rate, seed=args.seed, speed=args.speed)
+    config = RoutingConfig(n_instances=args.instances, cache_blocks=args.cache_blocks, ttft_slo_s=args.ttft_slo)
+    names = None if args.policy == "all" else [args.policy]
+    results = run_routing_baselines(trace, names, config, seed=args.seed, threshold=args.threshold)
+    rows = [report.routing_row(name, r.metrics) for name, r in results.items()]
+    if args.json:
+        report.print_json({"trace": trace.name, "requests": len(trace), "rate_per_s": trace.rate,
+                           "config": vars(config), "results": {n: r.metrics for n, r in results.items()}})
+    else:
+        print(f"{trace.name}: {len(trace)} requests, {trace.rate:.2f} requests/s; "
+              f"{config.n_instances} instances x {config.cache_blocks} blocks, TTFT SLO {config.ttft_slo_s:g} s")
+        print(report.format_table(rows, report.ROUTING_COLUMNS))
+    return 0
+
+
 def _cmd_lecture(args) -> int:
     from .lecture import run_lecture
 
@@ -71,6 +90,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_lecture)
 
     # --- replay (routing) ----------------------------------------------------------------------
+    from .baselines import ROUTING_POLICIES
+
+    p = sub.add_parser("replay", help="replay a trace through the prefill-routing simulator")
+    _add_trace_args(p)
+    p.add_argument("--policy", default="all", choices=[*ROUTING_POLICIES, "all"],
+                   help="routing baseline, or 'all' for one table of every baseline (default all)")
+    p.add_argument("--instances", type=int, default=8, help="prefill instances (default 8)")
+    p.add_argument("--cache-blocks", type=int, default=3000, help="local prefix-cache blocks per instance (default 3000)")
+    p.add_argument("--ttft-slo", type=float, default=5.0, help="TTFT SLO in seconds (default 5)")
+    p.add_argument("--speed", type=float, default=1.0, help="replay speed-up: 2 = arrivals twice as fast (default 1)")
+    p.add_argument("--threshold", type=float, default=None, help="kvcentric's kvcache_balancing_threshold")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.set_defaults(func=_cmd_replay)
     # --- overload (admission) ------------------------------------------------------------------
     # --- cache (hit rate versus capacity) -----------------------------------------------------
     # --- train / compare / bench ----------------------------------------------------------------

@@ -56,3 +56,23 @@ def print_json(obj: Any, file=None) -> None:
     """Print one JSON document on stdout (the only output of a command run with --json)."""
     json.dump(to_jsonable(obj), file or sys.stdout, indent=2)
     (file or sys.stdout).write("\n")
+
+
+#: Columns of a routing table (lecture demo 2, replay, compare).
+ROUTING_COLUMNS = [
+    ("policy", "policy", None),
+    ("mean_ttft_s", "mean TTFT s", ".2f"),
+    ("p90_ttft_s", "P90 s", ".2f"),
+    ("slo_attainment", "TTFT<=SLO", ".3f"),
+    ("hit_ratio", "hit share", ".3f"),
+    ("computed_mtokens", "computed Mtok", ".2f"),
+    ("fetched_mtokens", "fetched Mtok", ".2f"),
+]
+
+
+def routing_row(policy: str, metrics: dict) -> dict:
+    """A table row of routing metrics (token counts in millions)."""
+    row = {"policy": policy, **{k: v for k, v in metrics.items() if not isinstance(v, list)}}
+    row["computed_mtokens"] = metrics["computed_tokens"] / 1e6
+    row["fetched_mtokens"] = metrics["fetched_tokens"] / 1e6
+    return row
