@@ -1,0 +1,77 @@
+"""Pieces shared by the two environments: workload arguments and argument checks."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..workload import Trace, read_trace, synthetic_trace
+
+
+def check_range(name: str, value, lo=None, hi=None, integer: bool = False, allow_none: bool = False):
+    """Raise ``ValueError`` naming ``name`` unless ``lo <= value <= hi`` (and an integer if asked)."""
+    if value is None and allow_none:
+        return value
+    ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool) if integer else \
+        isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    if ok and lo is not None and not value >= lo:
+        ok = False
+    if ok and hi is not None and not value <= hi:
+        ok = False
+    if not ok:
+        kind = "an integer" if integer else "a number"
+        bounds = f" in [{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}]"
+        raise ValueError(f"{name}: expected {kind}{bounds}, got {value!r}")
+    return value
+
+
+class WorkloadSpec:
+    """Where an episode's requests come from: a trace to replay, or the synthetic generator.
+
+    ``trace``: a path or :class:`Trace` replayed whole at ``speed`` (``episode_requests`` applies to
+    synthetic episodes only; cut a trace with ``Trace.head`` to shorten it).
+    Otherwise each episode draws a synthetic trace from the env's ``np_random`` at ``rate`` sessions/s,
+    or at a rate drawn uniformly from ``rate_range`` per episode (for training); ``episode_requests``
+    requests long, or ``duration_s`` seconds of sessions when ``episode_requests`` is None.
+    """
+
+    def __init__(self, rate=None, rate_range=None, trace=None, speed=1.0, episode_requests=None,
+                 duration_s=600.0, default_rate=4.0):
+        check_range("speed", speed, lo=1e-6)
+        check_range("episode_requests", episode_requests, lo=1, integer=True, allow_none=True)
+        check_range("duration_s", duration_s, lo=1e-6)
+        if rate is not None and rate_range is not None:
+            raise ValueError("rate, rate_range: give one of them, not both")
+        if rate_range is not None:
+            if len(rate_range) != 2 or not 0 < rate_range[0] <= rate_range[1]:
+                raise ValueError(f"rate_range: expected (low, high) with 0 < low <= high, got {rate_range!r}")
+            self.rate_range = (float(rate_range[0]), float(rate_range[1]))
+            self.rate = None
+        else:
+            self.rate = float(check_range("rate", default_rate if rate is None else rate, lo=1e-6))
+            self.rate_range = None
+        if trace is not None and not isinstance(trace, (Trace, str, os.PathLike)):
+            raise ValueError(f"trace: expected a path or a Trace, got {type(trace).__name__}")
+        self.trace = read_trace(trace) if isinstance(trace, (str, os.PathLike)) else trace
+        self.speed = float(speed)
+        self.episode_requests = episode_requests
+        self.duration_s = float(duration_s)
+
+    def draw(self, np_random: np.random.Generator, options: dict | None) -> Trace:
+        """The episode's trace: ``options['trace']`` if given, else the replayed or generated one."""
+        trace = (options or {}).get("trace", self.trace)
+        if trace is not None:
+            if isinstance(trace, (str, os.PathLike)):
+                trace = read_trace(trace)
+            if not isinstance(trace, Trace):
+                raise ValueError(f"options['trace']: expected a path or a Trace, got {type(trace).__name__}")
+            return trace.scaled(self.speed) if self.speed != 1.0 else trace
+        rate = self.rate if self.rate_range is None else float(np_random.uniform(*self.rate_range))
+        if self.episode_requests is None:
+            return synthetic_trace(np_random, rate, duration_s=self.duration_s)
+        return synthetic_trace(np_random, rate, duration_s=None, n_requests=self.episode_requests)
+
+
+def clip01(x: float) -> float:
+    return 0.0 if x < 0.0 else (1.0 if x > 1.0 else x)

@@ -1,0 +1,201 @@
+"""``mooncake_gym/PrefillRouting-v0``: KV-cache-aware prefill routing as a Gymnasium environment."""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from ..costmodel import CostModel
+from ..routing import Route, RoutingConfig, RoutingSimulator, RoutingView
+from .common import WorkloadSpec, check_range, clip01
+
+#: Caps of the normalised features: a value at or above the cap reads 1.
+QUEUE_CAP_SLO = 10.0  # queued work and TTFT estimates, in multiples of the TTFT SLO
+QUEUED_REQUESTS_CAP = 50
+INPUT_TOKENS_CAP = 200_000  # the request length feature is log1p(tokens) / log1p(cap)
+PER_INSTANCE_FEATURES = 6
+
+
+class PrefillRoutingEnv(gym.Env):
+    """
+    ## Description
+
+    A cluster of ``n_instances`` prefill instances, each with a FIFO queue and a local LRU prefix
+    cache of ``cache_blocks`` 512-token KV blocks, serves LLM requests (Mooncake, arXiv 2407.00079,
+    §6). One step is one arriving request: the agent picks the instance that prefills it and, unless
+    ``allow_pull=False``, whether to first pull the longest prefix cached anywhere in the cluster
+    over RDMA (hot-spot replication, Algorithm 1). The time of everything comes from
+    ``mooncake_gym.costmodel``; the simulation is ``mooncake_gym.routing.RoutingSimulator``, the
+    same object that runs the hand-coded baselines.
+
+    ## Action Space
+
+    ``Discrete(2 * n_instances)`` (``Discrete(n_instances)`` with ``allow_pull=False``): action
+    ``a < n_instances`` sends the request to instance ``a``; ``a >= n_instances`` sends it to
+    instance ``a - n_instances`` after pulling the best prefix there. A pull where the instance
+    already holds the best prefix costs nothing and does nothing. Every action is legal.
+
+    ## Observation Space
+
+    A ``Box(0, 1, (6 * n_instances + 2,), float32)``; block ``i`` (indices ``6i .. 6i+5``) describes
+    instance ``i``, the last two entries the request. SLO = ``ttft_slo_s``; features at or above
+    their cap read 1.
+
+    | index | feature | unit, scaling | range |
+    |---|---|---|---|
+    | 6i | queued prefill work on i | s / (10 SLO) | [0, 1] |
+    | 6i+1 | requests queued on i | count / 50 | [0, 1] |
+    | 6i+2 | local prefix hit on i | hit tokens / input tokens | [0, 1] |
+    | 6i+3 | estimated TTFT on i without pull | s / (10 SLO) | [0, 1] |
+    | 6i+4 | estimated TTFT on i after pulling the best prefix | s / (10 SLO) | [0, 1] |
+    | 6i+5 | estimated TTFT on i without pull minus the cluster's best estimate (any instance, with or without pull) | s / (10 SLO) | [0, 1] |
+    | 6N | request length | log1p(input tokens) / log1p(200,000) | [0, 1] |
+    | 6N+1 | longest prefix cached anywhere | hit tokens / input tokens | [0, 1] |
+
+    The TTFT estimates are Algorithm 1's: queue + transfer + prefill time; in this simulator they
+    are exact. After the last request the observation is all zeros.
+
+    ## Rewards
+
+    ``reward="ttft"`` (default): ``-TTFT / ttft_slo_s`` of the request just dispatched, so the
+    return is minus the episode's total TTFT in SLO units. ``reward="slo"``: 1 if that TTFT is
+    within the SLO, else 0 (the return counts requests within the SLO).
+
+    ## Starting State
+
+    Empty queues and empty caches. The episode's workload is drawn at ``reset`` from the env's
+    ``np_random``: a synthetic trace at ``rate`` sessions/s (or a rate drawn uniformly from
+    ``rate_range``), or the given ``trace`` replayed at ``speed``; ``reset(options={"trace": ...})``
+    replays a trace for one episode. A replayed trace runs whole (``episode_requests`` only cuts
+    synthetic episodes).
+
+    ## Episode End
+
+    ``terminated`` when the last request of the workload has been dispatched; ``truncated`` only
+    from a ``max_episode_steps`` given to ``gym.make``. The final step's ``info["metrics"]`` holds
+    the routing simulator's metrics (mean/p50/p90/p99 TTFT, SLO attainment, hit ratio, computed and
+    fetched tokens, utilisation).
+
+    ## Arguments
+
+    ``gym.make("mooncake_gym/PrefillRouting-v0", n_instances=8, cache_blocks=3000, ttft_slo_s=5.0,
+    rate=None, rate_range=None, trace=None, speed=1.0, episode_requests=1000, duration_s=600.0,
+    allow_pull=True, reward="ttft", model="llama2-70b", render_mode=None)``. With neither ``rate``
+    nor ``rate_range`` nor ``trace`` the rate is 4 sessions/s. ``episode_requests=None`` generates
+    ``duration_s`` seconds of sessions instead (lecture demo 2 uses 600 s).
+
+    ## Version History
+
+    * v0: initial version.
+    """
+
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+
+    def __init__(self, n_instances: int = 8, cache_blocks: int = 3000, ttft_slo_s: float = 5.0, rate=None,
+                 rate_range=None, trace=None, speed: float = 1.0, episode_requests: int | None = 1000,
+                 duration_s: float = 600.0, allow_pull: bool = True, reward: str = "ttft",
+                 model: str = "llama2-70b", render_mode: str | None = None):
+        check_range("n_instances", n_instances, 1, 1024, integer=True)
+        check_range("cache_blocks", cache_blocks, 0, None, integer=True)
+        check_range("ttft_slo_s", ttft_slo_s, 1e-6)
+        if reward not in ("ttft", "slo"):
+            raise ValueError(f"reward: expected 'ttft' or 'slo', got {reward!r}")
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode: expected None or 'ansi', got {render_mode!r}")
+        self.config = RoutingConfig(n_instances=n_instances, cache_blocks=cache_blocks, ttft_slo_s=ttft_slo_s)
+        self.cost = CostModel.preset(model)
+        self.workload = WorkloadSpec(rate, rate_range, trace, speed, episode_requests, duration_s)
+        self.allow_pull = bool(allow_pull)
+        self.reward_kind = reward
+        self.render_mode = render_mode
+        n = n_instances
+        self.action_space = spaces.Discrete(2 * n if self.allow_pull else n)
+        self.observation_space = spaces.Box(0.0, 1.0, (PER_INSTANCE_FEATURES * n + 2,), np.float32)
+        self._obs = np.zeros(self.observation_space.shape, np.float32)
+        self.sim: RoutingSimulator | None = None
+
+    # -- the decision view and its encoding ---------------------------------------------------------
+    def decision_view(self) -> RoutingView | None:
+        """The simulator's view of the pending request (what hand-coded baselines read)."""
+        return None if self.sim is None else self.sim.view
+
+    def encode_action(self, route) -> int:
+        """The env action for a baseline's answer (an instance or a ``Route``)."""
+        inst, pull = (route if isinstance(route, tuple) else (route, False))
+        return int(inst) + (self.config.n_instances if pull and self.allow_pull else 0)
+
+    def _observe(self) -> np.ndarray:
+        obs = self._obs
+        v = self.sim.view
+        if v is None:
+            obs[:] = 0.0
+            return obs.copy()
+        scale = 1.0 / (QUEUE_CAP_SLO * self.config.ttft_slo_s)
+        inv_in = 1.0 / v.input_tokens if v.input_tokens else 0.0
+        ttft = [q + p for q, p in zip(v.queue_s, v.prefill_s)]
+        ttft_pull = [q + t + p for q, t, p in zip(v.queue_s, v.transfer_s, v.pull_prefill_s)]
+        best = min(min(ttft), min(ttft_pull) if self.allow_pull else math.inf)
+        k = 0
+        for i in range(v.n_instances):
+            obs[k] = clip01(v.queue_s[i] * scale)
+            obs[k + 1] = clip01(v.queued_requests[i] / QUEUED_REQUESTS_CAP)
+            obs[k + 2] = v.hit_tokens[i] * inv_in
+            obs[k + 3] = clip01(ttft[i] * scale)
+            obs[k + 4] = clip01(ttft_pull[i] * scale)
+            obs[k + 5] = clip01((ttft[i] - best) * scale)
+            k += PER_INSTANCE_FEATURES
+        obs[k] = clip01(math.log1p(v.input_tokens) / math.log1p(INPUT_TOKENS_CAP))
+        obs[k + 1] = v.best_hit_tokens * inv_in
+        return obs.copy()
+
+    # -- Gymnasium API ------------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        trace = self.workload.draw(self.np_random, options)
+        self.sim = RoutingSimulator(trace, self.config, self.cost)
+        self._last_info: dict = {}
+        return self._observe(), {"requests": len(trace), "rate_per_s": trace.rate}
+
+    def step(self, action):
+        if self.sim is None:
+            raise RuntimeError("step: call reset() first")
+        if not self.action_space.contains(action):
+            raise ValueError(f"action: expected an integer in 0..{self.action_space.n - 1}, got {action!r}")
+        if self.sim.done:
+            raise RuntimeError("step: the episode has terminated; call reset()")
+        a = int(action)
+        n = self.config.n_instances
+        self.sim.step(Route(a % n, a >= n))
+        last = self.sim.last
+        ttft = last["ttft_s"]
+        if self.reward_kind == "ttft":
+            reward = -ttft / self.config.ttft_slo_s
+        else:
+            reward = 1.0 if ttft <= self.config.ttft_slo_s else 0.0
+        info = dict(last)
+        terminated = self.sim.done
+        if terminated:
+            info["metrics"] = self.sim.result("env").metrics
+        self._last_info = info
+        return self._observe(), float(reward), bool(terminated), False, info
+
+    def render(self):
+        if self.render_mode != "ansi" or self.sim is None:
+            return None
+        v = self.sim.view
+        now = v.now if v is not None else float("nan")
+        lines = [f"t={now:8.2f}s  request {self.sim._i}/{len(self.sim.trace)}"
+                 + (f"  input {v.input_tokens} tok, best prefix {v.best_hit_tokens} tok" if v else "  (done)")]
+        for inst in self.sim.instances:
+            q = inst.queue_s(now) if v is not None else 0.0
+            bar = "#" * min(20, int(q / self.config.ttft_slo_s * 4))
+            hit = v.hit_tokens[inst.index] if v is not None else 0
+            fill = len(inst.cache) / self.config.cache_blocks if self.config.cache_blocks else 0.0
+            lines.append(f"  [{inst.index:2d}] queue {q:7.2f}s {bar:<20s} hit {hit:6d} tok  cache {fill:5.0%}")
+        if self._last_info:
+            li = self._last_info
+            lines.append(f"  last: -> {li['instance']}{' (pull)' if li['pull'] else ''} TTFT {li['ttft_s']:.2f}s")
+        return "\n".join(lines)

@@ -1,0 +1,93 @@
+"""Run any policy — a hand-coded baseline, a trained SB3 model, a user's function — on an environment.
+
+Two adapters make the one policy interface work on a Gym env:
+
+* :class:`ViewPolicy` wraps a baseline ``policy(view) -> action``: it reads the simulator's decision
+  view from the unwrapped env (``env.unwrapped.decision_view()``) and turns the answer into an env
+  action with ``env.unwrapped.encode_action``. A baseline run through the env gives exactly the
+  metrics of :func:`mooncake_gym.routing.simulate` / :func:`mooncake_gym.overload.simulate` on the
+  same trace.
+* :class:`ModelPolicy` wraps anything with SB3's ``predict(obs, deterministic=True)``: it reads the
+  observation.
+
+:func:`evaluate` runs one of them over a list of seeds and returns the per-episode metrics.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import gymnasium as gym
+
+from .policy import policy_name, reset_policy
+
+
+class ViewPolicy:
+    """Adapter: a policy over the simulator's decision view, acting on an env."""
+
+    def __init__(self, policy: Callable, name: str | None = None):
+        self.policy = policy
+        self.name = name or policy_name(policy)
+
+    def reset(self, env: gym.Env, seed: int | None) -> None:
+        reset_policy(self.policy, seed)
+
+    def act(self, env: gym.Env, obs) -> int:
+        base = env.unwrapped
+        return base.encode_action(self.policy(base.decision_view()))
+
+
+class ModelPolicy:
+    """Adapter: an SB3 model (or anything with ``predict``) acting on the observation."""
+
+    def __init__(self, model: Any, name: str = "ppo", deterministic: bool = True):
+        self.model = model
+        self.name = name
+        self.deterministic = deterministic
+
+    def reset(self, env: gym.Env, seed: int | None) -> None:
+        pass
+
+    def act(self, env: gym.Env, obs) -> int:
+        action, _ = self.model.predict(obs, deterministic=self.deterministic)
+        return int(action)
+
+
+def as_env_policy(policy) -> ViewPolicy | ModelPolicy:
+    """Wrap ``policy`` in the right adapter (already-wrapped policies pass through)."""
+    if isinstance(policy, (ViewPolicy, ModelPolicy)):
+        return policy
+    if hasattr(policy, "predict"):
+        return ModelPolicy(policy)
+    if callable(policy):
+        return ViewPolicy(policy)
+    raise TypeError(f"policy: expected a callable(view) or an object with predict(obs), got {type(policy).__name__}")
+
+
+def run_episode(env: gym.Env, policy, seed: int | None = None, options: dict | None = None) -> dict:
+    """One episode of ``policy`` on ``env``; returns the simulator's end-of-episode metrics plus
+    ``return`` (sum of rewards) and ``steps``."""
+    p = as_env_policy(policy)
+    obs, _ = env.reset(seed=seed, options=options)
+    p.reset(env, seed)
+    total, steps = 0.0, 0
+    while True:
+        obs, reward, terminated, truncated, info = env.step(p.act(env, obs))
+        total += reward
+        steps += 1
+        if terminated or truncated:
+            break
+    metrics = dict(info.get("metrics") or env.unwrapped.sim.result("env").metrics)
+    metrics["return"] = total
+    metrics["steps"] = steps
+    metrics["seed"] = seed
+    return metrics
+
+
+def evaluate(env_id: str, policy, seeds: Sequence[int], **env_kwargs) -> list[dict]:
+    """Run ``policy`` for one episode per seed of ``seeds`` on ``gym.make(env_id, **env_kwargs)``."""
+    env = gym.make(env_id, **env_kwargs)
+    try:
+        return [run_episode(env, policy, seed=s) for s in seeds]
+    finally:
+        env.close()
