@@ -98,6 +98,10 @@ class ModelConfig:
         The LM head runs on the last token only and is negligible; it is left out.
         """
         h, n = cached_tokens, n_tokens
+        if n < 0:
+            raise ValueError(f"n_tokens: expected >= 0, got {n}")
+        if not 0 <= h <= n:
+            raise ValueError(f"cached_tokens: expected 0 <= cached_tokens <= n_tokens = {n}, got {h}")
         computed = n - h
         linear = 2.0 * self.params_per_layer * computed
         # sum_{i=h}^{n-1} (i + 1) = (n (n + 1) - h (h + 1)) / 2
@@ -181,21 +185,25 @@ class CostModel:
 
     def load_s(self, tokens: int, tier: str = "dram") -> float:
         """Time to read ``tokens`` tokens of KV from ``tier`` into this instance's GPUs."""
+        bandwidth = self.instance.tier_bandwidth(tier)  # validates ``tier`` even when nothing is loaded
         if tier == "gpu" or tokens <= 0:
             return 0.0
-        return tokens * self.model.kv_bytes_per_token / self.instance.tier_bandwidth(tier)
+        return tokens * self.model.kv_bytes_per_token / bandwidth
 
     def prefill_s(self, n_tokens: int, cached_tokens: int = 0, tier: str = "dram", overlap: bool = True) -> float:
         """Prefill time of an ``n_tokens`` prompt whose first ``cached_tokens`` are cached in ``tier``.
 
         With layer-wise overlap (Mooncake v3 §5.2) the load of layer l+1 hides behind the compute of
-        layer l, so the time is max(compute, load) plus one layer's load; without overlap, load then
-        compute. A fixed per-request overhead is added in both cases.
+        layer l. With L equal layers the pipeline takes load/L (first layer's load), then L - 1 steps
+        of max(compute, load)/L, then compute/L (last layer's compute): max(compute, load) +
+        min(compute, load)/L. When compute dominates this is max(compute, load) plus one layer's
+        load; it is never more than load then compute. Without overlap, load then compute. A fixed
+        per-request overhead is added in both cases.
         """
         compute = self.compute_s(n_tokens, cached_tokens)
         load = self.load_s(cached_tokens, tier)
         if overlap:
-            busy = max(compute, load) + load / self.model.n_layers
+            busy = max(compute, load) + min(compute, load) / self.model.n_layers
         else:
             busy = compute + load
         return busy + self.instance.prefill_overhead_s

@@ -221,11 +221,15 @@ def read_trace(path: str | os.PathLike, block_tokens: int = BLOCK_TOKENS) -> Tra
         raise FileNotFoundError(f"trace: no such file {path!r}")
     ts, inp, out, ids, sess = [], [], [], [], []
     last_ts = None
-    with open(path, encoding="utf-8") as f:
-        for lineno, text in enumerate(f, 1):
+    with open(path, "rb") as f:  # bytes, so that a line that is not UTF-8 gets a TraceFormatError too
+        for lineno, raw in enumerate(f, 1):
+            where = f"{path}:{lineno}"
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise TraceFormatError(f"{where}: not valid UTF-8 (byte {e.start + 1})") from None
             if not text.strip():
                 continue
-            where = f"{path}:{lineno}"
             t, i, o, h, s = _parse_line(text, where, block_tokens)
             if last_ts is not None and t < last_ts:
                 raise TraceFormatError(f"{where}: field 'timestamp': goes backwards ({t} < {last_ts})")
@@ -335,9 +339,8 @@ def synthetic_trace(
     if duration_s is None:
         if n_requests is None:
             raise ValueError("duration_s: give a duration, n_requests, or both")
-        per_session = config.document_share * (1 + config.questions_mean) + (1 - config.document_share) * (
-            1 + config.turns_mean
-        )
+        # requests per session: questions_mean and turns_mean are the means of the geometric counts
+        per_session = config.document_share * config.questions_mean + (1 - config.document_share) * config.turns_mean
         duration_s = 1.3 * n_requests / (rate * per_session) + 4 * config.think_time_mean_s
     if not duration_s > 0:
         raise ValueError(f"duration_s: expected > 0, got {duration_s}")
@@ -397,9 +400,11 @@ def synthetic_trace(
     rows.sort(key=lambda r: (r[0], r[1]))
     if n_requests is not None:
         if len(rows) < n_requests:
-            return synthetic_trace(
+            longer = synthetic_trace(
                 np.random.default_rng(rng.integers(2**63)), rate, 2 * duration_s, n_requests, config, block_tokens
             )
+            longer.name = f"synthetic(rate={rate:g}, seed={seed if isinstance(seed, (int, np.integer)) else 'rng'})"
+            return longer
         rows = rows[:n_requests]
     # renumber block ids in order of first appearance, as in Mooncake's traces
     remap: dict[int, int] = {}
@@ -410,7 +415,7 @@ def synthetic_trace(
         [r[3] for r in rows],
         ids,
         [r[1] for r in rows],
-        name=f"synthetic(rate={rate:g}, seed={seed if isinstance(seed, int) else 'rng'})",
+        name=f"synthetic(rate={rate:g}, seed={seed if isinstance(seed, (int, np.integer)) else 'rng'})",
     )
 
 

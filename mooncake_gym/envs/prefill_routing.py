@@ -14,9 +14,10 @@ from .common import WorkloadSpec, check_range, clip01
 
 #: Caps of the normalised features: a value at or above the cap reads 1.
 QUEUE_CAP_SLO = 10.0  # queued work and TTFT estimates, in multiples of the TTFT SLO
+TIME_UNIT_S = 0.1  # times are log-scaled, log1p(t / 0.1 s) / log1p(cap / 0.1 s): 0.1 s apart stays visible
 QUEUED_REQUESTS_CAP = 50
 INPUT_TOKENS_CAP = 200_000  # the request length feature is log1p(tokens) / log1p(cap)
-PER_INSTANCE_FEATURES = 6
+PER_INSTANCE_FEATURES = 7
 
 
 class PrefillRoutingEnv(gym.Env):
@@ -40,20 +41,22 @@ class PrefillRoutingEnv(gym.Env):
 
     ## Observation Space
 
-    A ``Box(0, 1, (6 * n_instances + 2,), float32)``; block ``i`` (indices ``6i .. 6i+5``) describes
+    A ``Box(0, 1, (7 * n_instances + 2,), float32)``; block ``i`` (indices ``7i .. 7i+6``) describes
     instance ``i``, the last two entries the request. SLO = ``ttft_slo_s``; features at or above
-    their cap read 1.
+    their cap read 1. Times are log-scaled so that differences of a tenth of a second stay visible
+    at any load: ``T(s) = min(1, log1p(s / 0.1) / log1p(10 SLO / 0.1))``.
 
     | index | feature | unit, scaling | range |
     |---|---|---|---|
-    | 6i | queued prefill work on i | s / (10 SLO) | [0, 1] |
-    | 6i+1 | requests queued on i | count / 50 | [0, 1] |
-    | 6i+2 | local prefix hit on i | hit tokens / input tokens | [0, 1] |
-    | 6i+3 | estimated TTFT on i without pull | s / (10 SLO) | [0, 1] |
-    | 6i+4 | estimated TTFT on i after pulling the best prefix | s / (10 SLO) | [0, 1] |
-    | 6i+5 | estimated TTFT on i without pull minus the cluster's best estimate (any instance, with or without pull) | s / (10 SLO) | [0, 1] |
-    | 6N | request length | log1p(input tokens) / log1p(200,000) | [0, 1] |
-    | 6N+1 | longest prefix cached anywhere | hit tokens / input tokens | [0, 1] |
+    | 7i | queued prefill work on i | T(s) | [0, 1] |
+    | 7i+1 | requests queued on i | count / 50 | [0, 1] |
+    | 7i+2 | local prefix hit on i | hit tokens / input tokens | [0, 1] |
+    | 7i+3 | estimated TTFT on i without pull | T(s) | [0, 1] |
+    | 7i+4 | estimated TTFT on i after pulling the best prefix | T(s) | [0, 1] |
+    | 7i+5 | estimated TTFT on i without pull minus the best estimate anywhere (any instance, with or without pull) | T(s) | [0, 1] |
+    | 7i+6 | estimated TTFT on i after a pull minus the best estimate anywhere | T(s) | [0, 1] |
+    | 7N | request length | log1p(input tokens) / log1p(200,000) | [0, 1] |
+    | 7N+1 | longest prefix cached anywhere | hit tokens / input tokens | [0, 1] |
 
     The TTFT estimates are Algorithm 1's: queue + transfer + prefill time; in this simulator they
     are exact. After the last request the observation is all zeros.
@@ -133,19 +136,21 @@ class PrefillRoutingEnv(gym.Env):
         if v is None:
             obs[:] = 0.0
             return obs.copy()
-        scale = 1.0 / (QUEUE_CAP_SLO * self.config.ttft_slo_s)
+        scale = 1.0 / math.log1p(QUEUE_CAP_SLO * self.config.ttft_slo_s / TIME_UNIT_S)
+        log1p = math.log1p
         inv_in = 1.0 / v.input_tokens if v.input_tokens else 0.0
         ttft = [q + p for q, p in zip(v.queue_s, v.prefill_s)]
         ttft_pull = [q + t + p for q, t, p in zip(v.queue_s, v.transfer_s, v.pull_prefill_s)]
         best = min(min(ttft), min(ttft_pull) if self.allow_pull else math.inf)
         k = 0
         for i in range(v.n_instances):
-            obs[k] = clip01(v.queue_s[i] * scale)
+            obs[k] = clip01(log1p(v.queue_s[i] / TIME_UNIT_S) * scale)
             obs[k + 1] = clip01(v.queued_requests[i] / QUEUED_REQUESTS_CAP)
             obs[k + 2] = v.hit_tokens[i] * inv_in
-            obs[k + 3] = clip01(ttft[i] * scale)
-            obs[k + 4] = clip01(ttft_pull[i] * scale)
-            obs[k + 5] = clip01((ttft[i] - best) * scale)
+            obs[k + 3] = clip01(log1p(ttft[i] / TIME_UNIT_S) * scale)
+            obs[k + 4] = clip01(log1p(ttft_pull[i] / TIME_UNIT_S) * scale)
+            obs[k + 5] = clip01(log1p((ttft[i] - best) / TIME_UNIT_S) * scale)
+            obs[k + 6] = clip01(log1p((ttft_pull[i] - best) / TIME_UNIT_S) * scale) if self.allow_pull else 1.0
             k += PER_INSTANCE_FEATURES
         obs[k] = clip01(math.log1p(v.input_tokens) / math.log1p(INPUT_TOKENS_CAP))
         obs[k + 1] = v.best_hit_tokens * inv_in

@@ -1,0 +1,126 @@
+"""Train a PPO agent (stable-baselines3, MlpPolicy) on one of the two environments.
+
+Hyperparameters come from ``agents/hyperparams.yml`` keyed by env id. Training episodes draw
+randomised workloads (routing: session rates across idle-to-overloaded; admission: loads from 1x
+to 3x the decode capacity). An evaluation callback runs on held-out seeds and keeps the best
+model; :func:`train` writes it with a JSON card (env id and kwargs, seed, timesteps, wall time,
+library versions, evaluation results, sha256).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import time
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from mooncake_gym.envs import ADMISSION_ENV_ID, ROUTING_ENV_ID
+
+ENV_IDS = {"routing": ROUTING_ENV_ID, "admission": ADMISSION_ENV_ID}
+#: Seeds of the evaluation callback (held out: training envs are seeded from the training seed).
+EVAL_SEED_BASE = 10_000
+
+
+def load_hyperparams(env_id: str) -> dict:
+    """The ``agents/hyperparams.yml`` entry of ``env_id``."""
+    text = resources.files("mooncake_gym.agents").joinpath("hyperparams.yml").read_text()
+    table = yaml.safe_load(text)
+    if env_id not in table:
+        raise ValueError(f"env: no hyperparameters for {env_id!r} in agents/hyperparams.yml")
+    return dict(table[env_id])
+
+
+def sha256_of(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def library_versions() -> dict:
+    import gymnasium
+    import numpy
+    import stable_baselines3
+    import torch
+
+    import mooncake_gym
+
+    return {"python": platform.python_version(), "mooncake_gym": mooncake_gym.__version__,
+            "gymnasium": gymnasium.__version__, "stable_baselines3": stable_baselines3.__version__,
+            "torch": torch.__version__, "numpy": numpy.__version__}
+
+
+def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.PathLike = "runs/train",
+          tensorboard: str | None = None, progress_bar: bool = True, threads: int = 1,
+          verbose: int = 0) -> Path:
+    """Train PPO on ``env`` ('routing' or 'admission'); returns the path of the best model's zip.
+
+    The card ``<zip>.json`` beside it records how it was made.
+    """
+    import gymnasium as gym
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import EvalCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    import mooncake_gym  # noqa: F401  (registers the env ids)
+
+    if env not in ENV_IDS:
+        raise ValueError(f"env: expected one of {sorted(ENV_IDS)}, got {env!r}")
+    env_id = ENV_IDS[env]
+    hp = load_hyperparams(env_id)
+    total = int(timesteps if timesteps is not None else hp.pop("n_timesteps"))
+    hp.pop("n_timesteps", None)
+    if total < 1:
+        raise ValueError(f"timesteps: expected >= 1, got {total}")
+    torch.set_num_threads(threads)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    env_kwargs = hp.pop("env_kwargs", {})
+    eval_kwargs = hp.pop("eval_env_kwargs", env_kwargs)
+    n_envs = hp.pop("n_envs", 1)
+    eval_freq = max(1, hp.pop("eval_freq", 10_000) // n_envs)
+    n_eval = hp.pop("n_eval_episodes", 3)
+    policy = hp.pop("policy", "MlpPolicy")
+
+    # make_vec_env asks for render_mode="rgb_array" unless told otherwise; our envs render text only
+    venv = make_vec_env(env_id, n_envs=n_envs, seed=seed, env_kwargs={"render_mode": None, **env_kwargs},
+                        vec_env_cls=DummyVecEnv)
+    eval_env = DummyVecEnv([lambda: gym.make(env_id, **eval_kwargs)])
+    eval_env.seed(EVAL_SEED_BASE + seed)
+    callback = EvalCallback(eval_env, n_eval_episodes=n_eval, eval_freq=eval_freq, best_model_save_path=str(out),
+                            log_path=str(out), deterministic=True, verbose=verbose)
+    model = PPO(policy, venv, seed=seed, tensorboard_log=tensorboard, verbose=verbose, **hp)
+    start = time.time()
+    model.learn(total_timesteps=total, callback=callback, progress_bar=progress_bar)
+    wall = time.time() - start
+    best = out / "best_model.zip"
+    if not best.exists():  # no evaluation happened (very short runs): keep the final model
+        model.save(best)
+    final = out / f"ppo_{env}.zip"
+    shutil.copyfile(best, final)
+    card = {
+        "env_id": env_id,
+        "env_kwargs": env_kwargs,
+        "eval_env_kwargs": eval_kwargs,
+        "algorithm": "PPO",
+        "policy": policy,
+        "hyperparameters": hp,
+        "seed": seed,
+        "timesteps": total,
+        "wall_time_s": round(wall, 1),
+        "threads": threads,
+        "best_eval_mean_reward": float(callback.best_mean_reward),
+        "versions": library_versions(),
+        "sha256": sha256_of(final),
+    }
+    final.with_suffix(".json").write_text(json.dumps(card, indent=2) + "\n")
+    return final
