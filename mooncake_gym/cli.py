@@ -63,6 +63,66 @@ def _cmd_lecture(args) -> int:
     return run_lecture(args)
 
 
+def _cmd_train(args) -> int:
+    from .agents.train import train
+
+    path = train(args.env, timesteps=args.timesteps, seed=args.seed, out=args.out, tensorboard=args.tensorboard,
+                 progress_bar=not args.no_progress, threads=args.threads)
+    print(f"best model: {path}\ncard: {path.with_suffix('.json')}")
+    return 0
+
+
+def _cmd_compare(args) -> int:
+    from . import compare as cmp
+
+    agents = None
+    if args.agent:
+        from .agents import load_agent
+
+        print(f"note: loading {args.agent}: an SB3 zip holds pickled objects and loading it can run code; "
+              "only use files you trust", file=sys.stderr)
+        problem = args.agent_env
+        agents = {**cmp.shipped_agents(), "user_agent": (problem, load_agent(args.agent, trusted=True))}
+    trace = None
+    if args.trace:
+        from .workload import read_trace
+
+        trace = read_trace(args.trace)
+    settings = cmp.compare(env=args.env, seeds=args.seeds, rates=args.rates, loads=args.loads, trace=trace,
+                           speed=args.speed, agents=agents, plot_dir=args.plot_dir,
+                           progress=not (args.json or args.no_progress))
+    if args.json:
+        report.print_json(cmp.settings_json(settings, args.seeds))
+        return 0
+    seeds = [cmp.COMPARE_SEED_BASE + i for i in range(args.seeds)]
+    print(f"Mean ± 95% CI over {args.seeds} held-out seeds ({seeds[0]}..{seeds[-1]}), same workloads for every policy.")
+    for s in settings:
+        print(f"\n{'### ' if args.markdown else ''}{s.label}\n")
+        print(cmp.format_setting(s, markdown=args.markdown))
+    if args.plot_dir:
+        print(f"\nplots written to {args.plot_dir}")
+    return 0
+
+
+def _cmd_bench(args) -> int:
+    from .bench import run_benchmarks
+
+    results = run_benchmarks(seconds=args.seconds, only=args.only)
+    if args.json:
+        report.print_json(results)
+    return 0
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not values or any(not v > 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
+    return values
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mooncake-gym", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -105,7 +165,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_replay)
     # --- overload (admission) ------------------------------------------------------------------
     # --- cache (hit rate versus capacity) -----------------------------------------------------
+    from .cacheanalysis import add_cache_parser
+
+    add_cache_parser(sub)
     # --- train / compare / bench ----------------------------------------------------------------
+    p = sub.add_parser("train", help="train a PPO agent (stable-baselines3) on one environment")
+    p.add_argument("--env", choices=["routing", "admission"], required=True, help="which problem")
+    p.add_argument("--timesteps", type=int, default=None, help="total timesteps (default: agents/hyperparams.yml)")
+    p.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
+    p.add_argument("--out", default="runs/train", help="output directory (default runs/train)")
+    p.add_argument("--tensorboard", default=None, help="TensorBoard log directory")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_train)
+
+    p = sub.add_parser("compare", help="every baseline and trained agent on the same workloads (the main job)")
+    p.add_argument("--env", choices=["routing", "admission", "all"], default="all", help="which problem (default all)")
+    p.add_argument("--seeds", type=int, default=5, help="held-out seeds per setting (default 5)")
+    p.add_argument("--rates", type=_floats, default=[4.0, 8.0], help="routing session rates (default 4,8)")
+    p.add_argument("--loads", type=_floats, default=[2.0], help="admission loads, x decode capacity (default 2)")
+    p.add_argument("--trace", default=None, help="compare on this JSONL trace (routing: replayed; admission: base)")
+    p.add_argument("--speed", type=float, default=1.0, help="replay speed of --trace (default 1)")
+    p.add_argument("--agent", default=None, help="also evaluate this SB3 zip of your own (it is unpickled: trust it)")
+    p.add_argument("--agent-env", choices=["routing", "admission"], default="routing", help="the problem --agent solves")
+    p.add_argument("--plot-dir", default=None, help="write TTFT box plots and CDFs and admission load series here")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print one JSON document")
+    fmt.add_argument("--markdown", action="store_true", help="print Markdown tables")
+    p.set_defaults(func=_cmd_compare)
+
+    p = sub.add_parser("bench", help="speed benchmarks (decisions/s, env steps/s next to CartPole)")
+    p.add_argument("--seconds", type=float, default=2.0, help="time budget per measurement (default 2)")
+    p.add_argument("--only", default=None, help="run only benchmarks whose name contains this")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.set_defaults(func=_cmd_bench)
     return parser
 
 
@@ -114,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError) as e:  # bad input: a clear one-line error, no traceback
+    except (ValueError, OSError) as e:  # bad input or path: a clear one-line error, no traceback
         print(f"mooncake-gym {args.command}: error: {e}", file=sys.stderr)
         return 2
 

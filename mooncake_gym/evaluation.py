@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 import gymnasium as gym
+import numpy as np
 
 from .policy import policy_name, reset_policy
 
@@ -64,9 +65,21 @@ def as_env_policy(policy) -> ViewPolicy | ModelPolicy:
     raise TypeError(f"policy: expected a callable(view) or an object with predict(obs), got {type(policy).__name__}")
 
 
-def run_episode(env: gym.Env, policy, seed: int | None = None, options: dict | None = None) -> dict:
+def _finish(env: gym.Env, info: dict, total: float, steps: int, seed, keep_result: bool) -> dict:
+    metrics = dict(info.get("metrics") or env.unwrapped.sim.result("env").metrics)
+    metrics["return"] = total
+    metrics["steps"] = steps
+    metrics["seed"] = seed
+    if keep_result:
+        metrics["result"] = env.unwrapped.sim.result(metrics.get("policy", "env"))
+    return metrics
+
+
+def run_episode(env: gym.Env, policy, seed: int | None = None, options: dict | None = None,
+                keep_result: bool = False) -> dict:
     """One episode of ``policy`` on ``env``; returns the simulator's end-of-episode metrics plus
-    ``return`` (sum of rewards) and ``steps``."""
+    ``return`` (sum of rewards), ``steps`` and ``seed`` (and ``result``, the simulator's full result
+    object with per-request arrays, if ``keep_result``)."""
     p = as_env_policy(policy)
     obs, _ = env.reset(seed=seed, options=options)
     p.reset(env, seed)
@@ -76,18 +89,45 @@ def run_episode(env: gym.Env, policy, seed: int | None = None, options: dict | N
         total += reward
         steps += 1
         if terminated or truncated:
-            break
-    metrics = dict(info.get("metrics") or env.unwrapped.sim.result("env").metrics)
-    metrics["return"] = total
-    metrics["steps"] = steps
-    metrics["seed"] = seed
-    return metrics
+            return _finish(env, info, total, steps, seed, keep_result)
 
 
-def evaluate(env_id: str, policy, seeds: Sequence[int], **env_kwargs) -> list[dict]:
-    """Run ``policy`` for one episode per seed of ``seeds`` on ``gym.make(env_id, **env_kwargs)``."""
+def _evaluate_model_lockstep(env_id: str, policy: ModelPolicy, seeds: Sequence[int], keep_result: bool,
+                             env_kwargs: dict) -> list[dict]:
+    """A model over several seeds at once: one env per seed stepped in lockstep, so that each
+    network forward pass serves all the episodes still running (same results as one by one)."""
+    envs = [gym.make(env_id, **env_kwargs) for _ in seeds]
+    try:
+        obs = [env.reset(seed=s)[0] for env, s in zip(envs, seeds)]
+        totals, steps = [0.0] * len(envs), [0] * len(envs)
+        results: list[dict | None] = [None] * len(envs)
+        active = list(range(len(envs)))
+        while active:
+            actions, _ = policy.model.predict(np.stack([obs[k] for k in active]), deterministic=policy.deterministic)
+            still = []
+            for k, a in zip(active, actions):
+                obs[k], reward, terminated, truncated, info = envs[k].step(int(a))
+                totals[k] += reward
+                steps[k] += 1
+                if terminated or truncated:
+                    results[k] = _finish(envs[k], info, totals[k], steps[k], seeds[k], keep_result)
+                else:
+                    still.append(k)
+            active = still
+        return results
+    finally:
+        for env in envs:
+            env.close()
+
+
+def evaluate(env_id: str, policy, seeds: Sequence[int], keep_result: bool = False, **env_kwargs) -> list[dict]:
+    """Run ``policy`` for one episode per seed of ``seeds`` on ``gym.make(env_id, **env_kwargs)``;
+    returns the per-episode metrics (see :func:`run_episode`)."""
+    p = as_env_policy(policy)
+    if isinstance(p, ModelPolicy) and len(seeds) > 1:
+        return _evaluate_model_lockstep(env_id, p, list(seeds), keep_result, env_kwargs)
     env = gym.make(env_id, **env_kwargs)
     try:
-        return [run_episode(env, policy, seed=s) for s in seeds]
+        return [run_episode(env, p, seed=s, keep_result=keep_result) for s in seeds]
     finally:
         env.close()

@@ -9,6 +9,12 @@ recent as anything that extends it and LRU evicts extensions before their prefix
 
 Match and insert cost O(blocks touched): the cache is an insertion-ordered dict used as an LRU
 list (``move_to_end`` on touch, ``popitem(last=False)`` to evict); nothing scans the whole cache.
+
+``eviction="fifo"`` (for the cache analysis, ``cacheanalysis``) evicts in order of first insertion
+instead: a hit renews nothing, and a request's missing blocks enter first to last, the order it
+presents them, as the FIFO of ``kvcache-simulator`` (the Mooncake team's hit-rate tool) does. FIFO
+therefore *can* evict a prefix before its extension, leaving blocks that can never be hit again
+until they age out (one reason FIFO trails LRU on the Mooncake traces).
 """
 
 from __future__ import annotations
@@ -16,18 +22,25 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Sequence
 
+EVICTION_POLICIES = ("lru", "fifo")
+
 
 class PrefixCache:
-    """An LRU cache of at most ``capacity_blocks`` block ids (``None`` = unbounded)."""
+    """A cache of at most ``capacity_blocks`` block ids (``None`` = unbounded); ``eviction`` is
+    ``"lru"`` (the default) or ``"fifo"`` (see the module docstring)."""
 
-    __slots__ = ("capacity_blocks", "_blocks", "evictions")
+    __slots__ = ("capacity_blocks", "_blocks", "evictions", "eviction", "_fifo")
 
-    def __init__(self, capacity_blocks: int | None):
+    def __init__(self, capacity_blocks: int | None, eviction: str = "lru"):
         if capacity_blocks is not None and (not isinstance(capacity_blocks, int) or capacity_blocks < 0):
             raise ValueError(f"capacity_blocks: expected an integer >= 0 or None, got {capacity_blocks!r}")
+        if eviction not in EVICTION_POLICIES:
+            raise ValueError(f"eviction: expected one of {EVICTION_POLICIES}, got {eviction!r}")
         self.capacity_blocks = capacity_blocks
         self._blocks: OrderedDict[int, None] = OrderedDict()
         self.evictions = 0
+        self.eviction = eviction
+        self._fifo = eviction == "fifo"
 
     def __len__(self) -> int:
         return len(self._blocks)
@@ -51,7 +64,14 @@ class PrefixCache:
 
     def insert(self, block_ids: Sequence[int], n_blocks: int | None = None) -> None:
         """Touch or insert the first ``n_blocks`` of ``block_ids`` (all by default), last to first,
-        then evict least recently used blocks until the cache fits its capacity."""
+        then evict least recently used blocks until the cache fits its capacity.
+
+        With ``eviction="fifo"``: add the missing ones first to last (cached ones keep their place),
+        each evicting the oldest insertion when the cache is full. The check is made block by block,
+        so a block this request found cached but that its own earlier insertions pushed out is
+        added again (kvcache-simulator's order; it decides a few hits on small caches)."""
+        if self._fifo:
+            return self._insert_fifo(block_ids, n_blocks)
         blocks = self._blocks
         ids = block_ids if n_blocks is None else block_ids[:n_blocks]
         for b in reversed(ids):
@@ -64,6 +84,16 @@ class PrefixCache:
             while len(blocks) > cap:
                 blocks.popitem(last=False)
                 self.evictions += 1
+
+    def _insert_fifo(self, block_ids: Sequence[int], n_blocks: int | None) -> None:
+        blocks = self._blocks
+        cap = self.capacity_blocks
+        for b in block_ids if n_blocks is None else block_ids[:n_blocks]:
+            if b not in blocks:
+                blocks[b] = None
+                if cap is not None and len(blocks) > cap:
+                    blocks.popitem(last=False)
+                    self.evictions += 1
 
     def clear(self) -> None:
         self._blocks.clear()

@@ -1,0 +1,186 @@
+"""``mooncake-gym compare``: every baseline and every trained agent on the same workloads.
+
+All policies of a setting run on the same seeds, hence the same traces (common random numbers:
+an env draws its episode's workload from ``reset(seed)``). Each cell is a mean over seeds with a
+95 % confidence interval (Student's t).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import report
+from .envs import ADMISSION_ENV_ID, ROUTING_ENV_ID
+from .evaluation import ModelPolicy, ViewPolicy, evaluate
+
+#: Evaluation seeds start here: training uses seeds below 1,000 and the callback 10,000 + seed, so
+#: these episodes are never seen in training.
+COMPARE_SEED_BASE = 1_000_000
+#: Requests per routing episode in compare (synthetic workloads).
+ROUTING_EPISODE_REQUESTS = 3000
+#: Requests per admission episode in compare.
+ADMISSION_EPISODE_REQUESTS = 3000
+
+# two-sided 95 % Student-t quantiles t_{0.975, df} for df = 1..30 (standard tables)
+_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+         2.045, 2.042]
+
+
+def mean_ci95(values) -> tuple[float, float]:
+    """Mean and half-width of its 95 % confidence interval (0 for a single value)."""
+    x = np.asarray([v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))], float)
+    if len(x) == 0:
+        return float("nan"), float("nan")
+    if len(x) == 1:
+        return float(x[0]), 0.0
+    t = _T975[len(x) - 2] if len(x) - 1 <= len(_T975) else 1.96
+    return float(x.mean()), float(t * x.std(ddof=1) / math.sqrt(len(x)))
+
+
+ROUTING_METRICS = [  # key, header, scale, format
+    ("mean_ttft_s", "mean TTFT s", 1.0, ".2f"),
+    ("p90_ttft_s", "P90 TTFT s", 1.0, ".2f"),
+    ("slo_attainment", "TTFT<=SLO", 1.0, ".3f"),
+    ("hit_ratio", "hit share", 1.0, ".3f"),
+    ("computed_tokens", "computed Mtok", 1e-6, ".2f"),
+    ("fetched_tokens", "fetched Mtok", 1e-6, ".2f"),
+]
+ADMISSION_METRICS = [
+    ("completed", "completed", 1.0, ".0f"),
+    ("goodput", "goodput", 1.0, ".0f"),
+    ("rejected", "rejected", 1.0, ".0f"),
+    ("rejected_after_prefill", "after prefill", 1.0, ".0f"),
+    ("wasted_prefill_s", "wasted prefill s", 1.0, ".0f"),
+    ("load_correlation", "P/D corr", 1.0, ".2f"),
+]
+
+
+@dataclass
+class Setting:
+    """One comparison: an env id, its kwargs and a label."""
+
+    problem: str
+    label: str
+    env_id: str
+    env_kwargs: dict
+    rows: list = field(default_factory=list)
+    episodes: dict = field(default_factory=dict)
+
+
+def routing_settings(rates=(4.0, 8.0), trace=None, speed=1.0, episode_requests=ROUTING_EPISODE_REQUESTS):
+    if trace is not None:
+        label = f"routing: trace {getattr(trace, 'name', trace)} at speed {speed:g}"
+        return [Setting("routing", label, ROUTING_ENV_ID, {"trace": trace, "speed": speed})]
+    return [Setting("routing", f"routing: synthetic, {rate:g} sessions/s, {episode_requests} requests",
+                    ROUTING_ENV_ID, {"rate": float(rate), "episode_requests": episode_requests}) for rate in rates]
+
+
+def admission_settings(loads=(2.0,), trace=None, episode_requests=ADMISSION_EPISODE_REQUESTS):
+    out = []
+    for load in loads:
+        kw = {"load": float(load), "episode_requests": episode_requests}
+        src = "synthetic base"
+        if trace is not None:
+            kw["base_trace"] = trace
+            src = f"base trace {getattr(trace, 'name', trace)}"
+        out.append(Setting("admission", f"admission: {src}, load {load:g}x decode capacity, "
+                                        f"{episode_requests} i.i.d. requests", ADMISSION_ENV_ID, kw))
+    return out
+
+
+def policies_for(problem: str, agents: dict) -> dict:
+    """Every baseline of ``problem`` plus the agents (``{name: model}``) that solve it."""
+    from .baselines import POLICIES
+
+    out = {name: ViewPolicy(factory(), name) for name, factory in POLICIES[problem].items()}
+    for name, (agent_problem, model) in agents.items():
+        if agent_problem == problem:
+            out[name] = ModelPolicy(model, name)
+    return out
+
+
+def run_setting(setting: Setting, policies: dict, seeds, keep_results: bool = False, progress=None) -> Setting:
+    metrics = ROUTING_METRICS if setting.problem == "routing" else ADMISSION_METRICS
+    for name, policy in policies.items():
+        episodes = evaluate(setting.env_id, policy, seeds, keep_result=keep_results, **setting.env_kwargs)
+        setting.episodes[name] = episodes
+        row = {"policy": name, "episodes": len(episodes)}
+        for key, _, scale, _ in metrics:
+            m, ci = mean_ci95([e[key] * scale if e[key] is not None else None for e in episodes])
+            row[key] = m
+            row[f"{key}_ci95"] = ci
+        setting.rows.append(row)
+        if progress is not None:
+            progress.update(1)
+    return setting
+
+
+def format_setting(setting: Setting, markdown: bool = False) -> str:
+    metrics = ROUTING_METRICS if setting.problem == "routing" else ADMISSION_METRICS
+    cells = []
+    for row in setting.rows:
+        cell = {"policy": row["policy"]}
+        for key, _, _, fmt in metrics:
+            cell[key] = f"{format(row[key], fmt)} ± {format(row[key + '_ci95'], fmt)}" \
+                if not math.isnan(row[key]) else "nan"
+        cells.append(cell)
+    columns = [("policy", "policy", None)] + [(k, h, None) for k, h, _, _ in metrics]
+    return report.format_table(cells, columns, markdown=markdown)
+
+
+def compare(env: str = "all", seeds: int = 5, rates=(4.0, 8.0), loads=(2.0,), trace=None, speed: float = 1.0,
+            agents: dict | None = None, plot_dir: str | None = None, progress: bool = True) -> list[Setting]:
+    """Evaluate every baseline and agent; returns the settings with their rows (mean and CI per metric).
+
+    ``agents``: ``{name: (problem, model)}``; by default every shipped agent that is present.
+    """
+    if env not in ("routing", "admission", "all"):
+        raise ValueError(f"--env: expected routing, admission or all, got {env!r}")
+    if not isinstance(seeds, int) or seeds < 1:
+        raise ValueError(f"--seeds: expected an integer >= 1, got {seeds!r}")
+    if agents is None:
+        agents = shipped_agents()
+    seed_list = [COMPARE_SEED_BASE + i for i in range(seeds)]
+    settings = []
+    if env in ("routing", "all"):
+        settings += routing_settings(rates, trace, speed)
+    if env in ("admission", "all"):
+        settings += admission_settings(loads, trace if env == "admission" else None)
+    plan = [(s, policies_for(s.problem, agents)) for s in settings]
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=sum(len(p) for _, p in plan), desc="compare", unit="policy", leave=False)
+    try:
+        for s, pols in plan:
+            if bar is not None:
+                bar.set_postfix_str(s.label.split(",")[0])
+            run_setting(s, pols, seed_list, keep_results=plot_dir is not None, progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    if plot_dir is not None:
+        from .plots import compare_plots
+
+        compare_plots(settings, plot_dir)
+    return settings
+
+
+def shipped_agents() -> dict:
+    """``{name: (problem, model)}`` of the shipped agents present (sha256 verified)."""
+    from .agents import available, load_agent
+
+    return {name: (problem, load_agent(name)) for name, problem in available().items()}
+
+
+def settings_json(settings: list[Setting], seeds: int) -> dict:
+    return {"seeds": [COMPARE_SEED_BASE + i for i in range(seeds)],
+            "settings": [{"problem": s.problem, "label": s.label, "env_id": s.env_id,
+                          "env_kwargs": {k: (v if isinstance(v, (int, float, str)) else str(v))
+                                         for k, v in s.env_kwargs.items()},
+                          "rows": s.rows} for s in settings]}
