@@ -57,6 +57,20 @@ def library_versions() -> dict:
             "torch": torch.__version__, "numpy": numpy.__version__}
 
 
+def _seeded_eval_callback(eval_env, seed: int, **kwargs):
+    """SB3's EvalCallback, but every evaluation replays the same held-out episodes (the eval env is
+    reseeded before each one), so "best model" compares models on equal workloads."""
+    from stable_baselines3.common.callbacks import EvalCallback
+
+    class SeededEvalCallback(EvalCallback):
+        def _on_step(self) -> bool:
+            if self.eval_freq > 0 and self.n_calls % self.eval_freq == 0:
+                self.eval_env.seed(seed)
+            return super()._on_step()
+
+    return SeededEvalCallback(eval_env, **kwargs)
+
+
 def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.PathLike = "runs/train",
           tensorboard: str | None = None, progress_bar: bool = True, threads: int = 1,
           verbose: int = 0) -> Path:
@@ -67,7 +81,6 @@ def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.P
     import gymnasium as gym
     import torch
     from stable_baselines3 import PPO
-    from stable_baselines3.common.callbacks import EvalCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import DummyVecEnv
 
@@ -95,8 +108,7 @@ def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.P
     venv = make_vec_env(env_id, n_envs=n_envs, seed=seed, env_kwargs={"render_mode": None, **env_kwargs},
                         vec_env_cls=DummyVecEnv)
     eval_env = DummyVecEnv([lambda: gym.make(env_id, **eval_kwargs)])
-    eval_env.seed(EVAL_SEED_BASE + seed)
-    callback = EvalCallback(eval_env, n_eval_episodes=n_eval, eval_freq=eval_freq, best_model_save_path=str(out),
+    callback = _seeded_eval_callback(eval_env, EVAL_SEED_BASE + seed, n_eval_episodes=n_eval, eval_freq=eval_freq, best_model_save_path=str(out),
                             log_path=str(out), deterministic=True, verbose=verbose)
     model = PPO(policy, venv, seed=seed, tensorboard_log=tensorboard, verbose=verbose, **hp)
     start = time.time()

@@ -4,9 +4,11 @@
 names the command line uses to policy factories; :func:`make_policy` builds one by name.
 """
 
+from .admission import (ADMISSION_POLICIES, BaselineAdmission, DistributionPredictiveRejection, EarlyRejection,
+                        PredictiveRejection)
 from .routing import ROUTING_POLICIES, CacheAware, KVCentric, LoadBalancing, RandomRouting
 
-POLICIES = {"routing": ROUTING_POLICIES}
+POLICIES = {"routing": ROUTING_POLICIES, "admission": ADMISSION_POLICIES}
 
 
 def make_policy(problem: str, name: str, **kwargs):
@@ -19,5 +21,6 @@ def make_policy(problem: str, name: str, **kwargs):
     return registry[name](**kwargs)
 
 
-__all__ = ["ROUTING_POLICIES", "POLICIES", "make_policy", "RandomRouting", "LoadBalancing", "CacheAware",
+__all__ = ["ROUTING_POLICIES", "ADMISSION_POLICIES", "POLICIES", "BaselineAdmission", "EarlyRejection",
+           "PredictiveRejection", "DistributionPredictiveRejection", "make_policy", "RandomRouting", "LoadBalancing", "CacheAware",
            "KVCentric"]

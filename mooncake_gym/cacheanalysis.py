@@ -535,6 +535,7 @@ def plot_hit_rate(analysis: CacheAnalysis, path: str | os.PathLike) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, ax = plt.subplots(figsize=(7.0, 4.5), dpi=120)
     styles = {"lru": ("C0", "o"), "fifo": ("C1", "s"), "optimal": ("C2", "^")}
@@ -548,6 +549,8 @@ def plot_hit_rate(analysis: CacheAnalysis, path: str | os.PathLike) -> None:
     ax.set_ylim(0.0, 1.0)
     if caps:
         ax.set_xlim(caps[0] / 1.5, caps[-1] * 1.5)
+        ax.set_xticks(caps, [f"{c:,}" for c in caps])  # label the measured capacities themselves
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel(f"cache capacity (blocks of {analysis.block_tokens} tokens)")
     window = "second half of the requests" if analysis.window == "second-half" else "all requests"
     ax.set_ylabel(f"token hit rate ({window})")
@@ -568,6 +571,13 @@ def run_cache_command(args) -> int:
 
     from .workload import load_workload
 
+    # check the arguments before reading or generating a trace
+    if args.blocks is not None:
+        parse_blocks(args.blocks)
+    if args.gib is not None:
+        parse_gib(args.gib)
+    parse_policies(args.policies)
+    get_model(args.model)
     trace = load_workload(args.trace, rate=args.rate, seed=args.seed)
     analysis = analyze_cache(
         trace,

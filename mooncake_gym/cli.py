@@ -164,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.set_defaults(func=_cmd_replay)
     # --- overload (admission) ------------------------------------------------------------------
+    from .overload import add_overload_parser
+
+    add_overload_parser(sub)
     # --- cache (hit rate versus capacity) -----------------------------------------------------
     from .cacheanalysis import add_cache_parser
 

@@ -112,7 +112,14 @@ def demo2():
     return data, "\n".join(text)
 
 
-DEMOS = {1: demo1, 2: demo2}
+def demo3(plot=None):
+    """Demo 3: early rejection under overload — Mooncake §7, Table 3 and Figure 9."""
+    from .overload import lecture_demo3
+
+    return lecture_demo3(plot)
+
+
+DEMOS = {1: demo1, 2: demo2, 3: demo3}
 
 
 def run_lecture(args) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -10,18 +11,24 @@ from ..workload import Trace, read_trace, synthetic_trace
 
 
 def check_range(name: str, value, lo=None, hi=None, integer: bool = False, allow_none: bool = False):
-    """Raise ``ValueError`` naming ``name`` unless ``lo <= value <= hi`` (and an integer if asked)."""
+    """Raise ``ValueError`` naming ``name`` unless ``lo <= value <= hi`` (and an integer if asked).
+
+    The value must be finite: an infinite rate or duration would make the workload generator loop
+    forever."""
     if value is None and allow_none:
         return value
     ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool) if integer else \
         isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    if ok and not math.isfinite(value):
+        ok = False
     if ok and lo is not None and not value >= lo:
         ok = False
     if ok and hi is not None and not value <= hi:
         ok = False
     if not ok:
-        kind = "an integer" if integer else "a number"
-        bounds = f" in [{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}]"
+        kind = "an integer" if integer else "a finite number"
+        bounds = f" in [{lo}, {hi}]" if lo is not None and hi is not None else \
+            f" in [{lo}, inf)" if lo is not None else f" in (-inf, {hi}]" if hi is not None else ""
         raise ValueError(f"{name}: expected {kind}{bounds}, got {value!r}")
     return value
 
@@ -44,8 +51,8 @@ class WorkloadSpec:
         if rate is not None and rate_range is not None:
             raise ValueError("rate, rate_range: give one of them, not both")
         if rate_range is not None:
-            if len(rate_range) != 2 or not 0 < rate_range[0] <= rate_range[1]:
-                raise ValueError(f"rate_range: expected (low, high) with 0 < low <= high, got {rate_range!r}")
+            if not _is_range(rate_range):
+                raise ValueError(f"rate_range: expected (low, high), finite, with 0 < low <= high, got {rate_range!r}")
             self.rate_range = (float(rate_range[0]), float(rate_range[1]))
             self.rate = None
         else:
@@ -71,6 +78,16 @@ class WorkloadSpec:
         if self.episode_requests is None:
             return synthetic_trace(np_random, rate, duration_s=self.duration_s)
         return synthetic_trace(np_random, rate, duration_s=None, n_requests=self.episode_requests)
+
+
+def _is_range(value) -> bool:
+    """Whether ``value`` is a pair ``(low, high)`` of finite numbers with ``0 < low <= high``."""
+    if not isinstance(value, (tuple, list, np.ndarray)) or len(value) != 2:
+        return False
+    if not all(isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
+               for x in value):
+        return False
+    return 0 < value[0] <= value[1] < math.inf
 
 
 def clip01(x: float) -> float:

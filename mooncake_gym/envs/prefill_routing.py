@@ -37,7 +37,8 @@ class PrefillRoutingEnv(gym.Env):
     ``Discrete(2 * n_instances)`` (``Discrete(n_instances)`` with ``allow_pull=False``): action
     ``a < n_instances`` sends the request to instance ``a``; ``a >= n_instances`` sends it to
     instance ``a - n_instances`` after pulling the best prefix there. A pull where the instance
-    already holds the best prefix costs nothing and does nothing. Every action is legal.
+    already holds the best prefix costs nothing and does nothing. Every action is legal; an action
+    outside the space (or not an integer) raises ``ValueError``.
 
     ## Observation Space
 
@@ -49,7 +50,7 @@ class PrefillRoutingEnv(gym.Env):
     | index | feature | unit, scaling | range |
     |---|---|---|---|
     | 7i | queued prefill work on i | T(s) | [0, 1] |
-    | 7i+1 | requests queued on i | count / 50 | [0, 1] |
+    | 7i+1 | requests on i not finished (queued or in service) | count / 50 | [0, 1] |
     | 7i+2 | local prefix hit on i | hit tokens / input tokens | [0, 1] |
     | 7i+3 | estimated TTFT on i without pull | T(s) | [0, 1] |
     | 7i+4 | estimated TTFT on i after pulling the best prefix | T(s) | [0, 1] |
@@ -59,13 +60,22 @@ class PrefillRoutingEnv(gym.Env):
     | 7N+1 | longest prefix cached anywhere | hit tokens / input tokens | [0, 1] |
 
     The TTFT estimates are Algorithm 1's: queue + transfer + prefill time; in this simulator they
-    are exact. After the last request the observation is all zeros.
+    are exact. With ``allow_pull=False`` the best estimate anywhere is over the estimates without
+    pull only, and feature 7i+6 always reads 1. After the last request the observation is all zeros.
 
     ## Rewards
 
     ``reward="ttft"`` (default): ``-TTFT / ttft_slo_s`` of the request just dispatched, so the
     return is minus the episode's total TTFT in SLO units. ``reward="slo"``: 1 if that TTFT is
     within the SLO, else 0 (the return counts requests within the SLO).
+
+    ## Info
+
+    ``reset`` returns ``{"requests", "rate_per_s"}`` (the episode's request count and mean
+    requests/s). Each ``step`` returns the dispatched request's outcome: ``index``, ``instance``,
+    ``pull`` (whether blocks were fetched), ``ttft_s``, ``queue_s``, ``transfer_s``, ``prefill_s``,
+    ``hit_tokens`` (local hit, or the best prefix after a pull), ``fetched_tokens`` and
+    ``input_tokens``; the final step adds ``metrics``.
 
     ## Starting State
 
@@ -87,8 +97,11 @@ class PrefillRoutingEnv(gym.Env):
     ``gym.make("mooncake_gym/PrefillRouting-v0", n_instances=8, cache_blocks=3000, ttft_slo_s=5.0,
     rate=None, rate_range=None, trace=None, speed=1.0, episode_requests=1000, duration_s=600.0,
     allow_pull=True, reward="ttft", model="llama2-70b", render_mode=None)``. With neither ``rate``
-    nor ``rate_range`` nor ``trace`` the rate is 4 sessions/s. ``episode_requests=None`` generates
-    ``duration_s`` seconds of sessions instead (lecture demo 2 uses 600 s).
+    nor ``rate_range`` nor ``trace`` the rate is 4 sessions/s (a session issues about 2.1 requests).
+    ``episode_requests=None`` generates ``duration_s`` seconds of sessions instead (lecture demo 2
+    uses 600 s). ``model`` is a preset of ``mooncake_gym.costmodel.MODELS``. ``render_mode="ansi"``:
+    ``render()`` returns a text picture of queues, hits and cache fill. An invalid argument raises
+    ``ValueError`` naming it and its allowed range.
 
     ## Version History
 
@@ -117,7 +130,6 @@ class PrefillRoutingEnv(gym.Env):
         n = n_instances
         self.action_space = spaces.Discrete(2 * n if self.allow_pull else n)
         self.observation_space = spaces.Box(0.0, 1.0, (PER_INSTANCE_FEATURES * n + 2,), np.float32)
-        self._obs = np.zeros(self.observation_space.shape, np.float32)
         self.sim: RoutingSimulator | None = None
 
     # -- the decision view and its encoding ---------------------------------------------------------
@@ -131,30 +143,46 @@ class PrefillRoutingEnv(gym.Env):
         return int(inst) + (self.config.n_instances if pull and self.allow_pull else 0)
 
     def _observe(self) -> np.ndarray:
-        obs = self._obs
+        # The hot path of ``step``: plain Python floats into one list, one float32 array at the end
+        # (one allocation per step; the returned array is the caller's to keep). The clips are
+        # ``clip01`` inlined; the expressions are those of the documented features, term for term.
         v = self.sim.view
         if v is None:
-            obs[:] = 0.0
-            return obs.copy()
-        scale = 1.0 / math.log1p(QUEUE_CAP_SLO * self.config.ttft_slo_s / TIME_UNIT_S)
+            return np.zeros(self.observation_space.shape, np.float32)
+        unit = TIME_UNIT_S
+        scale = 1.0 / math.log1p(QUEUE_CAP_SLO * self.config.ttft_slo_s / unit)
         log1p = math.log1p
         inv_in = 1.0 / v.input_tokens if v.input_tokens else 0.0
-        ttft = [q + p for q, p in zip(v.queue_s, v.prefill_s)]
-        ttft_pull = [q + t + p for q, t, p in zip(v.queue_s, v.transfer_s, v.pull_prefill_s)]
-        best = min(min(ttft), min(ttft_pull) if self.allow_pull else math.inf)
-        k = 0
-        for i in range(v.n_instances):
-            obs[k] = clip01(log1p(v.queue_s[i] / TIME_UNIT_S) * scale)
-            obs[k + 1] = clip01(v.queued_requests[i] / QUEUED_REQUESTS_CAP)
-            obs[k + 2] = v.hit_tokens[i] * inv_in
-            obs[k + 3] = clip01(log1p(ttft[i] / TIME_UNIT_S) * scale)
-            obs[k + 4] = clip01(log1p(ttft_pull[i] / TIME_UNIT_S) * scale)
-            obs[k + 5] = clip01(log1p((ttft[i] - best) / TIME_UNIT_S) * scale)
-            obs[k + 6] = clip01(log1p((ttft_pull[i] - best) / TIME_UNIT_S) * scale) if self.allow_pull else 1.0
-            k += PER_INSTANCE_FEATURES
-        obs[k] = clip01(math.log1p(v.input_tokens) / math.log1p(INPUT_TOKENS_CAP))
-        obs[k + 1] = v.best_hit_tokens * inv_in
-        return obs.copy()
+        queue = v.queue_s
+        ttft = [q + p for q, p in zip(queue, v.prefill_s)]
+        ttft_pull = [q + t + p for q, t, p in zip(queue, v.transfer_s, v.pull_prefill_s)]
+        allow_pull = self.allow_pull
+        best = min(min(ttft), min(ttft_pull) if allow_pull else math.inf)
+        vals: list[float] = []
+        append = vals.append
+        for q, nq, h, t, tp in zip(queue, v.queued_requests, v.hit_tokens, ttft, ttft_pull):
+            # log1p(0) * scale is 0.0: idle instances and the best estimate skip the call
+            x = log1p(q / unit) * scale if q else 0.0
+            append(0.0 if x < 0.0 else (1.0 if x > 1.0 else x))
+            x = nq / QUEUED_REQUESTS_CAP
+            append(0.0 if x < 0.0 else (1.0 if x > 1.0 else x))
+            append(h * inv_in)
+            x = log1p(t / unit) * scale
+            append(0.0 if x < 0.0 else (1.0 if x > 1.0 else x))
+            x = log1p(tp / unit) * scale if tp != t else x
+            append(0.0 if x < 0.0 else (1.0 if x > 1.0 else x))
+            d = t - best
+            x = log1p(d / unit) * scale if d else 0.0
+            append(0.0 if x < 0.0 else (1.0 if x > 1.0 else x))
+            if allow_pull:
+                d = tp - best
+                x = log1p(d / unit) * scale if d else 0.0
+                append(0.0 if x < 0.0 else (1.0 if x > 1.0 else x))
+            else:
+                append(1.0)
+        append(clip01(log1p(v.input_tokens) / log1p(INPUT_TOKENS_CAP)))
+        append(v.best_hit_tokens * inv_in)
+        return np.array(vals, np.float32)
 
     # -- Gymnasium API ------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):

@@ -1,0 +1,169 @@
+"""Admission baselines for the overload simulator (Mooncake v3 §7): ``view -> admit?``.
+
+Every policy first applies Algorithm 1's prefill check at arrival: reject when the predicted TTFT
+(queue + prefill on the least loaded prefill instance, exact in the simulator) exceeds the TTFT SLO
+(default: the run's, 30 s as in the paper). They differ in when and how they look at decode:
+
+- ``baseline``: never at arrival; the decode pool checks only after prefill (the paper's baseline).
+- ``early``: early rejection (§7.2) on the greater of prefill and decode load *now*.
+- ``predict``: early rejection based on prediction (§7.4), every request decoding a uniform t_d.
+- ``predict_dist``: like ``predict`` but with the decode-time distribution instead of one t_d
+  (not in the paper: an attempt at the open problem of lecture demo 3).
+
+``ADMISSION_POLICIES`` maps each name to a factory (keyword arguments are the thresholds).
+"""
+
+from __future__ import annotations
+
+
+class _Admission:
+    """Shared part: the prefill (TTFT) check of Algorithm 1."""
+
+    name = "admission"
+
+    def __init__(self, ttft_slo_s: float | None = None):
+        if ttft_slo_s is not None and not ttft_slo_s > 0:
+            raise ValueError(f"ttft_slo_s: expected > 0 seconds or None (the run's SLO), got {ttft_slo_s}")
+        self.ttft_slo_s = ttft_slo_s
+
+    def _slo(self, view) -> float:
+        return view.ttft_slo_s if self.ttft_slo_s is None else self.ttft_slo_s
+
+    def prefill_ok(self, view) -> bool:
+        return view.predicted_ttft_s <= self._slo(view)
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"{type(self).__name__}({params})"
+
+
+class BaselineAdmission(_Admission):
+    """Admit iff predicted TTFT <= TTFT SLO. Decode is not looked at: a request that finds no decode
+    room when its prefill finishes is rejected then, and its prefill is wasted."""
+
+    name = "baseline"
+
+    def __call__(self, view) -> bool:
+        return view.predicted_ttft_s <= self._slo(view)
+
+
+def _fraction(name: str, v: float, upper: float = 1.0) -> float:
+    if not (isinstance(v, (int, float)) and 0 < v <= upper):
+        raise ValueError(f"{name}: expected 0 < {name} <= {upper:g}, got {v!r}")
+    return float(v)
+
+
+def _own_tokens(view) -> float:
+    """Decode tokens this request is expected to need: its prompt plus the workload's mean output
+    (its own output length is unknown at arrival)."""
+    return view.input_tokens + view.mean_output_tokens
+
+
+class EarlyRejection(_Admission):
+    """Early rejection (Mooncake v3 §7.2): reject at arrival when the load is at its limit, the load
+    being the greater of the prefill load and the decode load, both looked at *now*:
+
+    - prefill load = predicted TTFT / TTFT SLO;
+    - decode load = (used tokens of the least loaded decode instance + this request's prompt + the
+      workload's mean output) / that instance's capacity — the decode instance Algorithm 1 would
+      choose by load, with this request on it.
+
+    Admit iff max(prefill load, decode load) <= ``threshold`` (default 1.0: the request would fit on
+    the emptiest decode instance now). Prefill and decode load then swing in anti-phase (v3 §7.3).
+    """
+
+    name = "early"
+
+    def __init__(self, threshold: float = 1.0, ttft_slo_s: float | None = None):
+        super().__init__(ttft_slo_s)
+        self.threshold = _fraction("threshold", threshold, 2.0)
+
+    def __call__(self, view) -> bool:
+        slo = self._slo(view)
+        if view.predicted_ttft_s > slo:
+            return False
+        decode_load = (min(view.decode_used_per_instance) + _own_tokens(view)) / view.decode_capacity_per_instance
+        return max(view.predicted_ttft_s / slo, decode_load) <= self.threshold
+
+
+class PredictiveRejection(_Admission):
+    """Early rejection based on prediction (Mooncake v3 §7.4): assume every request decodes for the
+    same time t_d (``decode_s``, default the workload's mean decode time), project the decode pool to
+    the moment this request's prefill would finish — add the requests whose prefill finishes by then,
+    remove those whose decode ends by then (``AdmissionView.project_decode``) — and admit iff
+    predicted TTFT <= SLO and the request (prompt + mean output) fits on the emptiest projected
+    decode instance: min(projected) + tokens <= ``threshold`` x instance capacity (default 1.0).
+
+    On a long-tailed output distribution the single t_d predicts badly: a request that has decoded
+    longer than t_d is counted as gone although it will often run much longer.
+    """
+
+    name = "predict"
+
+    def __init__(self, threshold: float = 1.0, decode_s: float | None = None, ttft_slo_s: float | None = None):
+        super().__init__(ttft_slo_s)
+        self.threshold = _fraction("threshold", threshold, 2.0)
+        if decode_s is not None and not decode_s > 0:
+            raise ValueError(f"decode_s: expected > 0 seconds or None (the workload's mean), got {decode_s}")
+        self.decode_s = decode_s
+
+    def __call__(self, view) -> bool:
+        if view.predicted_ttft_s > self._slo(view):
+            return False
+        projected = view.project_decode(view.predicted_prefill_finish, decode_s=self.decode_s)
+        return min(projected) + _own_tokens(view) <= self.threshold * view.decode_capacity_per_instance
+
+
+class DistributionPredictiveRejection(_Admission):
+    """Prediction with the decode-time *distribution* instead of one t_d (not in the paper).
+
+    The same projection and rule as ``predict``, but a request that has already decoded k tokens is
+    assumed to end at the ``quantile`` (default 0.5, the median) of the workload's output lengths
+    longer than k: on a long-tailed distribution a request that has run long is expected to run on,
+    instead of being counted as gone. New requests (still in prefill) decode the mean time.
+    Admit iff predicted TTFT <= SLO, predicted TTFT <= ``horizon_s`` and
+    min(projected) + prompt + mean output <= ``threshold`` x instance capacity.
+
+    - ``threshold`` (default 1.05): the median-based projection is a little pessimistic (it does not
+      count the room freed by the requests that end before their median), so admitting up to 5 %
+      over the projected room fills decode better while still wasting far less prefill than baseline.
+    - ``horizon_s`` (default None: half the workload's mean decode time): the projection is trusted
+      only this far ahead. Further ahead the decode pool at the prefill finish is made mostly of
+      requests not admitted yet, which the projection cannot see; admitting on it lets a long prefill
+      queue build up and the policy falls back into baseline's behaviour (long lag, much waste).
+    """
+
+    name = "predict_dist"
+
+    def __init__(self, threshold: float = 1.05, quantile: float = 0.5, horizon_s: float | None = None,
+                 ttft_slo_s: float | None = None):
+        super().__init__(ttft_slo_s)
+        self.threshold = _fraction("threshold", threshold, 2.0)
+        if not (isinstance(quantile, (int, float)) and 0 < quantile < 1):
+            raise ValueError(f"quantile: expected 0 < quantile < 1, got {quantile!r}")
+        self.quantile = float(quantile)
+        if horizon_s is not None and not horizon_s > 0:
+            raise ValueError(f"horizon_s: expected > 0 seconds or None (half the mean decode time), got {horizon_s}")
+        self.horizon_s = horizon_s
+
+    def __call__(self, view) -> bool:
+        horizon = 0.5 * view.mean_decode_s if self.horizon_s is None else self.horizon_s
+        if view.predicted_ttft_s > self._slo(view) or view.predicted_ttft_s > horizon:
+            return False
+        projected = view.project_decode(view.predicted_prefill_finish, quantile=self.quantile)
+        return min(projected) + _own_tokens(view) <= self.threshold * view.decode_capacity_per_instance
+
+
+ADMISSION_POLICIES = {
+    "baseline": BaselineAdmission,
+    "early": EarlyRejection,
+    "predict": PredictiveRejection,
+    "predict_dist": DistributionPredictiveRejection,
+}
+
+
+def make_admission_policy(name: str, **kwargs):
+    """An admission policy by name (see ``ADMISSION_POLICIES``)."""
+    if name not in ADMISSION_POLICIES:
+        raise ValueError(f"policy: unknown admission policy {name!r}; expected one of {sorted(ADMISSION_POLICIES)}")
+    return ADMISSION_POLICIES[name](**kwargs)

@@ -1,0 +1,117 @@
+"""Figures (matplotlib, headless: an Agg canvas, no display and no change to the global backend).
+
+- :func:`plot_load_series`: prefill and decode load over time, one panel per policy — the picture
+  of Mooncake v3 Figure 9 (lecture demo 3).
+- :func:`compare_plots`: the figures of ``mooncake-gym compare --plot-dir``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping
+
+import numpy as np
+
+
+def _figure(width: float, height: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=120)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig, path: str | os.PathLike) -> str:
+    path = os.fspath(path)
+    if not path.lower().endswith(".png"):
+        raise ValueError(f"plot: expected a .png file name, got {path!r}")
+    folder = os.path.dirname(path)
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+    fig.savefig(path)
+    return path
+
+
+def plot_load_series(series: Mapping[str, object], path: str | os.PathLike, title: str | None = None,
+                     until_s: float | None = None) -> str:
+    """Draw prefill load and decode load over time, one panel per entry of ``series``, to ``path``.
+
+    ``series`` maps a label (e.g. a policy name) to an ``OverloadResult`` or to a triple
+    ``(times_s, prefill_load, decode_load)`` of equal-length sequences. ``until_s`` cuts the time
+    axis. Returns the path written.
+    """
+    if not series:
+        raise ValueError("series: expected at least one load series to plot")
+    panels: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, float | None]] = []
+    for label, s in series.items():
+        if hasattr(s, "sample_times_s"):
+            t, p, d, corr = s.sample_times_s, s.prefill_load, s.decode_load, getattr(s, "correlation", None)
+        else:
+            t, p, d = s
+            corr = None
+        t, p, d = (np.asarray(x, dtype=np.float64) for x in (t, p, d))
+        if not (len(t) == len(p) == len(d)):
+            raise ValueError(f"series[{label!r}]: times, prefill and decode loads differ in length")
+        if until_s is not None:
+            keep = t <= until_s
+            t, p, d = t[keep], p[keep], d[keep]
+        panels.append((str(label), t, p, d, corr))
+    fig = _figure(9.0, 2.4 * len(panels) + 0.6)
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, (label, t, p, d, corr) in zip(axes, panels):
+        ax.plot(t, p, color="tab:blue", lw=1.3, label="prefill load (share of instances busy)")
+        ax.plot(t, d, color="tab:red", lw=1.3, label="decode load (pool occupancy)")
+        ax.set_ylim(-0.03, 1.08)
+        ax.set_ylabel("load")
+        name = label if corr is None or not np.isfinite(corr) else f"{label}  (correlation {corr:+.2f})"
+        ax.set_title(name, loc="left", fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[0].legend(loc="lower right", fontsize=8, ncol=2)
+    axes[-1].set_xlabel("time (s)")
+    if title:
+        fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+
+def compare_plots(settings, plot_dir: str | os.PathLike) -> list[str]:
+    """Figures of a ``compare`` run; returns the files written.
+
+    Per routing setting: a TTFT box plot per policy over all seeds' requests (the view of Mooncake
+    v3 Figure 8) and the TTFT CDFs. Per admission setting: the load series of the first seed for
+    every policy (:func:`plot_load_series`).
+    """
+    written = []
+    for k, s in enumerate(settings):
+        stem = os.path.join(os.fspath(plot_dir), f"{k + 1:02d}_{s.problem}")
+        if s.problem != "routing":
+            series = {name: eps[0]["result"] for name, eps in s.episodes.items()}
+            written.append(plot_load_series(series, f"{stem}_load_series.png", title=s.label))
+            continue
+        ttfts = {name: np.concatenate([e["result"].ttft_s for e in eps]) for name, eps in s.episodes.items()}
+        fig = _figure(1.6 + 1.3 * len(ttfts), 4.4)
+        ax = fig.subplots()
+        ax.boxplot(list(ttfts.values()), whis=(5, 95), showfliers=False)
+        ax.set_xticks(range(1, len(ttfts) + 1), list(ttfts))
+        ax.set_yscale("log")
+        ax.set_ylabel("TTFT (s); box quartiles, whiskers 5th-95th percentile")
+        ax.set_title(s.label, fontsize=9)
+        ax.grid(axis="y", which="both", alpha=0.3)
+        fig.tight_layout()
+        written.append(_save(fig, f"{stem}_ttft_box.png"))
+        fig = _figure(6.4, 4.4)
+        ax = fig.subplots()
+        for name, t in ttfts.items():
+            x = np.sort(t)
+            ax.plot(x, np.arange(1, len(x) + 1) / len(x), label=name)
+        ax.set_xscale("log")
+        ax.set_xlabel("TTFT (s)")
+        ax.set_ylabel("fraction of requests")
+        ax.set_title(s.label, fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        written.append(_save(fig, f"{stem}_ttft_cdf.png"))
+    return written

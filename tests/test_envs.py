@@ -1,0 +1,445 @@
+"""The Gymnasium environments (issue 5): API contracts, determinism, exactness against the simulators.
+
+The contract tests run on every entry of ``ENV_CASES``; adding an environment is one more entry
+(its id and small, fast constructor arguments). The tests after them are specific to
+``PrefillRouting-v0``: constructor checks, rewards, info, exact values on a hand-built trace and
+equality of every routing baseline's metrics through the env and through ``routing.simulate``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import pickle
+import re
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env as gym_check_env
+from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+import mooncake_gym  # noqa: F401  (registers the ids)
+from mooncake_gym.baselines import ROUTING_POLICIES, make_policy
+from mooncake_gym.costmodel import CostModel
+from mooncake_gym.envs import ROUTING_ENV_ID
+from mooncake_gym.evaluation import evaluate
+from mooncake_gym.routing import Route, RoutingConfig, simulate
+from mooncake_gym.workload import Request, Trace, read_trace, synthetic_trace, write_trace
+
+#: (env id, constructor kwargs): small, fast settings of every environment under test.
+ENV_CASES: list[tuple[str, dict]] = [
+    (ROUTING_ENV_ID, {"episode_requests": 300}),
+]
+env_cases = pytest.mark.parametrize("env_id, kwargs", ENV_CASES, ids=[i.split("/")[-1] for i, _ in ENV_CASES])
+
+
+# -- helpers ------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def no_warnings_we_cause():
+    """Fail on any warning raised inside, except deprecations issued by third-party code about itself."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    ours = [w for w in caught
+            if not (issubclass(w.category, (DeprecationWarning, PendingDeprecationWarning))
+                    and "mooncake_gym" not in w.filename)]
+    assert not ours, [f"{w.category.__name__}: {w.message} ({w.filename}:{w.lineno})" for w in ours]
+
+
+def same(a, b) -> bool:
+    """Exact, recursive equality of trajectories (arrays by dtype, shape and bytes)."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype
+                and a.shape == b.shape and a.tobytes() == b.tobytes())
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+def actions_for(env, n: int, seed: int = 123) -> list[int]:
+    return np.random.default_rng(seed).integers(0, env.action_space.n, size=n).tolist()
+
+
+def rollout(env, actions, seed: int) -> list:
+    """Reset with ``seed``, play ``actions``; every ended episode is reset with the next seed."""
+    obs, info = env.reset(seed=seed)
+    out = [("reset", obs, info)]
+    for a in actions:
+        obs, reward, terminated, truncated, info = env.step(a)
+        out.append(("step", obs, reward, terminated, truncated, info))
+        if terminated or truncated:
+            seed += 1
+            obs, info = env.reset(seed=seed)
+            out.append(("reset", obs, info))
+    return out
+
+
+# -- the contract of every environment ----------------------------------------------------------
+@env_cases
+def test_both_checkers_pass_without_warnings(env_id, kwargs):
+    env = gym.make(env_id, **kwargs)
+    with no_warnings_we_cause():
+        gym_check_env(env.unwrapped)
+    with no_warnings_we_cause():
+        sb3_check_env(gym.make(env_id, **kwargs).unwrapped, warn=True)
+
+
+@env_cases
+def test_same_seed_and_actions_give_identical_trajectories(env_id, kwargs):
+    a, b = gym.make(env_id, **kwargs), gym.make(env_id, **kwargs)
+    actions = actions_for(a, 2000)
+    ta, tb = rollout(a, actions, seed=11), rollout(b, actions, seed=11)
+    assert sum(r[0] == "reset" for r in ta) >= 3  # episodes ended and were reset with the next seed
+    assert same(ta, tb)
+    for rec in ta:
+        obs = rec[1]
+        assert a.observation_space.contains(obs)
+        if rec[0] == "step":
+            assert type(rec[2]) is float and type(rec[3]) is bool and type(rec[4]) is bool
+    # observations are the caller's: the env does not overwrite earlier ones
+    assert not np.shares_memory(ta[1][1], ta[2][1])
+    # and the seed matters
+    assert not same(rollout(gym.make(env_id, **kwargs), actions[:50], seed=12), ta[:51])
+
+
+@env_cases
+def test_pickle_round_trip_mid_episode(env_id, kwargs):
+    env = gym.make(env_id, **kwargs)
+    actions = actions_for(env, 900, seed=5)
+    env.reset(seed=3)
+    for a in actions[:137]:
+        env.step(a)
+    clone = pickle.loads(pickle.dumps(env))
+    ends = 0
+    for a in actions[137:]:
+        ra, rb = env.step(a), clone.step(a)
+        assert same(ra, rb)
+        if ra[2] or ra[3]:
+            ends += 1
+            # no seed: the next episode comes from the pickled np_random state
+            assert same(env.reset(), clone.reset())
+    assert ends >= 1
+
+
+def _vec_rollout(env_id, kwargs, mode, steps=400):
+    envs = gym.make_vec(env_id, num_envs=2, vectorization_mode=mode, **kwargs)
+    try:
+        obs, _ = envs.reset(seed=0)
+        actions = np.random.default_rng(9).integers(0, envs.single_action_space.n, size=(steps, 2))
+        out = [obs]
+        for act in actions:
+            obs, reward, terminated, truncated, info = envs.step(act)
+            assert obs.shape == (2,) + envs.single_observation_space.shape and obs.dtype == np.float32
+            assert all(envs.single_observation_space.contains(o) for o in obs)
+            assert reward.shape == (2,) and np.isfinite(reward).all()
+            for i in np.flatnonzero(terminated | truncated):
+                assert info["_metrics"][i]  # the final info's metrics reach the vector env's info
+            out.append((obs, reward, terminated, truncated))
+        return actions, out
+    finally:
+        envs.close()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@env_cases
+def test_vector_envs_run(env_id, kwargs, mode):
+    actions, out = _vec_rollout(env_id, kwargs, mode)
+    ended = np.array([o[2] | o[3] for o in out[1:]])
+    assert ended.any(axis=0).all()  # both sub-envs finished an episode and were autoreset
+    if mode == "async":
+        _, reference = _vec_rollout(env_id, kwargs, "sync")
+        assert all(same(x, y) for x, y in zip(out, reference))
+    else:
+        # sub-env 0 was reset with seed 0: up to its first episode end it is the single env
+        single = gym.make(env_id, **kwargs)
+        obs, _ = single.reset(seed=0)
+        assert same(obs, out[0][0])
+        for act, (vobs, vrew, vterm, _) in zip(actions, out[1:]):
+            obs, reward, terminated, _, _ = single.step(int(act[0]))
+            assert same(obs, vobs[0]) and reward == vrew[0]
+            if terminated:
+                break
+
+
+@env_cases
+def test_sb3_dummy_vec_env_runs(env_id, kwargs):
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    venv = DummyVecEnv([lambda: gym.make(env_id, **kwargs)] * 2)
+    venv.seed(0)
+    obs = venv.reset()
+    assert obs.shape == (2,) + venv.observation_space.shape
+    rng = np.random.default_rng(2)
+    done_seen = 0
+    for _ in range(400):
+        obs, rewards, dones, infos = venv.step(rng.integers(0, venv.action_space.n, size=2))
+        assert np.isfinite(rewards).all()
+        for i in np.flatnonzero(dones):
+            done_seen += 1
+            assert venv.observation_space.contains(infos[i]["terminal_observation"])
+            assert "metrics" in infos[i]
+    assert done_seen >= 2
+    venv.close()
+
+
+@env_cases
+def test_every_action_in_the_space_is_legal(env_id, kwargs):
+    env = gym.make(env_id, **kwargs)
+    for a in range(env.action_space.n):
+        env.reset(seed=a)
+        for k in range(25):  # the same action again and again, so queues and caches build up
+            action = (a, np.int64(a), np.int32(a), np.array(a))[k % 4]
+            obs, reward, terminated, _, _ = env.step(action)
+            assert env.observation_space.contains(obs) and math.isfinite(reward)
+            if terminated:
+                env.reset(seed=a)
+
+
+@env_cases
+def test_wrong_or_out_of_space_action_raises_value_error(env_id, kwargs):
+    env, reference = gym.make(env_id, **kwargs), gym.make(env_id, **kwargs)
+    n = env.action_space.n
+    env.reset(seed=4)
+    reference.reset(seed=4)
+    for bad in (-1, n, n + 7, 1.0, np.float64(0.0), "0", None, [0], np.array([0]), np.array(0.5)):
+        with pytest.raises(ValueError, match=r"\baction\b"):
+            env.step(bad)
+    # the rejected actions did not advance the episode
+    assert same(env.step(1), reference.step(1))
+
+
+@env_cases
+def test_final_info_carries_the_metrics(env_id, kwargs):
+    env = gym.make(env_id, **kwargs)
+    env.reset(seed=8)
+    steps = 0
+    for a in actions_for(env, 100_000):
+        _, _, terminated, truncated, info = env.step(a)
+        steps += 1
+        if terminated or truncated:
+            break
+        assert "metrics" not in info
+    assert terminated and not truncated
+    assert isinstance(info["metrics"], dict) and info["metrics"]
+    with pytest.raises(RuntimeError, match="reset"):
+        env.unwrapped.step(0)
+
+
+@env_cases
+def test_render_ansi_returns_text(env_id, kwargs):
+    env = gym.make(env_id, render_mode="ansi", **kwargs)
+    env.reset(seed=0)
+    first = env.render()
+    assert isinstance(first, str) and first.strip()
+    for a in actions_for(env, 20):
+        env.step(a)
+    later = env.render()
+    assert isinstance(later, str) and later != first
+
+
+@env_cases
+def test_ppo_smoke(env_id, kwargs):
+    torch = pytest.importorskip("torch")
+    from stable_baselines3 import PPO
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model = PPO("MlpPolicy", gym.make(env_id, **kwargs), n_steps=500, batch_size=100, n_epochs=2, seed=0,
+                    device="cpu", verbose=0)
+        model.learn(total_timesteps=2000)
+        assert model.num_timesteps >= 2000
+        one_by_one = [evaluate(env_id, model, seeds=[s], **kwargs)[0] for s in (0, 1)]
+        lockstep = evaluate(env_id, model, seeds=[0, 1], **kwargs)
+    finally:
+        torch.set_num_threads(threads)
+    assert lockstep == one_by_one
+    assert all(m["steps"] > 0 and math.isfinite(m["return"]) for m in lockstep)
+
+
+# -- PrefillRouting-v0 -------------------------------------------------------------------------
+COST = CostModel.preset("llama2-70b")
+SMALL = {"episode_requests": 300}
+#: a loaded cluster (rate 8 sessions/s on 8 instances), on which the baselines differ
+COMPARISON_TRACE = synthetic_trace(5, rate=8.0, duration_s=None, n_requests=400)
+
+
+@pytest.mark.filterwarnings("ignore:.*render_mode='human'.*:UserWarning")  # gym.make's own warning
+@pytest.mark.parametrize("kwargs, name", [
+    ({"n_instances": 0}, "n_instances"),
+    ({"n_instances": 1025}, "n_instances"),
+    ({"n_instances": 2.0}, "n_instances"),
+    ({"cache_blocks": -1}, "cache_blocks"),
+    ({"ttft_slo_s": 0}, "ttft_slo_s"),
+    ({"ttft_slo_s": math.inf}, "ttft_slo_s"),
+    ({"reward": "x"}, "reward"),
+    ({"rate": -1}, "rate"),
+    ({"rate": 0}, "rate"),
+    ({"rate": math.inf}, "rate"),  # would make the generator loop forever
+    ({"rate": 2.0, "rate_range": (1.0, 3.0)}, "rate, rate_range"),
+    ({"rate_range": (3.0, 1.0)}, "rate_range"),
+    ({"rate_range": (0.0, 1.0)}, "rate_range"),
+    ({"rate_range": (1.0,)}, "rate_range"),
+    ({"rate_range": 5}, "rate_range"),
+    ({"rate_range": ("a", "b")}, "rate_range"),
+    ({"rate_range": (1.0, math.inf)}, "rate_range"),
+    ({"speed": 0}, "speed"),
+    ({"episode_requests": 0}, "episode_requests"),
+    ({"episode_requests": 2.5}, "episode_requests"),
+    ({"duration_s": 0}, "duration_s"),
+    ({"trace": 42}, "trace"),
+    ({"model": "no-such-model"}, "model"),
+    ({"render_mode": "human"}, "render_mode"),
+])
+def test_invalid_constructor_arguments_name_the_argument(kwargs, name):
+    with pytest.raises(ValueError, match=rf"^{re.escape(name)}: ") as err:
+        gym.make(ROUTING_ENV_ID, **kwargs)
+    assert "expected" in str(err.value) or "not both" in str(err.value)  # and says what is allowed
+
+
+@pytest.mark.parametrize("reward", ["ttft", "slo"])
+def test_rewards_and_step_info(reward):
+    slo = 2.0  # a short SLO at a high rate, so that some requests meet it and some miss it
+    env = gym.make(ROUTING_ENV_ID, rate=8.0, ttft_slo_s=slo, reward=reward, **SMALL)
+    env.reset(seed=1)
+    rewards, ttfts, hits, steps = [], [], [], 0
+    for a in actions_for(env, 10_000, seed=1):
+        _, r, terminated, _, info = env.step(a)
+        steps += 1
+        ttft = info["ttft_s"]
+        assert ttft == info["queue_s"] + info["transfer_s"] + info["prefill_s"]
+        assert 0 <= info["hit_tokens"] < info["input_tokens"]
+        assert r == (-ttft / slo if reward == "ttft" else float(ttft <= slo))
+        rewards.append(r)
+        ttfts.append(ttft)
+        hits.append(info["hit_tokens"])
+        if terminated:
+            break
+    m = info["metrics"]
+    assert m["requests"] == steps == 300
+    assert m["hit_tokens"] == sum(hits) and m["mean_ttft_s"] == pytest.approx(np.mean(ttfts), rel=1e-12)
+    if reward == "slo":
+        assert set(rewards) == {0.0, 1.0}
+        assert sum(rewards) == round(m["slo_attainment"] * steps)
+    else:
+        assert sum(rewards) == pytest.approx(-sum(ttfts) / slo, rel=1e-12)
+
+
+def test_reward_kind_does_not_change_the_dynamics():
+    a = gym.make(ROUTING_ENV_ID, reward="ttft", **SMALL)
+    b = gym.make(ROUTING_ENV_ID, reward="slo", **SMALL)
+    actions = actions_for(a, 400)
+    ta, tb = rollout(a, actions, seed=2), rollout(b, actions, seed=2)
+    strip = lambda t: [(r[0], r[1]) + ((r[-1],) if r[0] == "step" else ()) for r in t]  # noqa: E731
+    assert same(strip(ta), strip(tb))
+
+
+def tiny_trace() -> Trace:
+    return Trace.from_requests([
+        Request(0.0, 1536, 10, (1, 2, 3)),
+        Request(0.01, 1536, 10, (1, 2, 5)),  # shares blocks 1, 2 with the first request
+        Request(10.0, 1024, 10, (1, 9)),  # everything idle again; block 1 is everywhere
+    ], name="tiny")
+
+
+def test_exact_observations_and_rewards_on_a_tiny_trace():
+    slo = 1.0
+    env = gym.make(ROUTING_ENV_ID, n_instances=2, cache_blocks=16, ttft_slo_s=slo, trace=tiny_trace())
+
+    def T(s):  # the documented time scaling
+        return min(1.0, math.log1p(s / 0.1) / math.log1p(10 * slo / 0.1))
+
+    length = lambda n: math.log1p(n) / math.log1p(200_000)  # noqa: E731
+    p0, p_hit, tr = COST.prefill_s(1536, 0), COST.prefill_s(1536, 1024), COST.transfer_s(1024)
+    p2 = COST.prefill_s(1024, 512)
+
+    obs, info = env.reset(seed=0)
+    assert obs.shape == (16,) and info["requests"] == 3
+    np.testing.assert_allclose(obs, [0, 0, 0, T(p0), T(p0), 0, 0] * 2 + [length(1536), 0], rtol=0, atol=1e-6)
+
+    obs, r, terminated, _, info = env.step(0)  # instance 0, no pull
+    assert r == pytest.approx(-p0 / slo, rel=1e-12) and not terminated
+    assert (info["instance"], info["pull"], info["hit_tokens"]) == (0, False, 0)
+    q = p0 - 0.01  # instance 0 is still busy with the first request
+    ttft0, ttft1, pull1 = q + p_hit, p0, tr + p_hit
+    best = min(ttft0, ttft1, pull1)
+    np.testing.assert_allclose(obs, [T(q), 1 / 50, 2 / 3, T(ttft0), T(ttft0), T(ttft0 - best), T(ttft0 - best),
+                                     0, 0, 0, T(ttft1), T(pull1), T(ttft1 - best), T(pull1 - best),
+                                     length(1536), 2 / 3], rtol=0, atol=1e-6)
+    assert env.unwrapped.encode_action(Route(1, True)) == 3
+
+    obs, r, terminated, _, info = env.step(3)  # instance 1 after pulling blocks 1, 2 from instance 0
+    assert r == pytest.approx(-(tr + p_hit) / slo, rel=1e-12) and not terminated
+    assert (info["instance"], info["pull"], info["hit_tokens"], info["fetched_tokens"]) == (1, True, 1024, 1024)
+    np.testing.assert_allclose(obs, [0, 0, 0.5, T(p2), T(p2), 0, 0] * 2 + [length(1024), 0.5], rtol=0, atol=1e-6)
+
+    obs, r, terminated, _, info = env.step(1)
+    assert terminated and r == pytest.approx(-p2 / slo, rel=1e-12)
+    assert not obs.any()
+    m = info["metrics"]
+    assert (m["requests"], m["hit_tokens"], m["fetched_tokens"], m["input_tokens"]) == (3, 1536, 1024, 4096)
+    assert m["mean_ttft_s"] == pytest.approx((p0 + tr + p_hit + p2) / 3, rel=1e-12)
+    assert m["request_share"] == [1 / 3, 2 / 3]
+
+
+def test_reset_options_trace_replays_one_episode():
+    env = gym.make(ROUTING_ENV_ID, **SMALL)
+    _, info = env.reset(seed=0, options={"trace": tiny_trace()})
+    assert info["requests"] == 3
+    _, info = env.reset(seed=0)
+    assert info["requests"] == 300
+
+
+def test_without_pull():
+    env = gym.make(ROUTING_ENV_ID, n_instances=4, allow_pull=False, **SMALL)
+    assert env.action_space == gym.spaces.Discrete(4)
+    assert env.unwrapped.encode_action(Route(2, True)) == 2
+    with no_warnings_we_cause():
+        gym_check_env(env.unwrapped)
+    env.reset(seed=0)
+    for a in actions_for(env, 200):
+        obs, _, terminated, _, info = env.step(a)
+        assert not info["pull"]
+        if not terminated:
+            assert (obs[6:28:7] == 1.0).all()  # feature 7i+6 reads 1 without pulls
+
+
+def test_rate_range_draws_a_rate_per_episode():
+    env = gym.make(ROUTING_ENV_ID, rate_range=(1.0, 16.0), episode_requests=60)
+    rates = [env.reset(seed=s)[1]["rate_per_s"] for s in range(4)]
+    assert len(set(rates)) == 4
+    assert rates[2] == env.reset(seed=2)[1]["rate_per_s"]
+
+
+def test_routing_baselines_differ_on_the_comparison_trace():
+    # guards the next test against a trace on which every policy would trivially agree
+    results = {name: simulate(COMPARISON_TRACE, make_policy("routing", name), seed=0).metrics
+               for name in ROUTING_POLICIES}
+    assert len({m["mean_ttft_s"] for m in results.values()}) == len(results)
+    assert results["kvcentric"]["fetched_tokens"] > 0
+
+
+@pytest.mark.parametrize("name", list(ROUTING_POLICIES))
+def test_baseline_through_env_gives_exactly_the_simulator_metrics(name):
+    seeds = [0, 1]
+    through_env = evaluate(ROUTING_ENV_ID, make_policy("routing", name), seeds, trace=COMPARISON_TRACE)
+    for seed, got in zip(seeds, through_env):
+        direct = simulate(COMPARISON_TRACE, make_policy("routing", name), RoutingConfig(), COST, seed=seed)
+        ret = 0.0
+        for t in direct.ttft_s.tolist():
+            ret += -t / RoutingConfig().ttft_slo_s
+        assert got.pop("return") == ret
+        assert got.pop("steps") == len(COMPARISON_TRACE) and got.pop("seed") == seed
+        assert got == direct.metrics
+
+
+def test_trace_path_and_speed(tmp_path):
+    path = tmp_path / "tiny.jsonl"
+    write_trace(COMPARISON_TRACE.head(120), path)
+    got = evaluate(ROUTING_ENV_ID, make_policy("routing", "cache"), [3], trace=str(path), speed=2.0)[0]
+    direct = simulate(read_trace(path).scaled(2.0), make_policy("routing", "cache"), seed=3).metrics
+    assert {k: v for k, v in got.items() if k not in ("return", "steps", "seed")} == direct
