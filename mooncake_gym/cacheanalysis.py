@@ -1,7 +1,7 @@
 """Cache analysis: token hit rate versus capacity of one global prefix cache.
 
 The first question asked of a KV-cache trace: how much prefill could caching save, and how much
-capacity does it take? (Mooncake v3 Table 1, FAST'25 Figure 9.) For each capacity this module
+capacity does it take? (Mooncake v3, Table 1.) For each capacity this module
 replays the trace through one global cache under each eviction policy and reports the token hit
 rate, beside the ceiling of an infinite cache:
 
@@ -27,14 +27,15 @@ hit-rate tool); the tests compare every figure with it:
   rest (the oracle's convention); ``window="all"`` measures every request from an empty cache.
   Requests without blocks (``input_length`` 0) are left out of ``n``, as the oracle skips them.
 * ``full_before_window`` says whether the cache filled up during the warm-up half. The oracle omits
-  such capacity points ("not under memory pressure yet"); we report them and carry the flag.
+  a capacity whose cache did not ("not under memory pressure yet"), and every larger one; we
+  report the figure and carry the flag (the table marks it with ``*``).
 
-Known difference from the oracle's LRU: when one request alone needs more blocks than the
-capacity (its path is at least ``capacity`` blocks long and the cache holds nothing else),
-the oracle ends up caching ``capacity - 1`` of its leading blocks (it evicts the block it
-has just inserted, which is the parent of the next one, and stops) whereas our LRU keeps
-``capacity``. Capacities larger than the longest request, every practical case, give identical
-figures.
+Known difference from the oracle's LRU: when the blocks one request inserts overflow a cache that
+holds nothing but that request's own leading blocks, the oracle evicts the block it has just
+inserted (the only evictable leaf), finds the next block's parent gone and stops, so it keeps one
+block fewer than the capacity; our LRU keeps ``capacity`` leading blocks. This needs a request at
+least as long as the cache; at capacities above the longest request, every practical case, the
+figures are identical (the tests check both).
 
 Python use (notebooks, tests)::
 
@@ -48,6 +49,8 @@ from __future__ import annotations
 
 import heapq
 import math
+import numbers
+import operator
 import os
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
@@ -69,7 +72,7 @@ BYTES_PER_GIB = 2**30
 def gib_to_blocks(gib: float, model: str = DEFAULT_MODEL, block_tokens: int = BLOCK_TOKENS) -> int:
     """Whole blocks of ``model``'s KV that fit in ``gib`` GiB: floor(GiB * 2**30 / (block_tokens *
     kv_bytes_per_token)), the oracle's rounding (3,000 LLaMA-70B blocks = 468.75 GiB)."""
-    if not (isinstance(gib, (int, float)) and math.isfinite(gib) and gib > 0):
+    if isinstance(gib, bool) or not (isinstance(gib, numbers.Real) and math.isfinite(gib) and gib > 0):
         raise ValueError(f"gib: expected a positive number of GiB, got {gib!r}")
     bytes_per_block = block_tokens * get_model(model).kv_bytes_per_token
     return math.floor(gib * BYTES_PER_GIB / bytes_per_block)
@@ -85,12 +88,13 @@ def parse_blocks(text: str | Iterable[int]) -> list[int]:
     items = text.split(",") if isinstance(text, str) else list(text)
     out = []
     for item in items:
-        s = item.strip() if isinstance(item, str) else item
         try:
-            v = int(s) if isinstance(s, str) else s
-        except ValueError:
-            v = None
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            if isinstance(item, bool):
+                raise TypeError(item)
+            v = int(item.strip()) if isinstance(item, str) else operator.index(item)  # ints, numpy ints
+        except (TypeError, ValueError):
+            v = 0
+        if v < 1:
             raise ValueError(f"blocks: expected comma-separated positive integers (e.g. 1000,3000), got {text!r}")
         out.append(v)
     if not out:
@@ -558,6 +562,8 @@ def plot_hit_rate(analysis: CacheAnalysis, path: str | os.PathLike) -> None:
     ax.grid(True, which="both", alpha=0.3)
     gib_per_block = analysis.block_tokens * analysis.kv_bytes_per_token / BYTES_PER_GIB
     top = ax.secondary_xaxis("top", functions=(lambda b: b * gib_per_block, lambda g: g / gib_per_block))
+    top.set_xticks([c * gib_per_block for c in caps], [f"{c * gib_per_block:,.4g}" for c in caps])
+    top.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     top.set_xlabel(f"GiB of {analysis.model} KV")
     ax.legend(loc="lower right")
     fig.tight_layout()

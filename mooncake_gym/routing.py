@@ -185,6 +185,9 @@ class RoutingSimulator:
         return self._view
 
     def _make_view(self) -> RoutingView | None:
+        # the hot path of every decision: plain Python, one pass over the instances, and each cost
+        # model call made once per distinct hit length (most instances share a hit of 0 or of the
+        # system prompt)
         i = self._i
         if i >= len(self._arrival):
             return None
@@ -192,6 +195,8 @@ class RoutingSimulator:
         n_in = self._input[i]
         ids = self._blocks[i]
         cost = self.cost
+        block = cost.block_tokens
+        cap = n_in - 1
         prefill_memo: dict[int, float] = {}
         queue, queued, hits, prefill = [], [], [], []
         best_blocks, best_inst = 0, -1
@@ -199,11 +204,14 @@ class RoutingSimulator:
             k = inst.cache.match(ids)
             if k > best_blocks:
                 best_blocks, best_inst = k, inst.index
-            h = cost.hit_tokens(k, n_in)
+            h = k * block
+            if h > cap:
+                h = cap if cap > 0 else 0
             p = prefill_memo.get(h)
             if p is None:
                 p = prefill_memo[h] = cost.prefill_s(n_in, h)
-            queue.append(inst.queue_s(now))
+            q = inst.busy_until - now
+            queue.append(q if q > 0.0 else 0.0)
             queued.append(inst.queued_requests(now))
             hits.append(h)
             prefill.append(p)
@@ -211,12 +219,19 @@ class RoutingSimulator:
         pull_prefill = prefill_memo.get(best)
         if pull_prefill is None:
             pull_prefill = cost.prefill_s(n_in, best)
+        transfer_memo: dict[int, float] = {}
+        transfer = []
+        for h in hits:
+            t = transfer_memo.get(h)
+            if t is None:
+                t = transfer_memo[h] = cost.transfer_s(best - h)
+            transfer.append(t)
         v = RoutingView()
         v.now, v.index, v.input_tokens, v.output_tokens, v.block_ids = now, i, n_in, self._output[i], ids
         v.n_instances = len(self.instances)
         v.queue_s, v.queued_requests, v.hit_tokens, v.prefill_s = tuple(queue), tuple(queued), tuple(hits), tuple(prefill)
         v.best_hit_tokens, v.best_instance = best, best_inst
-        v.transfer_s = tuple(cost.transfer_s(best - h) for h in hits)
+        v.transfer_s = tuple(transfer)
         v.pull_prefill_s = tuple(pull_prefill if h < best else p for h, p in zip(hits, prefill))
         return v
 
@@ -235,10 +250,13 @@ class RoutingSimulator:
 
     def step(self, action) -> RoutingView | None:
         """Dispatch the pending request to ``action`` (an instance, or ``Route(instance, pull)``)."""
-        v = self._view
-        if v is None:
+        if self._view is None:
             raise RuntimeError("step: the trace is exhausted; call reset()")
-        i, pull = self._parse(action)
+        return self.dispatch(*self._parse(action))
+
+    def dispatch(self, i: int, pull: bool) -> RoutingView | None:
+        """``step`` for an already valid action: instance ``i`` (0 <= i < n), pull or not."""
+        v = self._view
         inst = self.instances[i]
         hit = v.hit_tokens[i]
         transfer = 0.0
@@ -255,10 +273,15 @@ class RoutingSimulator:
         inst.cache.insert(v.block_ids)
         ttft = queue + transfer + prefill  # = finish - arrival, without the rounding of absolute times
         r = self._records
-        for key, val in (("arrival_s", v.now), ("input_tokens", v.input_tokens), ("instance", i), ("ttft_s", ttft),
-                         ("queue_s", queue), ("transfer_s", transfer), ("prefill_s", prefill), ("hit_tokens", hit),
-                         ("fetched_tokens", fetched)):
-            r[key].append(val)
+        r["arrival_s"].append(v.now)
+        r["input_tokens"].append(v.input_tokens)
+        r["instance"].append(i)
+        r["ttft_s"].append(ttft)
+        r["queue_s"].append(queue)
+        r["transfer_s"].append(transfer)
+        r["prefill_s"].append(prefill)
+        r["hit_tokens"].append(hit)
+        r["fetched_tokens"].append(fetched)
         self.last = {"index": v.index, "instance": i, "pull": fetched > 0, "ttft_s": ttft, "queue_s": queue,
                      "transfer_s": transfer, "prefill_s": prefill, "hit_tokens": hit, "fetched_tokens": fetched,
                      "input_tokens": v.input_tokens}

@@ -12,6 +12,8 @@ requests can reuse KV for exactly their common leading ids. We also write and re
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import json
 import math
 import os
@@ -53,7 +55,7 @@ class Trace:
         self.arrival_s = np.asarray(arrival_s, dtype=np.float64)
         self.input_tokens = np.asarray(input_tokens, dtype=np.int64)
         self.output_tokens = np.asarray(output_tokens, dtype=np.int64)
-        self.block_ids = [tuple(int(b) for b in ids) for ids in block_ids]
+        self.block_ids = [tuple(map(int, ids)) for ids in block_ids]
         n = len(self.arrival_s)
         self.session_ids = (
             np.full(n, -1, dtype=np.int64) if session_ids is None else np.asarray(session_ids, dtype=np.int64)
@@ -330,41 +332,53 @@ def synthetic_trace(
 
     ``rate`` is the session arrival rate per second; sessions start in ``[0, duration_s)`` and
     requests after ``duration_s`` are dropped. With ``n_requests`` the trace is cut to its first
-    ``n_requests`` requests (``duration_s=None`` then picks a long enough span). Deterministic per seed.
+    ``n_requests`` requests; with ``duration_s=None`` sessions are generated just until those are
+    complete (with both, the trace may hold fewer than ``n_requests`` if the duration ends first).
+    Deterministic per seed.
     """
     if not rate > 0:
         raise ValueError(f"rate: expected > 0 sessions/s, got {rate}")
     if n_requests is not None and n_requests < 1:
         raise ValueError(f"n_requests: expected >= 1, got {n_requests}")
-    if duration_s is None:
-        if n_requests is None:
-            raise ValueError("duration_s: give a duration, n_requests, or both")
-        # requests per session: questions_mean and turns_mean are the means of the geometric counts
-        per_session = config.document_share * config.questions_mean + (1 - config.document_share) * config.turns_mean
-        duration_s = 1.3 * n_requests / (rate * per_session) + 4 * config.think_time_mean_s
-    if not duration_s > 0:
+    if duration_s is None and n_requests is None:
+        raise ValueError("duration_s: give a duration, n_requests, or both")
+    if duration_s is not None and not duration_s > 0:
         raise ValueError(f"duration_s: expected > 0, got {duration_s}")
+    horizon = math.inf if duration_s is None else duration_s
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     c = config
     lo, hi = c.system_prompt_blocks
     sys_len = rng.integers(lo, hi + 1, size=c.n_system_prompts)
     pop = 1.0 / np.arange(1, c.n_system_prompts + 1) ** c.system_prompt_zipf
-    pop /= pop.sum()
-    next_id = [0]
+    # the system prompt is drawn as Generator.choice(p=pop) does (cdf, one uniform, right search),
+    # without its per-call overhead
+    cdf = np.cumsum(pop / pop.sum())
+    cdf = (cdf / cdf[-1]).tolist()
+    next_id = 0
 
     def fresh(k: int) -> list[int]:
-        start = next_id[0]
-        next_id[0] += k
-        return list(range(start, start + k))
+        nonlocal next_id
+        next_id += k
+        return list(range(next_id - k, next_id))
 
     sys_blocks = [fresh(int(k)) for k in sys_len]
     rows = []  # (arrival, session, input, output, ids)
+    # with n_requests: stop once n requests arrived before the next session starts (later sessions
+    # cannot add earlier requests); `pending` holds the arrivals not yet passed
+    pending: list[float] = []
+    passed = 0
     t, session = 0.0, 0
     while True:
         t += rng.exponential(1.0 / rate)
-        if t >= duration_s:
+        if t >= horizon:
             break
-        sp = int(rng.choice(c.n_system_prompts, p=pop))
+        if n_requests is not None:
+            while pending and pending[0] < t:
+                heapq.heappop(pending)
+                passed += 1
+            if passed >= n_requests:
+                break
+        sp = bisect.bisect_right(cdf, rng.random())
         stream = list(sys_blocks[sp])  # ids of the full blocks of the session's shared token stream
         stream_len = len(stream) * block_tokens
         is_doc = rng.random() < c.document_share
@@ -374,11 +388,13 @@ def synthetic_trace(
             # full blocks inside the shared stream keep their ids; the rest are this request's own
             total = min(shared_len + private_len, c.input_max)
             full_shared = min(shared_len, total) // block_tokens
-            while len(stream) < full_shared:
-                stream.extend(fresh(1))
-            ids = stream[:full_shared] + fresh(math.ceil(total / block_tokens) - full_shared)
+            if len(stream) < full_shared:
+                stream.extend(fresh(full_shared - len(stream)))
+            ids = stream[:full_shared] + fresh(-(-total // block_tokens) - full_shared)
             out = int(min(c.output_max, max(1, round(_lognormal(rng, c.output_mean, c.output_sigma)))))
             rows.append((arrival, session, total, out, ids))
+            if n_requests is not None:
+                heapq.heappush(pending, arrival)
 
         if is_doc:
             stream_len += max(1, round(_lognormal(rng, c.document_mean, c.document_sigma)))
@@ -396,15 +412,9 @@ def synthetic_trace(
                     stream_len += rows[-1][3] + max(1, round(_lognormal(rng, c.chat_turn_mean, c.chat_turn_sigma)))
                 request(stream_len, 0)
         session += 1
-    rows = [r for r in rows if r[0] < duration_s]
+    rows = [r for r in rows if r[0] < horizon]
     rows.sort(key=lambda r: (r[0], r[1]))
     if n_requests is not None:
-        if len(rows) < n_requests:
-            longer = synthetic_trace(
-                np.random.default_rng(rng.integers(2**63)), rate, 2 * duration_s, n_requests, config, block_tokens
-            )
-            longer.name = f"synthetic(rate={rate:g}, seed={seed if isinstance(seed, (int, np.integer)) else 'rng'})"
-            return longer
         rows = rows[:n_requests]
     # renumber block ids in order of first appearance, as in Mooncake's traces
     remap: dict[int, int] = {}

@@ -129,6 +129,7 @@ class PrefillRoutingEnv(gym.Env):
         self.render_mode = render_mode
         n = n_instances
         self.action_space = spaces.Discrete(2 * n if self.allow_pull else n)
+        self._n_actions = int(self.action_space.n)
         self.observation_space = spaces.Box(0.0, 1.0, (PER_INSTANCE_FEATURES * n + 2,), np.float32)
         self.sim: RoutingSimulator | None = None
 
@@ -193,25 +194,29 @@ class PrefillRoutingEnv(gym.Env):
         return self._observe(), {"requests": len(trace), "rate_per_s": trace.rate}
 
     def step(self, action):
-        if self.sim is None:
+        sim = self.sim
+        if sim is None:
             raise RuntimeError("step: call reset() first")
-        if not self.action_space.contains(action):
+        # fast path for plain integers; anything else goes through the space's own check
+        if type(action) is int and 0 <= action < self._n_actions:
+            a = action
+        elif self.action_space.contains(action):
+            a = int(action)
+        else:
             raise ValueError(f"action: expected an integer in 0..{self.action_space.n - 1}, got {action!r}")
-        if self.sim.done:
+        if sim.done:
             raise RuntimeError("step: the episode has terminated; call reset()")
-        a = int(action)
         n = self.config.n_instances
-        self.sim.step(Route(a % n, a >= n))
-        last = self.sim.last
-        ttft = last["ttft_s"]
+        sim.dispatch(a % n, a >= n)
+        info = sim.last  # a fresh dict every step: the caller may keep it
+        ttft = info["ttft_s"]
         if self.reward_kind == "ttft":
             reward = -ttft / self.config.ttft_slo_s
         else:
             reward = 1.0 if ttft <= self.config.ttft_slo_s else 0.0
-        info = dict(last)
-        terminated = self.sim.done
+        terminated = sim.done
         if terminated:
-            info["metrics"] = self.sim.result("env").metrics
+            info["metrics"] = sim.result("env").metrics
         self._last_info = info
         return self._observe(), float(reward), bool(terminated), False, info
 
