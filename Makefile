@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/mooncake-gym lecture
+	$(BIN)/mooncake-gym compare
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -73,7 +73,7 @@ def _seeded_eval_callback(eval_env, seed: int, **kwargs):
 
 def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.PathLike = "runs/train",
           tensorboard: str | None = None, progress_bar: bool = True, threads: int = 1,
-          verbose: int = 0) -> Path:
+          verbose: int = 0, evaluate_card: bool = True) -> Path:
     """Train PPO on ``env`` ('routing' or 'admission'); returns the path of the best model's zip.
 
     The card ``<zip>.json`` beside it records how it was made.
@@ -82,7 +82,7 @@ def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.P
     import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.vec_env import DummyVecEnv
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
     import mooncake_gym  # noqa: F401  (registers the env ids)
 
@@ -103,11 +103,17 @@ def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.P
     eval_freq = max(1, hp.pop("eval_freq", 10_000) // n_envs)
     n_eval = hp.pop("n_eval_episodes", 3)
     policy = hp.pop("policy", "MlpPolicy")
+    normalize_reward = hp.pop("normalize_reward", False)
 
     # make_vec_env asks for render_mode="rgb_array" unless told otherwise; our envs render text only
     venv = make_vec_env(env_id, n_envs=n_envs, seed=seed, env_kwargs={"render_mode": None, **env_kwargs},
                         vec_env_cls=DummyVecEnv)
     eval_env = DummyVecEnv([lambda: gym.make(env_id, **eval_kwargs)])
+    if normalize_reward:
+        # scale rewards by a running estimate of the return's spread (observations are already in
+        # [0, 1] and stay raw, so the saved model needs no normalisation statistics to run)
+        venv = VecNormalize(venv, norm_obs=False, norm_reward=True, gamma=hp.get("gamma", 0.99))
+        eval_env = VecNormalize(eval_env, training=False, norm_obs=False, norm_reward=False)
     callback = _seeded_eval_callback(eval_env, EVAL_SEED_BASE + seed, n_eval_episodes=n_eval, eval_freq=eval_freq, best_model_save_path=str(out),
                             log_path=str(out), deterministic=True, verbose=verbose)
     model = PPO(policy, venv, seed=seed, tensorboard_log=tensorboard, verbose=verbose, **hp)
@@ -134,5 +140,36 @@ def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.P
         "versions": library_versions(),
         "sha256": sha256_of(final),
     }
+    if evaluate_card:
+        card["evaluation"] = card_evaluation(env, PPO.load(final, device="cpu"))
     final.with_suffix(".json").write_text(json.dumps(card, indent=2) + "\n")
     return final
+
+
+#: Held-out settings of the card's evaluation (seeds never used in training: see compare.py).
+CARD_SEEDS = (2_000_000, 2_000_001, 2_000_002)
+CARD_SETTINGS = {
+    "routing": [{"rate": 4.0, "episode_requests": 1000}, {"rate": 8.0, "episode_requests": 1000}],
+    "admission": [{"load": 2.0, "episode_requests": 2000}],
+}
+CARD_BASELINES = {"routing": ("cache", "kvcentric"), "admission": ("baseline", "early")}
+CARD_METRICS = {"routing": ("mean_ttft_s", "slo_attainment", "hit_ratio"),
+                "admission": ("completed", "goodput", "wasted_prefill_s")}
+
+
+def card_evaluation(env: str, model) -> list[dict]:
+    """The agent next to the strongest baselines on held-out seeds: means over ``CARD_SEEDS``."""
+    import numpy as np
+
+    from mooncake_gym.baselines import make_policy
+    from mooncake_gym.evaluation import evaluate
+
+    rows = []
+    for kwargs in CARD_SETTINGS[env]:
+        row = {"env_kwargs": kwargs, "seeds": list(CARD_SEEDS)}
+        for name in ("ppo", *CARD_BASELINES[env]):
+            policy = model if name == "ppo" else make_policy(env, name)
+            episodes = evaluate(ENV_IDS[env], policy, CARD_SEEDS, **kwargs)
+            row[name] = {m: float(np.mean([e[m] for e in episodes])) for m in CARD_METRICS[env]}
+        rows.append(row)
+    return rows

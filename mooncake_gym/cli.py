@@ -95,7 +95,11 @@ def _cmd_compare(args) -> int:
         report.print_json(cmp.settings_json(settings, args.seeds))
         return 0
     seeds = [cmp.COMPARE_SEED_BASE + i for i in range(args.seeds)]
-    print(f"Mean ± 95% CI over {args.seeds} held-out seeds ({seeds[0]}..{seeds[-1]}), same workloads for every policy.")
+    if args.seeds == 1:
+        print(f"One held-out seed ({seeds[0]}), same workload for every policy: no confidence interval.")
+    else:
+        print(f"Mean ± 95% CI over {args.seeds} held-out seeds ({seeds[0]}..{seeds[-1]}), "
+              "same workloads for every policy.")
     for s in settings:
         print(f"\n{'### ' if args.markdown else ''}{s.label}\n")
         print(cmp.format_setting(s, markdown=args.markdown))

@@ -31,12 +31,12 @@ _T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 
 
 
 def mean_ci95(values) -> tuple[float, float]:
-    """Mean and half-width of its 95 % confidence interval (0 for a single value)."""
+    """Mean and half-width of its 95 % confidence interval (NaN for a single value: no spread to see)."""
     x = np.asarray([v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))], float)
     if len(x) == 0:
         return float("nan"), float("nan")
     if len(x) == 1:
-        return float(x[0]), 0.0
+        return float(x[0]), float("nan")
     t = _T975[len(x) - 2] if len(x) - 1 <= len(_T975) else 1.96
     return float(x.mean()), float(t * x.std(ddof=1) / math.sqrt(len(x)))
 
@@ -125,8 +125,13 @@ def format_setting(setting: Setting, markdown: bool = False) -> str:
     for row in setting.rows:
         cell = {"policy": row["policy"]}
         for key, _, _, fmt in metrics:
-            cell[key] = f"{format(row[key], fmt)} ± {format(row[key + '_ci95'], fmt)}" \
-                if not math.isnan(row[key]) else "nan"
+            mean, ci = row[key], row[key + "_ci95"]
+            if math.isnan(mean):
+                cell[key] = "nan"
+            elif math.isnan(ci):
+                cell[key] = format(mean, fmt)
+            else:
+                cell[key] = f"{format(mean, fmt)} ± {format(ci, fmt)}"
         cells.append(cell)
     columns = [("policy", "policy", None)] + [(k, h, None) for k, h, _, _ in metrics]
     return report.format_table(cells, columns, markdown=markdown)

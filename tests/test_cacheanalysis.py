@@ -8,7 +8,6 @@ Hand-made traces with exact expected hits, properties on random prefix-tree trac
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -29,8 +28,7 @@ from mooncake_gym.costmodel import get_model
 from mooncake_gym.prefixcache import PrefixCache
 from mooncake_gym.workload import Trace, read_trace, synthetic_trace, write_trace
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_TRACE = REPO_ROOT.parent / "shared" / "traces" / "synthetic_trace.jsonl"
+from conftest import SHARED_TRACE
 ORACLE_MODEL = "llama-3.1-70b"  # the oracle's id for 80 layers x 8 KV heads x 128 x BF16 = 320 KiB/token
 
 
@@ -45,13 +43,6 @@ def hits(trace, capacity, window="all"):
     out = {p: simulate_cache(trace, capacity, p, window).hit_tokens for p in POLICIES}
     out["ceiling"] = cache_ceiling(trace, window).hit_tokens
     return out
-
-
-@pytest.fixture(scope="module")
-def shared_trace():
-    if not SHARED_TRACE.exists():
-        pytest.skip(f"Mooncake's synthetic trace is not at {SHARED_TRACE} (it lives in shared/, outside the repo)")
-    return read_trace(SHARED_TRACE)
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,5 @@
 """The prefill-routing simulator and its four baselines: exact small cases and the lecture's/paper's conclusions."""
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -9,9 +7,8 @@ from mooncake_gym.baselines import make_policy
 from mooncake_gym.baselines.routing import CacheAware, KVCentric, LoadBalancing, RandomRouting
 from mooncake_gym.costmodel import CostModel
 from mooncake_gym.routing import Route, RoutingConfig, RoutingSimulator, run_routing_baselines, simulate
-from mooncake_gym.workload import Request, Trace, read_trace, synthetic_trace
+from mooncake_gym.workload import Request, Trace, synthetic_trace
 
-SHARED_TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "synthetic_trace.jsonl"
 COST = CostModel()
 
 
@@ -186,10 +183,8 @@ def test_demo2_conclusions_at_rate_8(demo2_rate8):
     assert m["cache"]["fetched_tokens"] == 0 and m["kvcentric"]["fetched_tokens"] > 0
 
 
-@pytest.mark.skipif(not SHARED_TRACE.exists(), reason="../shared/traces/synthetic_trace.jsonl is absent")
-def test_shared_trace_figure8_ordering():
-    trace = read_trace(SHARED_TRACE)
-    m = {n: r.metrics for n, r in run_routing_baselines(trace.scaled(2.0), seed=0).items()}
+def test_shared_trace_figure8_ordering(shared_trace):
+    m = {n: r.metrics for n, r in run_routing_baselines(shared_trace.scaled(2.0), seed=0).items()}
     for name, metrics in m.items():
         assert metrics["hit_ratio"] <= 0.651, name
     for name in ("cache", "kvcentric"):

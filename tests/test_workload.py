@@ -2,7 +2,6 @@
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,15 +20,7 @@ from mooncake_gym.workload import (
     write_trace,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_TRACE = REPO_ROOT.parent / "shared" / "traces" / "synthetic_trace.jsonl"
-
-
-@pytest.fixture(scope="module")
-def shared_trace():
-    if not SHARED_TRACE.is_file():
-        pytest.skip(f"Mooncake's synthetic trace is not at {SHARED_TRACE} (it lives in shared/, outside the repo)")
-    return read_trace(SHARED_TRACE)
+from conftest import SHARED_TRACE
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import numpy as np
 from gymnasium import spaces
 
 from ..costmodel import CostModel
-from ..routing import Route, RoutingConfig, RoutingSimulator, RoutingView
+from ..routing import RoutingConfig, RoutingSimulator, RoutingView
 from .common import WorkloadSpec, check_range, clip01
 
 #: Caps of the normalised features: a value at or above the cap reads 1.
