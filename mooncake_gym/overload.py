@@ -298,7 +298,8 @@ class OverloadSimulator:
         self._input = trace.input_tokens.tolist()
         self._output = trace.output_tokens.tolist()
         prefill_s, decode_s = self.cost.prefill_s, self.cost.decode_s
-        self._prefill_s = [prefill_s(n, 0) for n in self._input]
+        memo: dict[int, float] = {}  # i.i.d. resampled traces repeat prompt lengths
+        self._prefill_s = [memo[n] if n in memo else memo.setdefault(n, prefill_s(n, 0)) for n in self._input]
         self._decode_s = [decode_s(o, c.tbt_s) for o in self._output]
         self._need = [i + o for i, o in zip(self._input, self._output)]
         # The workload's decode-time statistics (what a deployment knows from its logs).
@@ -560,6 +561,9 @@ class OverloadSimulator:
 
     def expected_decode_tokens(self, at_s: float, output_tokens: float | None = None) -> float:
         """See :meth:`AdmissionView.expected_decode_tokens`."""
+        # The Gym env's observation calls this at every step: ``x.__trunc__()`` is ``int(x)`` for a
+        # float (truncation toward zero) at a third of the cost, and the terms that add nothing or
+        # exactly ``tokens`` skip the multiplication; the sum is the same, term for term, in order.
         out = self.mean_output_tokens if output_tokens is None else output_tokens
         now = self.now
         surv = self._survival
@@ -567,20 +571,24 @@ class OverloadSimulator:
         inv_tbt = 1.0 / self.config.tbt_s
         total = 0.0
         for start, tokens in self._in_decode.values():
-            k_now = int((now - start) * inv_tbt)
+            k_now = ((now - start) * inv_tbt).__trunc__()
             s_now = surv[k_now] if k_now < n_s else 0.0
             if s_now <= 0.0:  # has outlived every decode in the statistics: it is still here
                 total += tokens
                 continue
-            k_at = int((at_s - start) * inv_tbt)
-            s_at = surv[k_at] if 0 <= k_at < n_s else (1.0 if k_at < 0 else 0.0)
-            total += tokens * (s_at / s_now if s_at < s_now else 1.0)
+            k_at = ((at_s - start) * inv_tbt).__trunc__()
+            if k_at < 0:  # S = 1 before its start: still here
+                total += tokens
+            elif k_at < n_s:
+                s_at = surv[k_at]
+                total += tokens * (s_at / s_now) if s_at < s_now else tokens
+            # else S(at_s - start) = 0: it adds 0.0
         inputs = self._input
         for fifo in self._prefill_fifo:
             for finish, r in fifo:
                 if finish > at_s:
                     break
-                k = int((at_s - finish) * inv_tbt)
+                k = ((at_s - finish) * inv_tbt).__trunc__()
                 if k < n_s:
                     total += (inputs[r] + out) * surv[k]
         return total

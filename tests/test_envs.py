@@ -1,9 +1,11 @@
 """The Gymnasium environments (issue 5): API contracts, determinism, exactness against the simulators.
 
 The contract tests run on every entry of ``ENV_CASES``; adding an environment is one more entry
-(its id and small, fast constructor arguments). The tests after them are specific to
-``PrefillRouting-v0``: constructor checks, rewards, info, exact values on a hand-built trace and
-equality of every routing baseline's metrics through the env and through ``routing.simulate``.
+(its id and small, fast constructor arguments). The tests after them are specific to one env:
+constructor checks, rewards, info, exact values on a hand-built trace and equality of every
+baseline's metrics through the env and through the simulator's ``simulate``
+(``routing.simulate`` for ``PrefillRouting-v0``, ``overload.simulate`` for ``OverloadAdmission-v0``,
+whose return is also checked to track goodput across the baselines).
 """
 
 from __future__ import annotations
@@ -21,16 +23,19 @@ from gymnasium.utils.env_checker import check_env as gym_check_env
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import mooncake_gym  # noqa: F401  (registers the ids)
-from mooncake_gym.baselines import ROUTING_POLICIES, make_policy
+from mooncake_gym.baselines import ADMISSION_POLICIES, ROUTING_POLICIES, make_policy
 from mooncake_gym.costmodel import CostModel
-from mooncake_gym.envs import ROUTING_ENV_ID
+from mooncake_gym.envs import ADMISSION_ENV_ID, ROUTING_ENV_ID
 from mooncake_gym.evaluation import evaluate
+from mooncake_gym.overload import OverloadConfig, overload_workload
+from mooncake_gym.overload import simulate as simulate_overload
 from mooncake_gym.routing import Route, RoutingConfig, simulate
 from mooncake_gym.workload import Request, Trace, read_trace, synthetic_trace, write_trace
 
 #: (env id, constructor kwargs): small, fast settings of every environment under test.
 ENV_CASES: list[tuple[str, dict]] = [
     (ROUTING_ENV_ID, {"episode_requests": 300}),
+    (ADMISSION_ENV_ID, {"episode_requests": 300}),
 ]
 env_cases = pytest.mark.parametrize("env_id, kwargs", ENV_CASES, ids=[i.split("/")[-1] for i, _ in ENV_CASES])
 
@@ -49,7 +54,7 @@ def no_warnings_we_cause():
 
 
 def same(a, b) -> bool:
-    """Exact, recursive equality of trajectories (arrays by dtype, shape and bytes)."""
+    """Exact, recursive equality of trajectories (arrays by dtype, shape and bytes; NaN equals NaN)."""
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype
                 and a.shape == b.shape and a.tobytes() == b.tobytes())
@@ -57,6 +62,8 @@ def same(a, b) -> bool:
         return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)):
         return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True  # an undefined metric (NaN) in the same place
     return type(a) is type(b) and a == b
 
 
@@ -257,7 +264,7 @@ def test_ppo_smoke(env_id, kwargs):
         lockstep = evaluate(env_id, model, seeds=[0, 1], **kwargs)
     finally:
         torch.set_num_threads(threads)
-    assert lockstep == one_by_one
+    assert same(lockstep, one_by_one)
     assert all(m["steps"] > 0 and math.isfinite(m["return"]) for m in lockstep)
 
 
@@ -443,3 +450,252 @@ def test_trace_path_and_speed(tmp_path):
     got = evaluate(ROUTING_ENV_ID, make_policy("routing", "cache"), [3], trace=str(path), speed=2.0)[0]
     direct = simulate(read_trace(path).scaled(2.0), make_policy("routing", "cache"), seed=3).metrics
     assert {k: v for k, v in got.items() if k not in ("return", "steps", "seed")} == direct
+
+
+# -- OverloadAdmission-v0 ------------------------------------------------------------------------
+ADMISSION_SMALL = {"episode_requests": 300}
+#: 1,500 demo-3 requests at twice the decode capacity (a base trace other than the env's own): long
+#: enough to pass the 30-s warm-up, and the admission baselines differ on it
+ADMISSION_TRACE = overload_workload(None, 1500, 2.0, seed=5)[0]
+
+
+@pytest.mark.filterwarnings("ignore:.*render_mode='human'.*:UserWarning")  # gym.make's own warning
+@pytest.mark.parametrize("kwargs, name", [
+    ({"load": 0}, "load"),
+    ({"load": -1.0}, "load"),
+    ({"load": math.inf}, "load"),
+    ({"load": math.nan}, "load"),
+    ({"load": "2"}, "load"),
+    ({"load": 2.0, "load_range": (1.0, 3.0)}, "load, load_range"),
+    ({"load_range": 5}, "load_range"),
+    ({"load_range": ("a", "b")}, "load_range"),
+    ({"load_range": (3.0, 1.0)}, "load_range"),
+    ({"load_range": (0.0, 1.0)}, "load_range"),
+    ({"load_range": (1.0,)}, "load_range"),
+    ({"load_range": (1.0, math.inf)}, "load_range"),
+    ({"load_range": np.array(2.0)}, "load_range"),
+    ({"episode_requests": 0}, "episode_requests"),
+    ({"episode_requests": 2.5}, "episode_requests"),
+    ({"waste_penalty": -1}, "waste_penalty"),
+    ({"waste_penalty": math.inf}, "waste_penalty"),
+    ({"speed": 0}, "speed"),
+    ({"oracle": "yes"}, "oracle"),
+    ({"oracle": 1}, "oracle"),
+    ({"n_prefill": 0}, "n_prefill"),
+    ({"n_decode": 0}, "n_decode"),
+    ({"n_decode": 2.0}, "n_decode"),
+    ({"decode_capacity_tokens": 0}, "decode_capacity_tokens"),
+    ({"tbt_s": 0}, "tbt_s"),
+    ({"ttft_slo_s": 0}, "ttft_slo_s"),
+    ({"ttft_slo_s": math.inf}, "ttft_slo_s"),
+    ({"base_trace": 42}, "base_trace"),
+    ({"base_trace": Trace.from_requests([])}, "base_trace"),
+    ({"trace": [1, 2]}, "trace"),
+    ({"model": "no-such-model"}, "model"),
+    ({"render_mode": "human"}, "render_mode"),
+])
+def test_admission_invalid_constructor_arguments_name_the_argument(kwargs, name):
+    with pytest.raises(ValueError, match=rf"^{re.escape(name)}: ") as err:
+        gym.make(ADMISSION_ENV_ID, **kwargs)
+    assert "expected" in str(err.value) or "not both" in str(err.value)  # and says what is allowed
+
+
+def test_admission_observation_shape_and_oracle_feature():
+    plain = gym.make(ADMISSION_ENV_ID, **ADMISSION_SMALL)
+    oracle = gym.make(ADMISSION_ENV_ID, oracle=True, **ADMISSION_SMALL)
+    assert plain.observation_space.shape == (10,) and oracle.observation_space.shape == (11,)
+    with no_warnings_we_cause():
+        gym_check_env(oracle.unwrapped)
+    # the oracle feature is output / 4096, clipped at 1; it changes nothing else
+    trace = Trace.from_requests([Request(0.1 * k, 1000, out, ()) for k, out in enumerate((1, 1000, 4096, 5000, 30))])
+    for options in (None, {"trace": trace}):
+        obs_p, _ = plain.reset(seed=1, options=options)
+        obs_o, _ = oracle.reset(seed=1, options=options)
+        seen = []
+        for a in actions_for(plain, 400, seed=4):
+            view = oracle.unwrapped.decision_view()
+            assert obs_o.shape == (11,) and obs_p.shape == (10,)
+            assert same(obs_o[:10], obs_p)
+            assert obs_o[10] == np.float32(min(1.0, view.output_tokens / 4096))
+            seen.append(obs_o[10])
+            obs_p, _, terminated, _, _ = plain.step(a)
+            obs_o, _, _, _, _ = oracle.step(a)
+            if terminated:
+                break
+        assert not obs_o.any()
+    assert seen == [np.float32(x) for x in (1 / 4096, 1000 / 4096, 1.0, 1.0, 30 / 4096)]  # the last episode's
+
+
+def test_admission_reward_is_grants_minus_weighted_waste():
+    wp = 0.3
+    env = gym.make(ADMISSION_ENV_ID, load=3.0, waste_penalty=wp, **ADMISSION_SMALL)
+    mean_prefill_s = env.unwrapped.mean_prefill_s
+    base = env.unwrapped.base
+    assert mean_prefill_s == pytest.approx(np.mean([COST.prefill_s(n, 0) for n in base.input_tokens.tolist()]),
+                                           rel=1e-12)
+    for seed in (0, 1):
+        env.reset(seed=seed)
+        rewards, granted, wasted = [], 0, 0.0
+        rng = np.random.default_rng(seed)
+        while True:  # admit 90 %: decode overflows, so grants and waste both happen
+            obs, r, terminated, _, info = env.step(int(rng.random() < 0.9))
+            assert r == info["granted"] - wp * info["wasted_s"] / mean_prefill_s
+            assert info["granted"] >= 0 and info["wasted_s"] >= 0.0
+            rewards.append(r)
+            granted += info["granted"]
+            wasted += info["wasted_s"]
+            if terminated:
+                break
+        m = info["metrics"]
+        assert m["rejected_after_prefill"] > 0 and m["goodput"] > 0 and len(rewards) == 300
+        assert granted == m["goodput"] and wasted == pytest.approx(m["wasted_prefill_s"], rel=1e-12)
+        assert (info["completed"], info["rejected_at_arrival"], info["rejected_after_prefill"]) == \
+            (m["completed"], m["rejected_at_arrival"], m["rejected_after_prefill"])
+        expected = m["goodput"] - wp * m["wasted_prefill_s"] / mean_prefill_s
+        assert math.fsum(rewards) == pytest.approx(expected, rel=1e-9)
+        assert sum(rewards) == pytest.approx(expected, rel=1e-9)
+
+
+def test_admission_baselines_differ_on_the_comparison_trace():
+    # guards the next test against a trace on which every policy would trivially agree
+    results = {name: simulate_overload(ADMISSION_TRACE, make_policy("admission", name), OverloadConfig(), COST).metrics
+               for name in ADMISSION_POLICIES}
+    assert len({m["goodput"] for m in results.values()}) == len(results)
+    assert len({m["wasted_prefill_s"] for m in results.values()}) == len(results)
+    corr = [m["load_correlation"] for m in results.values()]
+    assert any(math.isnan(c) for c in corr) and any(math.isfinite(c) for c in corr)  # NaN is compared too
+
+
+@pytest.mark.parametrize("name", list(ADMISSION_POLICIES))
+def test_admission_baseline_through_env_gives_exactly_the_simulator_metrics(name):
+    seeds = [0, 1]
+    env_kwargs = {"trace": ADMISSION_TRACE, "waste_penalty": 0.2}
+    through_env = evaluate(ADMISSION_ENV_ID, make_policy("admission", name), seeds, **env_kwargs)
+    mean_prefill_s = gym.make(ADMISSION_ENV_ID, **env_kwargs).unwrapped.mean_prefill_s
+    for seed, got in zip(seeds, through_env):
+        direct = simulate_overload(ADMISSION_TRACE, make_policy("admission", name), OverloadConfig(), COST, seed=seed)
+        assert got.pop("steps") == len(ADMISSION_TRACE) and got.pop("seed") == seed
+        assert got.pop("return") == pytest.approx(
+            direct.metrics["goodput"] - 0.2 * direct.metrics["wasted_prefill_s"] / mean_prefill_s, rel=1e-9)
+        assert got.pop("policy") == "env" and direct.metrics["policy"] == name
+        assert same(got, {k: v for k, v in direct.metrics.items() if k != "policy"})
+
+
+def _always_admit(view):
+    return True
+
+
+def _always_reject(view):
+    return False
+
+
+def test_admission_return_tracks_goodput():
+    """At load 2 with the default waste penalty, over the same 5 seeds of the default 2,000-request
+    episode: for every pair of the six policies (the four baselines, always-admit, always-reject)
+    whose mean goodputs differ by more than 2 % of the larger, the one with the higher mean goodput
+    has the higher mean return. Pairs within 2 % are not compared (with these seeds: early,
+    predict and predict_dist, 0.6-1.8 % apart; the return ranks predict, which wastes about three
+    times early's prefill, last of the three)."""
+    policies = {name: make_policy("admission", name) for name in ADMISSION_POLICIES}
+    policies.update(always_admit=_always_admit, always_reject=_always_reject)
+    seeds = range(5)
+    goodput, ret = {}, {}
+    for name, policy in policies.items():
+        runs = evaluate(ADMISSION_ENV_ID, policy, seeds, load=2.0)
+        goodput[name] = np.mean([m["goodput"] for m in runs])
+        ret[name] = np.mean([m["return"] for m in runs])
+    compared = 0
+    for p in policies:
+        for q in policies:
+            if goodput[p] > goodput[q] and goodput[p] - goodput[q] > 0.02 * goodput[p]:
+                compared += 1
+                assert ret[p] > ret[q], (p, q, goodput, ret)
+    assert compared >= 10  # of the 15 pairs: the assertion above is not vacuous
+    assert goodput["always_reject"] == ret["always_reject"] == 0.0
+
+
+def tiny_admission_trace() -> Trace:
+    return Trace.from_requests([
+        Request(0.0, 2048, 100, ()),  # gets the only decode slot
+        Request(0.001, 2048, 100, ()),  # prefilled after it, finds no room: its prefill is wasted
+        Request(5.0, 1024, 10, ()),  # rejected at arrival
+        Request(6.0, 1024, 10, ()),  # admitted: completes in the drain after the last decision
+    ], name="tiny")
+
+
+def test_admission_exact_observations_and_rewards_on_a_tiny_trace():
+    trace = tiny_admission_trace()
+    cap, slo, tbt, wp = 3000, 2.0, 0.01, 0.5
+    env = gym.make(ADMISSION_ENV_ID, n_prefill=1, n_decode=1, decode_capacity_tokens=cap, tbt_s=tbt,
+                   ttft_slo_s=slo, waste_penalty=wp, base_trace=trace, trace=trace, render_mode="ansi")
+    p, q = COST.prefill_s(2048, 0), COST.prefill_s(1024, 0)
+    mean_prefill = (2 * p + 2 * q) / 4
+    mean_out = (100 + 100 + 10 + 10) / 4  # 55 tokens, decoding 0.55 s
+    capacity_rate = cap / np.mean([2148 * 100 * tbt, 2148 * 100 * tbt, 1034 * 10 * tbt, 1034 * 10 * tbt])
+    assert env.unwrapped.mean_prefill_s == pytest.approx(mean_prefill, rel=1e-12)
+    assert env.unwrapped.capacity_rate == pytest.approx(capacity_rate, rel=1e-12)
+    length = lambda n: math.log1p(n) / math.log1p(200_000)  # noqa: E731
+    need = lambda n: (n + mean_out) / cap  # noqa: E731  (one decode instance: per-instance capacity = cap)
+
+    obs, info = env.reset(seed=0)
+    assert info["requests"] == 4 and math.isnan(info["load"])
+    np.testing.assert_allclose(obs, [0, 0, 0, p / (1.5 * slo), 1, need(2048), length(2048), 0, 0, 0],
+                               rtol=0, atol=1e-6)
+
+    obs, r, terminated, _, info = env.step(1)
+    assert (r, terminated, info["granted"], info["wasted_s"]) == (0.0, False, 0, 0.0)
+    # request 1 would finish prefill at 2p; request 0 (finishing at p, decoding the mean 0.55 s > p)
+    # is then projected in decode; under the output distribution it is still there with
+    # P(output > (2p - p) / tbt) = P(output > 19) = 1/2
+    assert int(p / tbt) == 19
+    np.testing.assert_allclose(obs, [0, need(2048), need(2048) / 2, (2 * p - 0.001) / (1.5 * slo), 1, need(2048),
+                                     length(2048), 0, 0, 1 / 20], rtol=0, atol=1e-6)
+
+    obs, r, terminated, _, info = env.step(1)  # by t = 5: request 0 granted, request 1 wasted
+    assert (info["granted"], info["completed"], info["rejected_after_prefill"]) == (1, 1, 1)
+    assert info["wasted_s"] == pytest.approx(p, rel=1e-12)
+    assert r == pytest.approx(1 - wp * p / mean_prefill, rel=1e-12) and not terminated
+    recent = lambda k: k / (30 * capacity_rate)  # noqa: E731
+    np.testing.assert_allclose(obs, [0, 0, 0, q / (1.5 * slo), 1, need(1024), length(1024), recent(1), p / 30, 0],
+                               rtol=0, atol=1e-6)
+
+    obs, r, terminated, _, info = env.step(0)  # rejected: nothing happens before t = 6
+    assert (r, terminated, info["granted"], info["rejected_at_arrival"]) == (0.0, False, 0, 1)
+    np.testing.assert_allclose(obs, [0, 0, 0, q / (1.5 * slo), 1, need(1024), length(1024), recent(2), p / 30, 0],
+                               rtol=0, atol=1e-6)
+    picture = env.render()
+    assert "request 3" in picture and "decode [0]" in picture
+
+    obs, r, terminated, _, info = env.step(1)  # the last decision: drained, granted in this step
+    assert terminated and r == 1.0 and not obs.any()
+    m = info["metrics"]
+    assert (m["requests"], m["completed"], m["goodput"], m["rejected_at_arrival"], m["rejected_after_prefill"],
+            m["admitted"]) == (4, 2, 2, 1, 1, 3)
+    assert m["wasted_prefill_s"] == pytest.approx(p, rel=1e-12)
+    assert m["mean_ttft_s"] == pytest.approx((p + q) / 2, rel=1e-12)
+    assert env.render().startswith("done: completed 2, rejected 1 at arrival and 1 after prefill")
+
+
+def test_admission_load_range_draws_a_load_per_episode():
+    env = gym.make(ADMISSION_ENV_ID, load_range=(0.5, 4.0), episode_requests=60)
+    infos = [env.reset(seed=s)[1] for s in range(4)]
+    loads = [i["load"] for i in infos]
+    assert len(set(loads)) == 4 and all(0.5 <= x <= 4.0 for x in loads)
+    assert loads[2] == env.reset(seed=2)[1]["load"]
+    assert all(i["requests"] == 60 for i in infos)
+    # the load sets the arrival rate: the episode's trace spans fewer seconds at a higher load
+    spans = {}
+    for s, load in enumerate(loads):
+        env.reset(seed=s)
+        spans[load] = env.unwrapped.sim.trace.arrival_s[-1]
+    assert spans[max(loads)] < spans[min(loads)]
+    assert gym.make(ADMISSION_ENV_ID, episode_requests=60).reset(seed=0)[1]["load"] == 2.0  # the default
+
+
+def test_admission_reset_options_trace_and_speed():
+    env = gym.make(ADMISSION_ENV_ID, speed=2.0, **ADMISSION_SMALL)
+    _, info = env.reset(seed=0, options={"trace": tiny_admission_trace()})
+    assert info["requests"] == 4 and math.isnan(info["load"])
+    assert env.unwrapped.sim.trace.arrival_s.tolist() == [0.0, 0.0005, 2.5, 3.0]
+    _, info = env.reset(seed=0)
+    assert info["requests"] == 300 and info["load"] == 2.0

@@ -51,7 +51,7 @@ class WorkloadSpec:
         if rate is not None and rate_range is not None:
             raise ValueError("rate, rate_range: give one of them, not both")
         if rate_range is not None:
-            if not _is_range(rate_range):
+            if not is_range(rate_range):
                 raise ValueError(f"rate_range: expected (low, high), finite, with 0 < low <= high, got {rate_range!r}")
             self.rate_range = (float(rate_range[0]), float(rate_range[1]))
             self.rate = None
@@ -80,9 +80,10 @@ class WorkloadSpec:
         return synthetic_trace(np_random, rate, duration_s=None, n_requests=self.episode_requests)
 
 
-def _is_range(value) -> bool:
-    """Whether ``value`` is a pair ``(low, high)`` of finite numbers with ``0 < low <= high``."""
-    if not isinstance(value, (tuple, list, np.ndarray)) or len(value) != 2:
+def is_range(value) -> bool:
+    """Whether ``value`` is a pair ``(low, high)`` of finite numbers with ``0 < low <= high``
+    (the check of ``rate_range`` and ``load_range``; never raises)."""
+    if not isinstance(value, (tuple, list, np.ndarray)) or getattr(value, "ndim", 1) != 1 or len(value) != 2:
         return False
     if not all(isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
                for x in value):
