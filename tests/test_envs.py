@@ -27,7 +27,7 @@ from mooncake_gym.baselines import ADMISSION_POLICIES, ROUTING_POLICIES, make_po
 from mooncake_gym.costmodel import CostModel
 from mooncake_gym.envs import ADMISSION_ENV_ID, ROUTING_ENV_ID
 from mooncake_gym.evaluation import evaluate
-from mooncake_gym.overload import OverloadConfig, overload_workload
+from mooncake_gym.overload import COMPLETED, OverloadConfig, overload_workload
 from mooncake_gym.overload import simulate as simulate_overload
 from mooncake_gym.routing import Route, RoutingConfig, simulate
 from mooncake_gym.workload import Request, Trace, read_trace, synthetic_trace, write_trace
@@ -527,33 +527,40 @@ def test_admission_observation_shape_and_oracle_feature():
 
 
 def test_admission_reward_is_grants_minus_weighted_waste():
-    wp = 0.3
-    env = gym.make(ADMISSION_ENV_ID, load=3.0, waste_penalty=wp, **ADMISSION_SMALL)
+    wp, slo = 0.3, 4.0  # a tight SLO: the random admissions below often queue beyond it (doomed)
+    env = gym.make(ADMISSION_ENV_ID, load=3.0, waste_penalty=wp, ttft_slo_s=slo, **ADMISSION_SMALL)
     mean_prefill_s = env.unwrapped.mean_prefill_s
     base = env.unwrapped.base
     assert mean_prefill_s == pytest.approx(np.mean([COST.prefill_s(n, 0) for n in base.input_tokens.tolist()]),
                                            rel=1e-12)
     for seed in (0, 1):
         env.reset(seed=seed)
-        rewards, granted, wasted = [], 0, 0.0
+        rewards, granted, doomed, wasted = [], 0, 0.0, 0.0
         rng = np.random.default_rng(seed)
-        while True:  # admit 90 %: decode overflows, so grants and waste both happen
+        while True:  # admit 90 %: decode overflows and prefill queues, so every term happens
+            view = env.unwrapped.decision_view()
             obs, r, terminated, _, info = env.step(int(rng.random() < 0.9))
-            assert r == info["granted"] - wp * info["wasted_s"] / mean_prefill_s
+            assert r == info["granted"] - wp * (info["doomed_s"] + info["wasted_s"]) / mean_prefill_s
             assert info["granted"] >= 0 and info["wasted_s"] >= 0.0
+            assert info["doomed_s"] == (view.prefill_s if info["admitted"] and view.predicted_ttft_s > slo else 0.0)
             rewards.append(r)
             granted += info["granted"]
+            doomed += info["doomed_s"]
             wasted += info["wasted_s"]
             if terminated:
                 break
         m = info["metrics"]
+        res = env.unwrapped.sim.result()
+        late = np.isfinite(res.ttft_s) & (res.ttft_s > slo)  # admitted, and doomed at admission
+        doomed_kept = res.prefill_s[late & (res.outcome == COMPLETED)].sum()
         assert m["rejected_after_prefill"] > 0 and m["goodput"] > 0 and len(rewards) == 300
-        assert granted == m["goodput"] and wasted == pytest.approx(m["wasted_prefill_s"], rel=1e-12)
+        assert doomed > 0 and doomed_kept > 0 and doomed == pytest.approx(res.prefill_s[late].sum(), rel=1e-12)
+        assert granted == m["goodput"]
+        assert doomed + wasted == pytest.approx(m["wasted_prefill_s"] + doomed_kept, rel=1e-12)
         assert (info["completed"], info["rejected_at_arrival"], info["rejected_after_prefill"]) == \
             (m["completed"], m["rejected_at_arrival"], m["rejected_after_prefill"])
-        expected = m["goodput"] - wp * m["wasted_prefill_s"] / mean_prefill_s
+        expected = m["goodput"] - wp * (m["wasted_prefill_s"] + doomed_kept) / mean_prefill_s
         assert math.fsum(rewards) == pytest.approx(expected, rel=1e-9)
-        assert sum(rewards) == pytest.approx(expected, rel=1e-9)
 
 
 def test_admission_baselines_differ_on_the_comparison_trace():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import math
 import os
 
@@ -10,7 +11,8 @@ import numpy as np
 from gymnasium import spaces
 
 from ..costmodel import CostModel
-from ..overload import DEMO3_BASE_RATE, OverloadConfig, OverloadSimulator, decode_capacity_rate
+from ..overload import (DEMO3_BASE_RATE, REJECTED_AFTER_PREFILL, OverloadConfig, OverloadSimulator,
+                        decode_capacity_rate)
 from ..workload import Trace, read_trace, resample_iid, synthetic_trace
 from .common import check_range, is_range
 
@@ -71,24 +73,27 @@ class OverloadAdmissionEnv(gym.Env):
 
     ## Rewards
 
-    The reward of a step is for what happened between this decision and the next arrival, whatever
-    the action: +1 for every admitted request that got a decode slot with TTFT <= ``ttft_slo_s``
-    (it then completes for sure; rewarding at the slot grant rather than at completion shortens the
-    credit-assignment delay), minus ``waste_penalty`` x the prefill seconds wasted on requests
-    rejected after prefill, in units of ``mean_prefill_s``, the mean prefill time of the base
-    trace's requests (default penalty 0.1: wasting an average prefill costs a tenth of a
-    completion). The decision itself earns nothing at once: a rejection costs 0, and an admission
-    pays off (or costs) in the step in which its prefill ends, TTFT x arrival rate steps later
-    (about 10 at load 2 with short prefill queues, hundreds with ``baseline``'s). The return is
-    therefore the episode's goodput minus ``waste_penalty x wasted_prefill_s /
-    mean_prefill_s``. With the default it ranks policies by goodput unless their goodputs are close
-    and their waste differs a lot: at load 2 over 5 seeds of 2,000 requests, every pair of the four
-    baselines, always-admit and always-reject whose mean goodputs differ by more than 2 % is ranked
-    the same by mean return (``tests/test_envs.py``), but ``predict``, with 1.8 % more goodput than
-    ``early`` and three times its waste, has the lower return. A larger penalty (0.5 and up)
-    rewards saving prefill compute over completing the last few requests: with 0.5,
-    ``predict_dist`` out-scores ``baseline`` although it completes about 7 % fewer in a
-    3,000-request episode.
+    The reward of a step is for the decision and for what happened between it and the next
+    arrival: +1 for every admitted request that got a decode slot with TTFT <= ``ttft_slo_s`` (it
+    then completes for sure; rewarding at the slot grant rather than at completion shortens the
+    credit-assignment delay), minus ``waste_penalty`` x wasted prefill seconds in units of
+    ``mean_prefill_s`` (the mean prefill time of the base trace's requests; default penalty 0.1:
+    wasting an average prefill costs a tenth of a completion). Wasted prefill is charged as soon as
+    it is certain:
+
+    * at the decision, the prefill of a request admitted although its predicted TTFT exceeds the
+      SLO (the prediction is exact here, so it can never count as goodput: ``info["doomed_s"]``);
+    * when a prefill ends without a decode slot (rejected after prefill: ``info["wasted_s"]``),
+      unless that request was charged at its admission already.
+
+    A rejection costs 0. The episode's return is therefore goodput minus ``waste_penalty`` x (the
+    simulator's ``wasted_prefill_s`` + the prefill of doomed requests that did get a decode slot) /
+    ``mean_prefill_s``. Charging doomed prefill at the decision gives the agent an immediate signal
+    for Algorithm 1's prefill check, which the grant alone (paid hundreds of arrivals later, and
+    only through the queueing delay it causes others) teaches very slowly. With the default penalty
+    the return ranks policies by goodput unless their goodputs are close and their waste differs a
+    lot (``tests/test_envs.py`` checks the ranking across the baselines); a larger penalty (0.5 and
+    up) rewards saving prefill compute over completing the last few requests.
 
     ## Info
 
@@ -96,7 +101,9 @@ class OverloadAdmissionEnv(gym.Env):
     its load (NaN when a trace is replayed) and the decode capacity rate (requests/s). Each ``step``
     returns ``index`` (the decided request's position in the trace), ``admitted``, ``granted``
     (requests granted a decode slot within the SLO since the decision, the positive part of the
-    reward), ``wasted_s`` (prefill seconds wasted since the decision) and the running counts
+    reward), ``doomed_s`` (the decided request's prefill seconds if it was admitted beyond the
+    SLO, else 0), ``wasted_s`` (prefill seconds wasted after prefill since the decision, not counting
+    doomed requests) and the running counts
     ``completed``, ``rejected_at_arrival`` and ``rejected_after_prefill``; the final step adds
     ``metrics``.
 
@@ -244,6 +251,7 @@ class OverloadAdmissionEnv(gym.Env):
         self._view = self.sim.reset()
         self._granted = 0
         self._wasted = 0.0
+        self._doomed: list = []  # (prefill finish, request, prefill s) of admitted requests doomed to miss the SLO
         return self._observe(), {"requests": len(trace), "load": load, "capacity_rate_per_s": self.capacity_rate}
 
     def step(self, action):
@@ -255,15 +263,31 @@ class OverloadAdmissionEnv(gym.Env):
         if self.sim.done:
             raise RuntimeError("step: the episode has terminated; call reset()")
         admit = int(action) == 1
-        index = self._view.index
+        view = self._view
+        doomed = 0.0
+        if admit and view.predicted_ttft_s > view.ttft_slo_s:
+            # certain to miss the TTFT SLO (the prediction is exact): its prefill can never count
+            # as goodput, so it is charged as waste now, when that is known
+            doomed = view.prefill_s
+            heapq.heappush(self._doomed, (view.predicted_prefill_finish, view.index, doomed))
         self._view = self.sim.step(admit)
         sim = self.sim
         granted = sim.completed_in_slo - self._granted
         wasted = sim.wasted_prefill_s - self._wasted
         self._granted, self._wasted = sim.completed_in_slo, sim.wasted_prefill_s
-        reward = granted - self.waste_penalty * wasted / self.mean_prefill_s
+        # a doomed request later rejected after prefill was charged already: its prefill is taken
+        # out of this step's waste (its outcome is settled by its prefill finish)
+        settled = math.inf if self._view is None else self._view.now
+        outcome = sim.outcome
+        while self._doomed and self._doomed[0][0] <= settled:
+            _, i, prefill = heapq.heappop(self._doomed)
+            if outcome[i] == REJECTED_AFTER_PREFILL:
+                wasted -= prefill
+        if wasted < 1e-9:  # what is left of a difference of float sums when only doomed requests were wasted
+            wasted = 0.0
+        reward = granted - self.waste_penalty * (doomed + wasted) / self.mean_prefill_s
         terminated = sim.done
-        info = {"index": index, "admitted": admit, "granted": granted, "wasted_s": wasted,
+        info = {"index": view.index, "admitted": admit, "granted": granted, "doomed_s": doomed, "wasted_s": wasted,
                 "completed": sim.completed, "rejected_at_arrival": sim.rejected_at_arrival,
                 "rejected_after_prefill": sim.rejected_after_prefill}
         if terminated:
