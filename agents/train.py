@@ -73,15 +73,17 @@ def _seeded_eval_callback(eval_env, seed: int, **kwargs):
 
 def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.PathLike = "runs/train",
           tensorboard: str | None = None, progress_bar: bool = True, threads: int = 1,
-          verbose: int = 0, evaluate_card: bool = True) -> Path:
+          verbose: int = 0, evaluate_card: bool = True, overrides: dict | None = None) -> Path:
     """Train PPO on ``env`` ('routing' or 'admission'); returns the path of the best model's zip.
 
-    The card ``<zip>.json`` beside it records how it was made.
+    The card ``<zip>.json`` beside it records how it was made. ``overrides`` replaces entries of
+    the ``hyperparams.yml`` entry (for experiments; the card records the values used).
     """
     import gymnasium as gym
     import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
     import mooncake_gym  # noqa: F401  (registers the env ids)
@@ -89,7 +91,7 @@ def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.P
     if env not in ENV_IDS:
         raise ValueError(f"env: expected one of {sorted(ENV_IDS)}, got {env!r}")
     env_id = ENV_IDS[env]
-    hp = load_hyperparams(env_id)
+    hp = {**load_hyperparams(env_id), **(overrides or {})}
     total = int(timesteps if timesteps is not None else hp.pop("n_timesteps"))
     hp.pop("n_timesteps", None)
     if total < 1:
@@ -108,7 +110,7 @@ def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.P
     # make_vec_env asks for render_mode="rgb_array" unless told otherwise; our envs render text only
     venv = make_vec_env(env_id, n_envs=n_envs, seed=seed, env_kwargs={"render_mode": None, **env_kwargs},
                         vec_env_cls=DummyVecEnv)
-    eval_env = DummyVecEnv([lambda: gym.make(env_id, **eval_kwargs)])
+    eval_env = DummyVecEnv([lambda: Monitor(gym.make(env_id, **eval_kwargs))])
     if normalize_reward:
         # scale rewards by a running estimate of the return's spread (observations are already in
         # [0, 1] and stay raw, so the saved model needs no normalisation statistics to run)
@@ -137,6 +139,7 @@ def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.P
         "wall_time_s": round(wall, 1),
         "threads": threads,
         "best_eval_mean_reward": float(callback.best_mean_reward),
+        "best_eval_timestep": _best_eval_timestep(out),
         "versions": library_versions(),
         "sha256": sha256_of(final),
     }
@@ -144,6 +147,17 @@ def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.P
         card["evaluation"] = card_evaluation(env, PPO.load(final, device="cpu"))
     final.with_suffix(".json").write_text(json.dumps(card, indent=2) + "\n")
     return final
+
+
+def _best_eval_timestep(out: Path) -> int | None:
+    """The timestep of the saved best model, from the evaluation callback's log."""
+    import numpy as np
+
+    log = out / "evaluations.npz"
+    if not log.exists():
+        return None
+    with np.load(log) as d:
+        return int(d["timesteps"][int(np.argmax(d["results"].mean(axis=1)))])
 
 
 #: Held-out settings of the card's evaluation (seeds never used in training: see compare.py).

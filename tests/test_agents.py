@@ -1,0 +1,101 @@
+"""Shipped PPO agents, training and the compare command."""
+
+import json
+import math
+import shutil
+
+import pytest
+import torch
+
+import mooncake_gym.agents as agents
+from mooncake_gym import compare as cmp
+from mooncake_gym.agents.train import load_hyperparams, sha256_of, train
+from mooncake_gym.cli import main
+from mooncake_gym.envs import ADMISSION_ENV_ID, ROUTING_ENV_ID
+from mooncake_gym.evaluation import evaluate
+
+torch.set_num_threads(1)
+
+EPISODE = {"routing": {"rate": 6.0, "episode_requests": 200}, "admission": {"load": 2.0, "episode_requests": 200}}
+ENV_IDS = {"routing": ROUTING_ENV_ID, "admission": ADMISSION_ENV_ID}
+
+
+@pytest.mark.parametrize("name", sorted(agents.SHIPPED))
+def test_shipped_agent_loads_verified_and_runs_an_episode(name):
+    if name not in agents.available():
+        pytest.fail(f"shipped agent {name} is missing from agents/ (zip and card expected)")
+    card = agents.card(name)
+    assert card["sha256"] == sha256_of(agents.agent_dir() / f"{name}.zip")
+    assert card["env_id"] == ENV_IDS[agents.SHIPPED[name]]
+    assert card["timesteps"] > 0 and card["wall_time_s"] <= 20 * 60
+    model = agents.load_agent(name)
+    problem = agents.SHIPPED[name]
+    (episode,) = evaluate(ENV_IDS[problem], model, [123], **EPISODE[problem])
+    assert episode["steps"] == 200
+    assert all(math.isfinite(v) for v in episode.values() if isinstance(v, float) and not math.isnan(v))
+
+
+def test_tampered_agent_is_refused(tmp_path, monkeypatch):
+    for name in agents.available():
+        shutil.copy(agents.agent_dir() / f"{name}.zip", tmp_path / f"{name}.zip")
+        shutil.copy(agents.agent_dir() / f"{name}.json", tmp_path / f"{name}.json")
+    name = next(iter(agents.available()))
+    with open(tmp_path / f"{name}.zip", "ab") as f:
+        f.write(b"\0")
+    monkeypatch.setattr(agents, "agent_dir", lambda: tmp_path)
+    with pytest.raises(agents.AgentIntegrityError, match="does not match its card"):
+        agents.load_agent(name)
+
+
+def test_untrusted_user_file_needs_consent(tmp_path):
+    with pytest.raises(ValueError, match="can run code"):
+        agents.load_agent(tmp_path / "mine.zip")
+    with pytest.raises(FileNotFoundError):
+        agents.load_agent(tmp_path / "mine.zip", trusted=True)
+
+
+def test_training_smoke_produces_a_loadable_agent(tmp_path):
+    path = train("routing", timesteps=1024, seed=1, out=tmp_path, progress_bar=False, evaluate_card=False)
+    card = json.loads(path.with_suffix(".json").read_text())
+    assert card["sha256"] == sha256_of(path) and card["timesteps"] == 1024 and card["seed"] == 1
+    assert card["env_id"] == ROUTING_ENV_ID and card["versions"]["stable_baselines3"]
+    model = agents.load_agent(path, trusted=True)
+    (episode,) = evaluate(ROUTING_ENV_ID, model, [5], **EPISODE["routing"])
+    assert episode["steps"] == 200
+
+
+def test_hyperparameters_exist_for_both_envs():
+    for env_id in ENV_IDS.values():
+        hp = load_hyperparams(env_id)
+        assert hp["policy"] == "MlpPolicy" and hp["n_timesteps"] > 0
+    with pytest.raises(ValueError, match="no hyperparameters"):
+        load_hyperparams("nope-v0")
+
+
+def test_compare_json_small_setting(capsys):
+    code = main(["compare", "--env", "all", "--seeds", "2", "--rates", "6", "--loads", "2", "--json"])
+    assert code == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["seeds"] == [cmp.COMPARE_SEED_BASE, cmp.COMPARE_SEED_BASE + 1]
+    problems = [s["problem"] for s in doc["settings"]]
+    assert problems == ["routing", "admission"]
+    for setting in doc["settings"]:
+        metrics = cmp.ROUTING_METRICS if setting["problem"] == "routing" else cmp.ADMISSION_METRICS
+        names = [r["policy"] for r in setting["rows"]]
+        expected = list(cmp.policies_for(setting["problem"], {}))
+        assert names[: len(expected)] == expected and len(names) == len(set(names))
+        assert any(n.startswith("ppo") for n in names), "the shipped agent is compared"
+        for row in setting["rows"]:
+            for key, *_ in metrics:
+                if key == "load_correlation":  # undefined (null) when a load series is constant
+                    continue
+                assert isinstance(row[key], float) and math.isfinite(row[key]), (row["policy"], key)
+                assert math.isfinite(row[key + "_ci95"]) and row[key + "_ci95"] >= 0
+
+
+def test_mean_ci95():
+    m, h = cmp.mean_ci95([1.0])
+    assert m == 1.0 and math.isnan(h)
+    m, h = cmp.mean_ci95([1.0, 3.0])
+    assert m == 2.0 and h == pytest.approx(12.706 * math.sqrt(2) / math.sqrt(2))
+    assert math.isnan(cmp.mean_ci95([])[0])
