@@ -47,11 +47,21 @@ class ModelPolicy:
         self.deterministic = deterministic
 
     def reset(self, env: gym.Env, seed: int | None) -> None:
-        pass
+        check_model_fits(self.model, env)
 
     def act(self, env: gym.Env, obs) -> int:
         action, _ = self.model.predict(obs, deterministic=self.deterministic)
         return int(action)
+
+
+def check_model_fits(model, env: gym.Env) -> None:
+    """Raise ``ValueError`` if ``model`` was trained on other observation or action spaces than ``env``'s
+    (for example an agent saved before an environment's version changed)."""
+    for name in ("observation_space", "action_space"):
+        mine, theirs = getattr(model, name, None), getattr(env, name)
+        if mine is not None and mine != theirs:
+            raise ValueError(f"agent: trained for {name} {mine}, but {env.spec.id if env.spec else env} has {theirs}; "
+                             "retrain it for this version of the environment")
 
 
 def as_env_policy(policy) -> ViewPolicy | ModelPolicy:
@@ -98,6 +108,7 @@ def _evaluate_model_lockstep(env_id: str, policy: ModelPolicy, seeds: Sequence[i
     network forward pass serves all the episodes still running (same results as one by one)."""
     envs = [gym.make(env_id, **env_kwargs) for _ in seeds]
     try:
+        check_model_fits(policy.model, envs[0])
         obs = [env.reset(seed=s)[0] for env, s in zip(envs, seeds)]
         totals, steps = [0.0] * len(envs), [0] * len(envs)
         results: list[dict | None] = [None] * len(envs)

@@ -99,3 +99,11 @@ def test_mean_ci95():
     m, h = cmp.mean_ci95([1.0, 3.0])
     assert m == 2.0 and h == pytest.approx(12.706 * math.sqrt(2) / math.sqrt(2))
     assert math.isnan(cmp.mean_ci95([])[0])
+
+
+def test_agent_for_other_spaces_gets_a_clear_error():
+    model = agents.load_agent("ppo_routing")
+    with pytest.raises(ValueError, match="agent: trained for observation_space"):
+        evaluate(ADMISSION_ENV_ID, model, [0], **EPISODE["admission"])
+    with pytest.raises(ValueError, match="retrain it"):
+        evaluate(ROUTING_ENV_ID, model, [0, 1], n_instances=4, **EPISODE["routing"])

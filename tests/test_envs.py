@@ -503,7 +503,7 @@ def test_admission_invalid_constructor_arguments_name_the_argument(kwargs, name)
 def test_admission_observation_shape_and_oracle_feature():
     plain = gym.make(ADMISSION_ENV_ID, **ADMISSION_SMALL)
     oracle = gym.make(ADMISSION_ENV_ID, oracle=True, **ADMISSION_SMALL)
-    assert plain.observation_space.shape == (10,) and oracle.observation_space.shape == (11,)
+    assert plain.observation_space.shape == (11,) and oracle.observation_space.shape == (12,)
     with no_warnings_we_cause():
         gym_check_env(oracle.unwrapped)
     # the oracle feature is output / 4096, clipped at 1; it changes nothing else
@@ -514,10 +514,10 @@ def test_admission_observation_shape_and_oracle_feature():
         seen = []
         for a in actions_for(plain, 400, seed=4):
             view = oracle.unwrapped.decision_view()
-            assert obs_o.shape == (11,) and obs_p.shape == (10,)
-            assert same(obs_o[:10], obs_p)
-            assert obs_o[10] == np.float32(min(1.0, view.output_tokens / 4096))
-            seen.append(obs_o[10])
+            assert obs_o.shape == (12,) and obs_p.shape == (11,)
+            assert same(obs_o[:11], obs_p)
+            assert obs_o[11] == np.float32(min(1.0, view.output_tokens / 4096))
+            seen.append(obs_o[11])
             obs_p, _, terminated, _, _ = plain.step(a)
             obs_o, _, _, _, _ = oracle.step(a)
             if terminated:
@@ -534,11 +534,12 @@ def test_admission_reward_is_grants_minus_weighted_waste():
     assert mean_prefill_s == pytest.approx(np.mean([COST.prefill_s(n, 0) for n in base.input_tokens.tolist()]),
                                            rel=1e-12)
     for seed in (0, 1):
-        env.reset(seed=seed)
+        obs, _ = env.reset(seed=seed)
         rewards, granted, doomed, wasted = [], 0, 0.0, 0.0
         rng = np.random.default_rng(seed)
         while True:  # admit 90 %: decode overflows and prefill queues, so every term happens
             view = env.unwrapped.decision_view()
+            assert obs[10] == (1.0 if view.predicted_ttft_s > slo else 0.0)  # the prefill-check feature
             obs, r, terminated, _, info = env.step(int(rng.random() < 0.9))
             assert r == info["granted"] - wp * (info["doomed_s"] + info["wasted_s"]) / mean_prefill_s
             assert info["granted"] >= 0 and info["wasted_s"] >= 0.0
@@ -646,7 +647,7 @@ def test_admission_exact_observations_and_rewards_on_a_tiny_trace():
 
     obs, info = env.reset(seed=0)
     assert info["requests"] == 4 and math.isnan(info["load"])
-    np.testing.assert_allclose(obs, [0, 0, 0, p / (1.5 * slo), 1, need(2048), length(2048), 0, 0, 0],
+    np.testing.assert_allclose(obs, [0, 0, 0, p / (1.5 * slo), 1, need(2048), length(2048), 0, 0, 0, 0],
                                rtol=0, atol=1e-6)
 
     obs, r, terminated, _, info = env.step(1)
@@ -656,19 +657,19 @@ def test_admission_exact_observations_and_rewards_on_a_tiny_trace():
     # P(output > (2p - p) / tbt) = P(output > 19) = 1/2
     assert int(p / tbt) == 19
     np.testing.assert_allclose(obs, [0, need(2048), need(2048) / 2, (2 * p - 0.001) / (1.5 * slo), 1, need(2048),
-                                     length(2048), 0, 0, 1 / 20], rtol=0, atol=1e-6)
+                                     length(2048), 0, 0, 1 / 20, 0], rtol=0, atol=1e-6)
 
     obs, r, terminated, _, info = env.step(1)  # by t = 5: request 0 granted, request 1 wasted
     assert (info["granted"], info["completed"], info["rejected_after_prefill"]) == (1, 1, 1)
     assert info["wasted_s"] == pytest.approx(p, rel=1e-12)
     assert r == pytest.approx(1 - wp * p / mean_prefill, rel=1e-12) and not terminated
     recent = lambda k: k / (30 * capacity_rate)  # noqa: E731
-    np.testing.assert_allclose(obs, [0, 0, 0, q / (1.5 * slo), 1, need(1024), length(1024), recent(1), p / 30, 0],
+    np.testing.assert_allclose(obs, [0, 0, 0, q / (1.5 * slo), 1, need(1024), length(1024), recent(1), p / 30, 0, 0],
                                rtol=0, atol=1e-6)
 
     obs, r, terminated, _, info = env.step(0)  # rejected: nothing happens before t = 6
     assert (r, terminated, info["granted"], info["rejected_at_arrival"]) == (0.0, False, 0, 1)
-    np.testing.assert_allclose(obs, [0, 0, 0, q / (1.5 * slo), 1, need(1024), length(1024), recent(2), p / 30, 0],
+    np.testing.assert_allclose(obs, [0, 0, 0, q / (1.5 * slo), 1, need(1024), length(1024), recent(2), p / 30, 0, 0],
                                rtol=0, atol=1e-6)
     picture = env.render()
     assert "request 3" in picture and "decode [0]" in picture

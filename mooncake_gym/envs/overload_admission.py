@@ -45,13 +45,13 @@ class OverloadAdmissionEnv(gym.Env):
 
     ## Observation Space
 
-    ``Box(0, 1, (10,), float32)`` (``(11,)`` with ``oracle=True``). Capacity = the decode pool's
+    ``Box(0, 1, (11,), float32)`` (``(12,)`` with ``oracle=True``). Capacity = the decode pool's
     total tokens (``n_decode x decode_capacity_tokens``); per-instance capacity =
     ``decode_capacity_tokens``; SLO = ``ttft_slo_s``; window = the simulator's ``recent_window_s``
     (30 s); decode capacity rate = the requests/s the decode pool completes on the base trace
     (see Starting State). Every feature is clipped to [0, 1]: a value at or above its cap reads 1.
     The workload's statistics (mean output, mean decode time, decode-time distribution) are those
-    of the episode's requests, as a deployment takes them from its logs; no feature but 10 reveals a
+    of the episode's requests, as a deployment takes them from its logs; no feature but 11 reveals a
     request's own output length.
 
     | index | feature | unit, scaling | range |
@@ -66,7 +66,8 @@ class OverloadAdmissionEnv(gym.Env):
     | 7 | recent rejections (at arrival or after prefill) | count / (window x decode capacity rate) | [0, 1] |
     | 8 | recently wasted prefill | s / (window x n_prefill) | [0, 1] |
     | 9 | requests in prefill (queued or running) | count / (20 n_prefill) | [0, 1] |
-    | 10 | (``oracle=True`` only) this request's output length | tokens / 4096 | [0, 1] |
+    | 10 | Algorithm 1's prefill check: 1 if the predicted TTFT exceeds the SLO (admitting it would be doomed), else 0 | 0 or 1 | {0, 1} |
+    | 11 | (``oracle=True`` only) this request's output length | tokens / 4096 | [0, 1] |
 
     The output length is hidden unless ``oracle=True``: real systems do not know it at arrival.
     After the last request the observation is all zeros.
@@ -181,7 +182,7 @@ class OverloadAdmissionEnv(gym.Env):
         self.waste_penalty = float(waste_penalty)
         self.render_mode = render_mode
         self.action_space = spaces.Discrete(2)
-        self.observation_space = spaces.Box(0.0, 1.0, (11 if oracle else 10,), np.float32)
+        self.observation_space = spaces.Box(0.0, 1.0, (12 if oracle else 11,), np.float32)
         self.sim: OverloadSimulator | None = None
         self._view = None
         c = self.config
@@ -230,6 +231,7 @@ class OverloadAdmissionEnv(gym.Env):
             v.recent_rejected / rejected_den,
             v.recent_wasted_s / wasted_den,
             v.requests_in_prefill / in_prefill_den,
+            1.0 if v.predicted_ttft_s > v.ttft_slo_s else 0.0,
         ]
         if self._oracle:
             vals.append(v.output_tokens / OUTPUT_TOKENS_CAP)
