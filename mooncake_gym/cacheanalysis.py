@@ -51,11 +51,9 @@ import heapq
 import math
 import numbers
 import operator
-import os
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from . import report
 from .costmodel import BLOCK_TOKENS, get_model
 from .prefixcache import PrefixCache
 
@@ -506,123 +504,3 @@ def analyze_cache(trace, blocks: Sequence[int] | str | None = None, gib: Sequenc
         ceiling=cache_ceiling(trace, window, block_tokens, tree=tree),
         points=points,
     )
-
-
-# --------------------------------------------------------------------------------------------
-# Output: table, plot, command line
-# --------------------------------------------------------------------------------------------
-def format_cache_table(analysis: CacheAnalysis) -> str:
-    """The table the command prints; a ``*`` marks a figure whose cache was not yet full when the
-    measured window began (kvcache-simulator omits such points)."""
-    rows = []
-    marked = False
-    for pt in analysis.points:
-        row = {"blocks": f"{pt.capacity_blocks:,}", "gib": f"{pt.capacity_gib:,.2f}"}
-        for p in analysis.policies:
-            res = pt.results[p]
-            star = res.full_before_window is False
-            marked |= star
-            row[p] = f"{res.hit_rate:.4f}" + ("*" if star else "")
-        rows.append(row)
-    rows.append({"blocks": "infinite", "gib": "-", **{p: f"{analysis.ceiling.hit_rate:.4f}" for p in analysis.policies}})
-    cols = [("blocks", "cache blocks", None), ("gib", f"GiB ({analysis.model})", None)]
-    cols += [(p, p, None) for p in analysis.policies]
-    text = report.format_table(rows, cols)
-    if marked:
-        text += "\n* the cache was not yet full when the measured window began (kvcache-simulator omits such points)"
-    return text
-
-
-def plot_hit_rate(analysis: CacheAnalysis, path: str | os.PathLike) -> None:
-    """Hit rate versus capacity (log x axis), one line per policy, the ceiling dashed; a PNG file."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import matplotlib.ticker
-
-    fig, ax = plt.subplots(figsize=(7.0, 4.5), dpi=120)
-    styles = {"lru": ("C0", "o"), "fifo": ("C1", "s"), "optimal": ("C2", "^")}
-    caps = analysis.capacities
-    for p in analysis.policies:
-        color, marker = styles[p]
-        ax.plot(caps, analysis.hit_rates(p), color=color, marker=marker, label=p if p != "optimal" else "optimal (Belady)")
-    ax.axhline(analysis.ceiling.hit_rate, color="0.3", linestyle="--",
-               label=f"infinite cache ({analysis.ceiling.hit_rate:.3f})")
-    ax.set_xscale("log")
-    ax.set_ylim(0.0, 1.0)
-    if caps:
-        ax.set_xlim(caps[0] / 1.5, caps[-1] * 1.5)
-        ax.set_xticks(caps, [f"{c:,}" for c in caps])  # label the measured capacities themselves
-        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    ax.set_xlabel(f"cache capacity (blocks of {analysis.block_tokens} tokens)")
-    window = "second half of the requests" if analysis.window == "second-half" else "all requests"
-    ax.set_ylabel(f"token hit rate ({window})")
-    ax.set_title(f"Prefix-cache hit rate versus capacity: {analysis.trace_name}")
-    ax.grid(True, which="both", alpha=0.3)
-    gib_per_block = analysis.block_tokens * analysis.kv_bytes_per_token / BYTES_PER_GIB
-    top = ax.secondary_xaxis("top", functions=(lambda b: b * gib_per_block, lambda g: g / gib_per_block))
-    top.set_xticks([c * gib_per_block for c in caps], [f"{c * gib_per_block:,.4g}" for c in caps])
-    top.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    top.set_xlabel(f"GiB of {analysis.model} KV")
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-
-
-def run_cache_command(args) -> int:
-    """The ``mooncake-gym cache`` handler."""
-    import sys
-
-    from .workload import load_workload
-
-    # check the arguments before reading or generating a trace
-    if args.blocks is not None:
-        parse_blocks(args.blocks)
-    if args.gib is not None:
-        parse_gib(args.gib)
-    parse_policies(args.policies)
-    get_model(args.model)
-    trace = load_workload(args.trace, rate=args.rate, seed=args.seed)
-    analysis = analyze_cache(
-        trace,
-        blocks=args.blocks,
-        gib=args.gib,
-        model=args.model,
-        policies=args.policies,
-        window=args.window,
-    )
-    if args.plot:
-        plot_hit_rate(analysis, args.plot)
-    if args.json:
-        report.print_json(analysis.to_dict())
-        return 0
-    print(f"{analysis.trace_name}: {analysis.requests:,} requests, {analysis.distinct_blocks:,} distinct blocks; "
-          f"window {analysis.window}: {analysis.requests - analysis.warmup_requests:,} requests measured "
-          f"after {analysis.warmup_requests:,} warm-up, {analysis.measured_tokens:,} tokens")
-    print(format_cache_table(analysis))
-    if args.plot:
-        print(f"wrote {args.plot}", file=sys.stderr)
-    return 0
-
-
-def add_cache_parser(sub) -> None:
-    """Register ``mooncake-gym cache`` on the CLI's subparsers."""
-    p = sub.add_parser("cache", help="hit rate versus capacity of one global cache (LRU, FIFO, optimal)")
-    p.add_argument("trace", help="a Mooncake JSONL trace file, or 'synthetic'")
-    p.add_argument("--rate", type=float, default=4.0, help="synthetic trace: session arrivals per second (default 4)")
-    p.add_argument("--seed", type=int, default=0, help="synthetic trace: random seed (default 0)")
-    cap = p.add_mutually_exclusive_group()
-    cap.add_argument("--blocks", default=None,
-                     help=f"comma-separated capacities in blocks (default {','.join(map(str, DEFAULT_BLOCKS))})")
-    cap.add_argument("--gib", default=None, help="comma-separated capacities in GiB of --model's KV")
-    p.add_argument("--model", default=DEFAULT_MODEL,
-                   help=f"model preset for GiB figures (default {DEFAULT_MODEL}; 320 KiB of KV per token)")
-    p.add_argument("--policies", default=",".join(POLICIES), help="comma-separated subset of lru,fifo,optimal (default all)")
-    p.add_argument("--window", choices=WINDOWS, default="all",
-                   help="measure all requests (default), or warm on the first half and measure the second "
-                        "(kvcache-simulator's convention)")
-    p.add_argument("--plot", default=None, metavar="FILE.png", help="write hit rate versus capacity to this PNG file")
-    p.add_argument("--json", action="store_true", help="print one JSON document")
-    p.set_defaults(func=run_cache_command)

@@ -57,6 +57,73 @@ def _cmd_replay(args) -> int:
     return 0
 
 
+def _cmd_overload(args) -> int:
+    """``mooncake-gym overload``: admission baselines on demo 3's workload (or another base trace)."""
+    from .overload import OverloadConfig, overload_workload, run_admission_baselines
+    from .workload import load_workload
+
+    config = OverloadConfig(ttft_slo_s=args.ttft_slo)
+    base = load_workload(args.trace, rate=args.rate, seed=args.seed)
+    trace, capacity = overload_workload(base, args.requests, args.load, args.seed, config)
+    names = None if args.policy == "all" else [args.policy]
+    results = run_admission_baselines(trace, names, config, seed=args.seed)
+    if args.plot:
+        from .plots import plot_load_series
+
+        plot_load_series(results, args.plot, title=f"{trace.name}: prefill and decode load")
+    if args.json:
+        report.print_json({"base_trace": base.name, "trace": trace.name, "requests": len(trace),
+                           "decode_capacity_per_s": capacity, "load": args.load,
+                           "arrival_rate_per_s": args.load * capacity, "config": vars(config),
+                           "results": {n: r.metrics for n, r in results.items()}})
+        return 0
+    print(f"base {base.name}: decode pool capacity {capacity:.2f} requests/s "
+          f"({config.n_decode} x {config.decode_capacity_tokens:,} tokens, TBT {config.tbt_s:g} s); "
+          f"{len(trace):,} i.i.d. requests at load {args.load:g} = {args.load * capacity:.2f}/s; "
+          f"{config.n_prefill} prefill instances, TTFT SLO {config.ttft_slo_s:g} s")
+    print(report.format_table([report.overload_row(r.metrics) for r in results.values()], report.OVERLOAD_COLUMNS))
+    if args.plot:
+        print(f"load series written to {args.plot}")
+    return 0
+
+
+def _cmd_cache(args) -> int:
+    """The ``mooncake-gym cache`` handler."""
+    from .cacheanalysis import analyze_cache, parse_blocks, parse_gib, parse_policies
+    from .costmodel import get_model
+    from .workload import load_workload
+
+    # check the arguments before reading or generating a trace
+    if args.blocks is not None:
+        parse_blocks(args.blocks)
+    if args.gib is not None:
+        parse_gib(args.gib)
+    parse_policies(args.policies)
+    get_model(args.model)
+    trace = load_workload(args.trace, rate=args.rate, seed=args.seed)
+    analysis = analyze_cache(
+        trace,
+        blocks=args.blocks,
+        gib=args.gib,
+        model=args.model,
+        policies=args.policies,
+        window=args.window,
+    )
+    if args.plot:
+        from .plots import plot_hit_rate
+
+        plot_hit_rate(analysis, args.plot)
+    if args.json:
+        report.print_json(analysis.to_dict())
+        return 0
+    print(f"{analysis.trace_name}: {analysis.requests:,} requests, {analysis.distinct_blocks:,} distinct blocks; "
+          f"window {analysis.window}: {analysis.requests - analysis.warmup_requests:,} requests measured "
+          f"after {analysis.warmup_requests:,} warm-up, {analysis.measured_tokens:,} tokens")
+    print(report.cache_table(analysis))
+    if args.plot:
+        print(f"wrote {args.plot}", file=sys.stderr)
+    return 0
+
 def _cmd_lecture(args) -> int:
     from .lecture import run_lecture
 
@@ -168,13 +235,46 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.set_defaults(func=_cmd_replay)
     # --- overload (admission) ------------------------------------------------------------------
-    from .overload import add_overload_parser
+    from .baselines import ADMISSION_POLICIES
+    from .overload import DEMO3_BASE_RATE, DEMO3_LOAD, DEMO3_REQUESTS, OverloadConfig
 
-    add_overload_parser(sub)
+    p = sub.add_parser("overload", help="admission baselines under overload (Mooncake §7, lecture demo 3)")
+    p.add_argument("--policy", default="all", choices=[*ADMISSION_POLICIES, "all"],
+                   help="admission baseline, or 'all' for one table of every baseline (default all)")
+    p.add_argument("--trace", default="synthetic",
+                   help="base trace: a Mooncake JSONL file, or 'synthetic' (default); requests are drawn from it i.i.d.")
+    p.add_argument("--rate", type=float, default=DEMO3_BASE_RATE,
+                   help=f"synthetic base trace: session arrivals per second (default {DEMO3_BASE_RATE:g})")
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic base trace and of the i.i.d. draw (default 0)")
+    p.add_argument("--requests", type=int, default=DEMO3_REQUESTS, help=f"requests drawn (default {DEMO3_REQUESTS:,})")
+    p.add_argument("--load", type=float, default=DEMO3_LOAD,
+                   help=f"arrival rate as a multiple of the decode pool's capacity (default {DEMO3_LOAD:g})")
+    p.add_argument("--ttft-slo", type=float, default=OverloadConfig.ttft_slo_s, help="TTFT SLO in seconds (default 30)")
+    p.add_argument("--plot", default=None, help="write the load series of the policies run to this PNG file")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.set_defaults(func=_cmd_overload)
+
     # --- cache (hit rate versus capacity) -----------------------------------------------------
-    from .cacheanalysis import add_cache_parser
+    from .cacheanalysis import DEFAULT_BLOCKS, DEFAULT_MODEL, POLICIES, WINDOWS
 
-    add_cache_parser(sub)
+    p = sub.add_parser("cache", help="hit rate versus capacity of one global cache (LRU, FIFO, optimal)")
+    p.add_argument("trace", help="a Mooncake JSONL trace file, or 'synthetic'")
+    p.add_argument("--rate", type=float, default=4.0, help="synthetic trace: session arrivals per second (default 4)")
+    p.add_argument("--seed", type=int, default=0, help="synthetic trace: random seed (default 0)")
+    cap = p.add_mutually_exclusive_group()
+    cap.add_argument("--blocks", default=None,
+                     help=f"comma-separated capacities in blocks (default {','.join(map(str, DEFAULT_BLOCKS))})")
+    cap.add_argument("--gib", default=None, help="comma-separated capacities in GiB of --model's KV")
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help=f"model preset for GiB figures (default {DEFAULT_MODEL}; 320 KiB of KV per token)")
+    p.add_argument("--policies", default=",".join(POLICIES), help="comma-separated subset of lru,fifo,optimal (default all)")
+    p.add_argument("--window", choices=WINDOWS, default="all",
+                   help="measure all requests (default), or warm on the first half and measure the second "
+                        "(kvcache-simulator's convention)")
+    p.add_argument("--plot", default=None, metavar="FILE.png", help="write hit rate versus capacity to this PNG file")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.set_defaults(func=_cmd_cache)
+
     # --- train / compare / bench ----------------------------------------------------------------
     p = sub.add_parser("train", help="train a PPO agent (stable-baselines3) on one environment")
     p.add_argument("--env", choices=["routing", "admission"], required=True, help="which problem")

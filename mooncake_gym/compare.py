@@ -41,22 +41,11 @@ def mean_ci95(values) -> tuple[float, float]:
     return float(x.mean()), float(t * x.std(ddof=1) / math.sqrt(len(x)))
 
 
-ROUTING_METRICS = [  # key, header, scale, format
-    ("mean_ttft_s", "mean TTFT s", 1.0, ".2f"),
-    ("p90_ttft_s", "P90 TTFT s", 1.0, ".2f"),
-    ("slo_attainment", "TTFT<=SLO", 1.0, ".3f"),
-    ("hit_ratio", "hit share", 1.0, ".3f"),
-    ("computed_tokens", "computed Mtok", 1e-6, ".2f"),
-    ("fetched_tokens", "fetched Mtok", 1e-6, ".2f"),
-]
-ADMISSION_METRICS = [
-    ("completed", "completed", 1.0, ".0f"),
-    ("goodput", "goodput", 1.0, ".0f"),
-    ("rejected", "rejected", 1.0, ".0f"),
-    ("rejected_after_prefill", "after prefill", 1.0, ".0f"),
-    ("wasted_prefill_s", "wasted prefill s", 1.0, ".0f"),
-    ("load_correlation", "P/D corr", 1.0, ".2f"),
-]
+def columns_of(problem: str):
+    """The table columns of ``problem`` and the function turning one run's metrics into a row."""
+    if problem == "routing":
+        return report.ROUTING_COLUMNS, report.routing_row
+    return report.ADMISSION_COLUMNS, lambda name, metrics: {"policy": name, **report.overload_row(metrics)}
 
 
 @dataclass
@@ -104,13 +93,14 @@ def policies_for(problem: str, agents: dict) -> dict:
 
 
 def run_setting(setting: Setting, policies: dict, seeds, keep_results: bool = False, progress=None) -> Setting:
-    metrics = ROUTING_METRICS if setting.problem == "routing" else ADMISSION_METRICS
+    columns, make_row = columns_of(setting.problem)
     for name, policy in policies.items():
         episodes = evaluate(setting.env_id, policy, seeds, keep_result=keep_results, **setting.env_kwargs)
         setting.episodes[name] = episodes
+        rows = [make_row(name, e) for e in episodes]
         row = {"policy": name, "episodes": len(episodes)}
-        for key, _, scale, _ in metrics:
-            m, ci = mean_ci95([e[key] * scale if e[key] is not None else None for e in episodes])
+        for key, _, _ in columns[1:]:
+            m, ci = mean_ci95([r[key] for r in rows])
             row[key] = m
             row[f"{key}_ci95"] = ci
         setting.rows.append(row)
@@ -120,21 +110,20 @@ def run_setting(setting: Setting, policies: dict, seeds, keep_results: bool = Fa
 
 
 def format_setting(setting: Setting, markdown: bool = False) -> str:
-    metrics = ROUTING_METRICS if setting.problem == "routing" else ADMISSION_METRICS
+    columns, _ = columns_of(setting.problem)
     cells = []
     for row in setting.rows:
         cell = {"policy": row["policy"]}
-        for key, _, _, fmt in metrics:
+        for key, _, fmt in columns[1:]:
             mean, ci = row[key], row[key + "_ci95"]
             if math.isnan(mean):
-                cell[key] = "nan"
+                cell[key] = "-"  # undefined in every run (e.g. the correlation of a constant load series)
             elif math.isnan(ci):
                 cell[key] = format(mean, fmt)
             else:
-                cell[key] = f"{format(mean, fmt)} ± {format(ci, fmt)}"
+                cell[key] = f"{format(mean, fmt)} ± {format(ci, fmt.lstrip('+'))}"
         cells.append(cell)
-    columns = [("policy", "policy", None)] + [(k, h, None) for k, h, _, _ in metrics]
-    return report.format_table(cells, columns, markdown=markdown)
+    return report.format_table(cells, [(k, h, None) for k, h, _ in columns], markdown=markdown)
 
 
 def compare(env: str = "all", seeds: int = 5, rates=(4.0, 8.0), loads=(2.0,), trace=None, speed: float = 1.0,

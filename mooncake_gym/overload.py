@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import os
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -784,29 +783,8 @@ def overload_workload(base: Trace | None = None, n_requests: int = DEMO3_REQUEST
 
 
 # ------------------------------------------------------------------------------------------------
-# Running the baselines, the table, and the ``mooncake-gym overload`` command
+# Running the baselines
 # ------------------------------------------------------------------------------------------------
-OVERLOAD_COLUMNS = [
-    ("policy", "policy", None),
-    ("completed", "completed", "d"),
-    ("rejected", "rejected", "d"),
-    ("rejected_after_prefill", "after prefill", "d"),
-    ("wasted_prefill_s", "wasted prefill s", ".0f"),
-    ("wasted_share_of_admitted", "wasted/admitted", ".3f"),
-    ("mean_decode_occupancy", "decode occ", ".3f"),
-    ("load_correlation", "P/D corr", "+.2f"),
-    ("steady_completed_per_s", "steady done/s", ".2f"),
-]
-
-
-def overload_row(metrics: dict) -> dict:
-    """A table row of one run's metrics (an undefined correlation prints as '-')."""
-    row = dict(metrics)
-    if not math.isfinite(row.get("load_correlation", 0.0)):
-        row["load_correlation"] = None
-    return row
-
-
 def run_admission_baselines(trace: Trace, names=None, config: OverloadConfig | None = None,
                             cost: CostModel | None = None, seed: int = 0) -> dict[str, OverloadResult]:
     """Run the named admission baselines (default all, in registry order) on ``trace``."""
@@ -818,153 +796,3 @@ def run_admission_baselines(trace: Trace, names=None, config: OverloadConfig | N
             raise ValueError(f"policy: unknown admission policy {name!r}; expected one of "
                              f"{sorted(ADMISSION_POLICIES)} or 'all'")
     return {name: simulate(trace, ADMISSION_POLICIES[name](), config, cost, seed) for name in names}
-
-
-def cmd_overload(args) -> int:
-    """``mooncake-gym overload``: admission baselines on demo 3's workload (or another base trace)."""
-    from . import report
-    from .workload import load_workload
-
-    config = OverloadConfig(ttft_slo_s=args.ttft_slo)
-    base = load_workload(args.trace, rate=args.rate, seed=args.seed)
-    trace, capacity = overload_workload(base, args.requests, args.load, args.seed, config)
-    names = None if args.policy == "all" else [args.policy]
-    results = run_admission_baselines(trace, names, config, seed=args.seed)
-    if args.plot:
-        from .plots import plot_load_series
-
-        plot_load_series(results, args.plot, title=f"{trace.name}: prefill and decode load")
-    if args.json:
-        report.print_json({"base_trace": base.name, "trace": trace.name, "requests": len(trace),
-                           "decode_capacity_per_s": capacity, "load": args.load,
-                           "arrival_rate_per_s": args.load * capacity, "config": vars(config),
-                           "results": {n: r.metrics for n, r in results.items()}})
-        return 0
-    print(f"base {base.name}: decode pool capacity {capacity:.2f} requests/s "
-          f"({config.n_decode} x {config.decode_capacity_tokens:,} tokens, TBT {config.tbt_s:g} s); "
-          f"{len(trace):,} i.i.d. requests at load {args.load:g} = {args.load * capacity:.2f}/s; "
-          f"{config.n_prefill} prefill instances, TTFT SLO {config.ttft_slo_s:g} s")
-    print(report.format_table([overload_row(r.metrics) for r in results.values()], OVERLOAD_COLUMNS))
-    if args.plot:
-        print(f"load series written to {args.plot}")
-    return 0
-
-
-def add_overload_parser(sub) -> None:
-    """Register the ``overload`` subcommand on the CLI's subparsers."""
-    from .baselines.admission import ADMISSION_POLICIES
-
-    p = sub.add_parser("overload", help="admission baselines under overload (Mooncake §7, lecture demo 3)")
-    p.add_argument("--policy", default="all", choices=[*ADMISSION_POLICIES, "all"],
-                   help="admission baseline, or 'all' for one table of every baseline (default all)")
-    p.add_argument("--trace", default="synthetic",
-                   help="base trace: a Mooncake JSONL file, or 'synthetic' (default); requests are drawn from it i.i.d.")
-    p.add_argument("--rate", type=float, default=DEMO3_BASE_RATE,
-                   help=f"synthetic base trace: session arrivals per second (default {DEMO3_BASE_RATE:g})")
-    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic base trace and of the i.i.d. draw (default 0)")
-    p.add_argument("--requests", type=int, default=DEMO3_REQUESTS, help=f"requests drawn (default {DEMO3_REQUESTS:,})")
-    p.add_argument("--load", type=float, default=DEMO3_LOAD,
-                   help=f"arrival rate as a multiple of the decode pool's capacity (default {DEMO3_LOAD:g})")
-    p.add_argument("--ttft-slo", type=float, default=OverloadConfig.ttft_slo_s, help="TTFT SLO in seconds (default 30)")
-    p.add_argument("--plot", default=None, help="write the load series of the policies run to this PNG file")
-    p.add_argument("--json", action="store_true", help="print one JSON document")
-    p.set_defaults(func=cmd_overload)
-
-
-# ------------------------------------------------------------------------------------------------
-# Lecture demo 3 (``mooncake-gym lecture --demo 3``)
-# ------------------------------------------------------------------------------------------------
-DEMO3_SERIES_S = 60.0  # the first 60 s of the load series are printed
-
-
-def lecture_demo3(plot: str | None = None, seed: int = 0) -> tuple[dict, str]:
-    """Demo 3 of lecture.md: early rejection under overload (Mooncake v3 §7, Table 3, Figure 9).
-
-    Returns ``(data, text)``; with ``plot`` also writes the load series of baseline and early.
-    """
-    from . import report
-
-    config = OverloadConfig()
-    cost = CostModel()
-    base = synthetic_trace(seed, rate=DEMO3_BASE_RATE)
-    occ = float(np.mean([(i + o) * cost.decode_s(o, config.tbt_s)
-                         for i, o in zip(base.input_tokens.tolist(), base.output_tokens.tolist())]))
-    trace, capacity = overload_workload(base, DEMO3_REQUESTS, DEMO3_LOAD, seed, config, cost)
-    results = run_admission_baselines(trace, None, config, cost, seed)
-    m = {name: r.metrics for name, r in results.items()}
-    b, e, p, pd = m["baseline"], m["early"], m["predict"], m["predict_dist"]
-    series = {name: results[name].series(DEMO3_SERIES_S) for name in ("baseline", "early")}
-    data = {
-        "config": vars(config), "base_trace": base.name, "trace": trace.name, "requests": len(trace),
-        "mean_occupancy_token_s": occ, "decode_capacity_per_s": capacity, "load": DEMO3_LOAD,
-        "arrival_rate_per_s": DEMO3_LOAD * capacity, "results": m, "series": series,
-    }
-    text = [
-        f"{config.n_prefill} prefill + {config.n_decode} decode instances; a decode instance holds "
-        f"{config.decode_capacity_tokens:,} tokens, a request occupies input + output tokens for output x "
-        f"{config.tbt_s:g} s. Base trace {base.name}: occ = mean((input + output) x output x {config.tbt_s:g}) = "
-        f"{occ:,.0f} token-s, so the decode pool completes {config.n_decode} x "
-        f"{config.decode_capacity_tokens:,} / occ = {capacity:.2f} requests/s.",
-        f"{len(trace):,} requests drawn i.i.d. from it, stationary Poisson arrivals at {DEMO3_LOAD:g}x = "
-        f"{DEMO3_LOAD * capacity:.2f}/s ({trace.duration_s:.0f} s); TTFT SLO {config.ttft_slo_s:g} s; loads sampled "
-        f"every {config.sample_period_s:g} s (P = share of prefill instances busy, D = decode pool occupancy); "
-        f"correlation and steady-state rate from t = {config.warmup_s:g} s on.",
-        "",
-        report.format_table([overload_row(x) for x in m.values()], OVERLOAD_COLUMNS),
-        "",
-        f"First {DEMO3_SERIES_S:g} s of the load series:",
-        report.format_table(
-            [{"time_s": rb["time_s"], "bp": rb["prefill_load"], "bd": rb["decode_load"],
-              "ep": re_["prefill_load"], "ed": re_["decode_load"]}
-             for rb, re_ in zip(series["baseline"], series["early"])],
-            [("time_s", "t s", ".0f"), ("bp", "baseline P", ".2f"), ("bd", "baseline D", ".2f"),
-             ("ep", "early P", ".2f"), ("ed", "early D", ".2f")]),
-        "",
-    ]
-
-    def change(x, y):
-        return y / x - 1 if x else float("nan")
-
-    corr_b = b["load_correlation"]
-    corr_b_text = (f"{corr_b:+.2f}" if math.isfinite(corr_b)
-                   else "undefined: its prefill never idles, P stays at 1.00")
-    text += [
-        f"- baseline: the decode pool stays {b['mean_decode_occupancy']:.0%} full and prefill keeps accepting "
-        f"(P averages {b['mean_prefill_load']:.0%}); only after prefill does it find no room: "
-        f"{b['rejected_after_prefill']:,} of the {b['admitted']:,} requests it admits "
-        f"({b['wasted_share_of_admitted']:.0%}) waste {b['wasted_prefill_s']:,.0f} s of prefill.",
-        f"- early: wasted prefill {change(b['wasted_prefill_s'], e['wasted_prefill_s']):+.0%}, completed "
-        f"{change(b['completed'], e['completed']):+.1%} ({e['completed']:,} vs {b['completed']:,}): the decode pool "
-        f"decides completions. Per second in the steady state early completes {e['steady_completed_per_s']:.2f} vs "
-        f"{b['steady_completed_per_s']:.2f}; the gap in the total is baseline's {config.ttft_slo_s:g}-s prefill "
-        f"backlog, which still completes {b['completed_after_last_arrival']} requests after the last arrival "
-        f"(early: {e['completed_after_last_arrival']}).",
-        f"- anti-phase: early's prefill/decode load correlation is {e['load_correlation']:+.2f} (baseline: "
-        f"{corr_b_text}): decode full -> reject everything, prefill idles; decode frees up -> a burst is "
-        "accepted, which floods decode after prefill (Mooncake Figures 9 and 10a).",
-        f"- predict (every request decodes the mean {_mean_decode(trace, config, cost):.1f} s): "
-        f"wasted prefill {change(b['wasted_prefill_s'], p['wasted_prefill_s']):+.0%}, completed "
-        f"{change(b['completed'], p['completed']):+.1%}: on this long-tailed output distribution a request that "
-        "has decoded longer than t_d is counted as gone although it often runs much longer.",
-        f"- predict_dist (decode-time distribution, conditioned on how long each request has run): wasted prefill "
-        f"{change(b['wasted_prefill_s'], pd['wasted_prefill_s']):+.0%}, completed "
-        f"{change(b['completed'], pd['completed']):+.1%} in total, "
-        f"{change(b['steady_completed_per_s'], pd['steady_completed_per_s']):+.1%} per second in the steady state. "
-        + ("It completes more than baseline with less waste." if pd["completed"] > b["completed"]
-           and pd["wasted_prefill_s"] < b["wasted_prefill_s"] else
-           "It does not complete more than baseline in total (the open problem stays open here), "
-           "only per second in the steady state."),
-    ]
-    if plot:
-        from .plots import plot_load_series
-
-        plot_load_series({"baseline": results["baseline"], "early": results["early"]}, plot,
-                         title=f"Prefill and decode load under {DEMO3_LOAD:g}x overload "
-                               f"({len(trace):,} requests, seed {seed})")
-        data["plot"] = os.fspath(plot)
-        text += ["", f"load series of baseline and early written to {plot}"]
-    return data, "\n".join(text)
-
-
-def _mean_decode(trace: Trace, config: OverloadConfig, cost: CostModel) -> float:
-    return cost.decode_s(float(np.mean(trace.output_tokens)), config.tbt_s)

@@ -2,6 +2,7 @@
 
 - :func:`plot_load_series`: prefill and decode load over time, one panel per policy — the picture
   of Mooncake v3 Figure 9 (lecture demo 3).
+- :func:`plot_hit_rate`: hit rate versus capacity (``mooncake-gym cache --plot``).
 - :func:`compare_plots`: the figures of ``mooncake-gym compare --plot-dir``.
 """
 
@@ -74,6 +75,41 @@ def plot_load_series(series: Mapping[str, object], path: str | os.PathLike, titl
     fig.tight_layout()
     return _save(fig, path)
 
+
+
+def plot_hit_rate(analysis, path: str | os.PathLike) -> str:
+    """Hit rate versus cache capacity (log x axis) of a ``cacheanalysis.CacheAnalysis``: one line
+    per eviction policy, the infinite-cache ceiling dashed, GiB of the model's KV on the top axis."""
+    from matplotlib.ticker import NullFormatter
+
+    fig = _figure(7.0, 4.5)
+    ax = fig.subplots()
+    styles = {"lru": ("C0", "o"), "fifo": ("C1", "s"), "optimal": ("C2", "^")}
+    caps = analysis.capacities
+    for p in analysis.policies:
+        color, marker = styles[p]
+        ax.plot(caps, analysis.hit_rates(p), color=color, marker=marker, label=p if p != "optimal" else "optimal (Belady)")
+    ax.axhline(analysis.ceiling.hit_rate, color="0.3", linestyle="--",
+               label=f"infinite cache ({analysis.ceiling.hit_rate:.3f})")
+    ax.set_xscale("log")
+    ax.set_ylim(0.0, 1.0)
+    if caps:
+        ax.set_xlim(caps[0] / 1.5, caps[-1] * 1.5)
+        ax.set_xticks(caps, [f"{c:,}" for c in caps])  # label the measured capacities themselves
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel(f"cache capacity (blocks of {analysis.block_tokens} tokens)")
+    window = "second half of the requests" if analysis.window == "second-half" else "all requests"
+    ax.set_ylabel(f"token hit rate ({window})")
+    ax.set_title(f"Prefix-cache hit rate versus capacity: {analysis.trace_name}")
+    ax.grid(True, which="both", alpha=0.3)
+    gib_per_block = analysis.block_tokens * analysis.kv_bytes_per_token / 2**30
+    top = ax.secondary_xaxis("top", functions=(lambda b: b * gib_per_block, lambda g: g / gib_per_block))
+    top.set_xticks([c * gib_per_block for c in caps], [f"{c * gib_per_block:,.4g}" for c in caps])
+    top.xaxis.set_minor_formatter(NullFormatter())
+    top.set_xlabel(f"GiB of {analysis.model} KV")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    return _save(fig, path)
 
 
 def compare_plots(settings, plot_dir: str | os.PathLike) -> list[str]:

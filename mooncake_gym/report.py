@@ -76,3 +76,59 @@ def routing_row(policy: str, metrics: dict) -> dict:
     row["computed_mtokens"] = metrics["computed_tokens"] / 1e6
     row["fetched_mtokens"] = metrics["fetched_tokens"] / 1e6
     return row
+
+
+#: Columns of an admission table (lecture demo 3, the overload command).
+OVERLOAD_COLUMNS = [
+    ("policy", "policy", None),
+    ("completed", "completed", "d"),
+    ("rejected", "rejected", "d"),
+    ("rejected_after_prefill", "after prefill", "d"),
+    ("wasted_prefill_s", "wasted prefill s", ".0f"),
+    ("wasted_share_of_admitted", "wasted/admitted", ".3f"),
+    ("mean_decode_occupancy", "decode occ", ".3f"),
+    ("load_correlation", "P/D corr", "+.2f"),
+    ("steady_completed_per_s", "steady done/s", ".2f"),
+]
+
+
+#: Columns of the admission table of ``compare`` (means over seeds: no integer formats).
+ADMISSION_COLUMNS = [
+    ("policy", "policy", None),
+    ("completed", "completed", ".0f"),
+    ("goodput", "goodput", ".0f"),
+    ("rejected", "rejected", ".0f"),
+    ("rejected_after_prefill", "after prefill", ".0f"),
+    ("wasted_prefill_s", "wasted prefill s", ".0f"),
+    ("load_correlation", "P/D corr", "+.2f"),
+]
+
+
+def overload_row(metrics: dict) -> dict:
+    """A table row of one run's metrics (an undefined correlation prints as '-')."""
+    row = dict(metrics)
+    if not math.isfinite(row.get("load_correlation", 0.0)):
+        row["load_correlation"] = None
+    return row
+
+
+def cache_table(analysis) -> str:
+    """The table the command prints; a ``*`` marks a figure whose cache was not yet full when the
+    measured window began (kvcache-simulator omits such points)."""
+    rows = []
+    marked = False
+    for pt in analysis.points:
+        row = {"blocks": f"{pt.capacity_blocks:,}", "gib": f"{pt.capacity_gib:,.2f}"}
+        for p in analysis.policies:
+            res = pt.results[p]
+            star = res.full_before_window is False
+            marked |= star
+            row[p] = f"{res.hit_rate:.4f}" + ("*" if star else "")
+        rows.append(row)
+    rows.append({"blocks": "infinite", "gib": "-", **{p: f"{analysis.ceiling.hit_rate:.4f}" for p in analysis.policies}})
+    cols = [("blocks", "cache blocks", None), ("gib", f"GiB ({analysis.model})", None)]
+    cols += [(p, p, None) for p in analysis.policies]
+    text = format_table(rows, cols)
+    if marked:
+        text += "\n* the cache was not yet full when the measured window began (kvcache-simulator omits such points)"
+    return text
