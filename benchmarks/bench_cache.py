@@ -37,18 +37,18 @@ def wall_time(cmd: list[str]) -> float:
     return time.perf_counter() - t0
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--trace", default=str(DEFAULT_TRACE), help="trace file (default: the shared Mooncake trace)")
-    ap.add_argument("--repeat", type=int, default=7, help="runs of each command (default 7)")
-    args = ap.parse_args(argv)
-    if not Path(args.trace).exists():
-        print(f"no trace at {args.trace}", file=sys.stderr)
-        return 2
+def run(seconds: float = 2.0, trace: str | Path = DEFAULT_TRACE, repeat: int | None = None) -> dict:
+    """Time both commands ``repeat`` times (by default as many as fit about ``seconds`` x 4, at
+    least 3); print the table and the in-process breakdown; return the medians and their ratio."""
+    trace = str(trace)
+    if not Path(trace).exists():
+        print(f"no trace at {trace}: cache benchmark skipped", file=sys.stderr)
+        return {"skipped": f"no trace at {trace}"}
+    repeat = repeat or max(3, int(seconds * 4 / 0.5))
 
-    ours = [sys.executable, "-m", "mooncake_gym.cli", "cache", args.trace, "--blocks", "3000",
+    ours = [sys.executable, "-m", "mooncake_gym.cli", "cache", trace, "--blocks", "3000",
             "--policies", "lru", "--window", "second-half"]
-    oracle = [sys.executable, "-m", "kvcache_sim", "run", "--trace", args.trace, "--model", "llama-3.1-70b",
+    oracle = [sys.executable, "-m", "kvcache_sim", "run", "--trace", trace, "--model", "llama-3.1-70b",
               "--block-size", "512", "--budgets-gib", "468.75", "--policies", "lru", "--backend", "python",
               "--no-progress"]
     have_oracle = importlib.util.find_spec("kvcache_sim") is not None
@@ -57,18 +57,20 @@ def main(argv: list[str] | None = None) -> int:
     if have_oracle:
         wall_time(oracle)
     times: dict[str, list[float]] = {"mooncake-gym cache": [], "kvcache-simulator (python)": []}
-    for _ in range(args.repeat):
+    for _ in range(repeat):
         times["mooncake-gym cache"].append(wall_time(ours))
         if have_oracle:
             times["kvcache-simulator (python)"].append(wall_time(oracle))
 
-    print(f"Whole process, LRU at 3,000 blocks, second-half window, {args.repeat} runs each")
+    print(f"Whole process, LRU at 3,000 blocks, second-half window, {repeat} runs each")
     print(f"{'command':<28} {'median s':>9} {'min s':>7}")
     for name, ts in times.items():
         if ts:
             print(f"{name:<28} {statistics.median(ts):9.3f} {min(ts):7.3f}")
+    out = {name.split()[0] + "_median_s": statistics.median(ts) for name, ts in times.items() if ts}
     if have_oracle:
         ratio = statistics.median(times["mooncake-gym cache"]) / statistics.median(times["kvcache-simulator (python)"])
+        out["ratio_ours_to_oracle"] = ratio
         print(f"ratio ours / oracle (median): {ratio:.2f}  ({'faster' if ratio < 1 else 'slower'} than the oracle)")
     else:
         print("kvcache-simulator is not installed: no comparison")
@@ -78,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     from mooncake_gym.workload import read_trace
 
     t0 = time.perf_counter()
-    trace = read_trace(args.trace)
+    trace = read_trace(trace)
     t1 = time.perf_counter()
     tree = PrefixTree(trace)
     t2 = time.perf_counter()
@@ -94,7 +96,15 @@ def main(argv: list[str] | None = None) -> int:
     t = time.perf_counter()
     c = cache_ceiling(trace, "second-half", tree=tree)
     print(f"  ceiling   {c.hit_rate:.4f} in {time.perf_counter() - t:.3f} s")
-    return 0
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trace", default=str(DEFAULT_TRACE), help="trace file (default: the shared Mooncake trace)")
+    ap.add_argument("--repeat", type=int, default=7, help="runs of each command (default 7)")
+    args = ap.parse_args(argv)
+    return 2 if "skipped" in run(trace=args.trace, repeat=args.repeat) else 0
 
 
 if __name__ == "__main__":
