@@ -25,7 +25,7 @@ def _cmd_trace_stats(args) -> int:
         report.print_json(stats)
     else:
         for k, v in stats.items():
-            print(f"{k:>22}: {report._cell(v, None)}")
+            print(f"{k:>22}: {report.format_cell(v)}")
     return 0
 
 

@@ -10,20 +10,24 @@ from typing import Any, Sequence
 import numpy as np
 
 
-def _cell(v: Any, fmt: str | None) -> str:
+def format_cell(v: Any, fmt: str | None = None) -> str:
+    """One table cell: ``fmt`` for numbers if given; else floats with 4 significant digits (one
+    decimal with thousands separators from 1,000 on); ``None`` as '-'."""
     if v is None:
         return "-"
     if fmt and isinstance(v, (int, float, np.integer, np.floating)):
         return format(v, fmt)
     if isinstance(v, (float, np.floating)):
-        return "nan" if math.isnan(v) else f"{v:.4g}"
+        if math.isnan(v):
+            return "nan"
+        return f"{v:,.1f}" if abs(v) >= 1000 else f"{v:.4g}"
     return str(v)
 
 
 def format_table(rows: Sequence[dict], columns: Sequence[tuple[str, str, str | None]], markdown: bool = False) -> str:
     """Render ``rows`` (dicts) as a table; ``columns`` = (key, header, format spec or None)."""
     headers = [h for _, h, _ in columns]
-    body = [[_cell(r.get(k), f) for k, _, f in columns] for r in rows]
+    body = [[format_cell(r.get(k), f) for k, _, f in columns] for r in rows]
     if markdown:
         lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
         lines += ["| " + " | ".join(row) + " |" for row in body]
