@@ -10,6 +10,7 @@ library versions, evaluation results, sha256).
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import platform
@@ -90,6 +91,9 @@ def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.P
 
     if env not in ENV_IDS:
         raise ValueError(f"env: expected one of {sorted(ENV_IDS)}, got {env!r}")
+    if tensorboard is not None and importlib.util.find_spec("tensorboard") is None:
+        raise ValueError("tensorboard: logging to TensorBoard needs the tensorboard package: "
+                         "pip install 'mooncake-gym[tensorboard]'")
     env_id = ENV_IDS[env]
     hp = {**load_hyperparams(env_id), **(overrides or {})}
     total = int(timesteps if timesteps is not None else hp.pop("n_timesteps"))
