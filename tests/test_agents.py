@@ -107,3 +107,12 @@ def test_agent_for_other_spaces_gets_a_clear_error():
         evaluate(ADMISSION_ENV_ID, model, [0], **EPISODE["admission"])
     with pytest.raises(ValueError, match="retrain it"):
         evaluate(ROUTING_ENV_ID, model, [0, 1], n_instances=4, **EPISODE["routing"])
+
+
+def test_tensorboard_without_the_package_is_a_clear_error(tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard" else real(name, *a))
+    with pytest.raises(ValueError, match=r"tensorboard: .*mooncake-gym\[tensorboard\]"):
+        train("routing", timesteps=16, out=tmp_path, tensorboard=str(tmp_path / "tb"), progress_bar=False)
