@@ -104,7 +104,9 @@ def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.P
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     env_kwargs = hp.pop("env_kwargs", {})
-    eval_kwargs = hp.pop("eval_env_kwargs", env_kwargs)
+    # the evaluation episodes share the training env's settings (reward, penalties, sizes) except the
+    # randomised workload, which eval_env_kwargs fixes: "best model" is judged by the trained reward
+    eval_kwargs = {**{k: v for k, v in env_kwargs.items() if not k.endswith("_range")}, **hp.pop("eval_env_kwargs", {})}
     n_envs = hp.pop("n_envs", 1)
     eval_freq = max(1, hp.pop("eval_freq", 10_000) // n_envs)
     n_eval = hp.pop("n_eval_episodes", 3)
@@ -140,6 +142,7 @@ def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.P
         "hyperparameters": hp,
         "seed": seed,
         "timesteps": total,
+        "timesteps_run": int(model.num_timesteps),  # whole rollouts: may exceed the request
         "wall_time_s": round(wall, 1),
         "threads": threads,
         "best_eval_mean_reward": float(callback.best_mean_reward),

@@ -82,8 +82,10 @@ class EarlyRejection(_Admission):
         slo = self._slo(view)
         if view.predicted_ttft_s > slo:
             return False
-        decode_load = (min(view.decode_used_per_instance) + _own_tokens(view)) / view.decode_capacity_per_instance
-        return max(view.predicted_ttft_s / slo, decode_load) <= self.threshold
+        # the load of the emptiest decode instance once this request is on it (not the pool-wide
+        # ``view.decode_load``): the instance Algorithm 1 would choose
+        instance_load = (min(view.decode_used_per_instance) + _own_tokens(view)) / view.decode_capacity_per_instance
+        return max(view.predicted_ttft_s / slo, instance_load) <= self.threshold
 
 
 class PredictiveRejection(_Admission):

@@ -148,8 +148,11 @@ def _cmd_compare(args) -> int:
 
         print(f"note: loading {args.agent}: an SB3 zip holds pickled objects and loading it can run code; "
               "only use files you trust", file=sys.stderr)
-        problem = args.agent_env
-        agents = {**cmp.shipped_agents(), "user_agent": (problem, load_agent(args.agent, trusted=True))}
+        model = load_agent(args.agent, trusted=True)
+        problem = args.agent_env or cmp.problem_of(model)
+        if args.env not in ("all", problem):
+            raise ValueError(f"--agent: the agent solves {problem}, but --env is {args.env}")
+        agents = {**cmp.shipped_agents(), "user_agent": (problem, model)}
     trace = None
     if args.trace:
         from .workload import read_trace
@@ -294,7 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", default=None, help="compare on this JSONL trace (routing: replayed; admission: base)")
     p.add_argument("--speed", type=float, default=1.0, help="replay speed of --trace (default 1)")
     p.add_argument("--agent", default=None, help="also evaluate this SB3 zip of your own (it is unpickled: trust it)")
-    p.add_argument("--agent-env", choices=["routing", "admission"], default="routing", help="the problem --agent solves")
+    p.add_argument("--agent-env", choices=["routing", "admission"], default=None,
+                   help="the problem --agent solves (default: found from its observation and action spaces)")
     p.add_argument("--plot-dir", default=None, help="write TTFT box plots and CDFs and admission load series here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     fmt = p.add_mutually_exclusive_group()

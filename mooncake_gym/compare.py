@@ -165,6 +165,28 @@ def compare(env: str = "all", seeds: int = 5, rates=(4.0, 8.0), loads=(2.0,), tr
     return settings
 
 
+def problem_of(model) -> str:
+    """The problem whose default environment has ``model``'s observation and action spaces."""
+    import gymnasium as gym
+
+    from .evaluation import check_model_fits
+
+    fits = []
+    for problem, env_id in (("routing", ROUTING_ENV_ID), ("admission", ADMISSION_ENV_ID)):
+        env = gym.make(env_id)
+        try:
+            check_model_fits(model, env)
+            fits.append(problem)
+        except ValueError:
+            pass
+        finally:
+            env.close()
+    if len(fits) != 1:
+        raise ValueError(f"--agent: its spaces ({model.observation_space}, {model.action_space}) fit "
+                         f"{'both' if fits else 'neither'} of the default environments; say which with --agent-env")
+    return fits[0]
+
+
 def shipped_agents() -> dict:
     """``{name: (problem, model)}`` of the shipped agents present (sha256 verified)."""
     from .agents import available, load_agent

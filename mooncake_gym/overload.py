@@ -176,7 +176,8 @@ class AdmissionView:
 
     @property
     def decode_load(self) -> float:
-        """Decode pool occupancy now, used / capacity."""
+        """Decode pool occupancy now, used / capacity of the whole pool (``early`` looks at the
+        emptiest instance instead: see ``baselines.admission.EarlyRejection``)."""
         return self.decode_used_tokens / self.decode_capacity_tokens
 
     @property

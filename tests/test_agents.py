@@ -116,3 +116,11 @@ def test_tensorboard_without_the_package_is_a_clear_error(tmp_path, monkeypatch)
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard" else real(name, *a))
     with pytest.raises(ValueError, match=r"tensorboard: .*mooncake-gym\[tensorboard\]"):
         train("routing", timesteps=16, out=tmp_path, tensorboard=str(tmp_path / "tb"), progress_bar=False)
+
+
+def test_compare_finds_the_problem_of_a_user_agent(capsys):
+    path = str(agents.agent_dir() / "ppo_admission.zip")
+    assert cmp.problem_of(agents.load_agent("ppo_admission")) == "admission"
+    assert cmp.problem_of(agents.load_agent("ppo_routing")) == "routing"
+    assert main(["compare", "--env", "routing", "--agent", path, "--seeds", "1", "--json"]) == 2
+    assert "the agent solves admission, but --env is routing" in capsys.readouterr().err

@@ -139,7 +139,9 @@ class PrefillRoutingEnv(gym.Env):
         return None if self.sim is None else self.sim.view
 
     def encode_action(self, route) -> int:
-        """The env action for a baseline's answer (an instance or a ``Route``)."""
+        """The env action for a baseline's answer (an instance or a ``Route``). With
+        ``allow_pull=False`` the env cannot express a pull, so a ``Route(i, True)`` becomes plain
+        instance ``i``: kvcentric through such an env runs without its transfer branch."""
         inst, pull = (route if isinstance(route, tuple) else (route, False))
         return int(inst) + (self.config.n_instances if pull and self.allow_pull else 0)
 
