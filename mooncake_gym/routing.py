@@ -156,7 +156,7 @@ class RoutingSimulator:
 
     def __init__(self, trace: Trace, config: RoutingConfig | None = None, cost: CostModel | None = None):
         if not isinstance(trace, Trace):
-            raise TypeError(f"trace: expected a mooncake_gym.workload.Trace, got {type(trace).__name__}")
+            raise ValueError(f"trace: expected a mooncake_gym.workload.Trace, got {type(trace).__name__}")
         if len(trace) == 0:
             raise ValueError("trace: expected at least one request")
         self.trace = trace

@@ -191,3 +191,8 @@ def test_shared_trace_figure8_ordering(shared_trace):
         assert m[name]["hit_ratio"] >= 2 * m["random"]["hit_ratio"], name
     ttft = {n: metrics["mean_ttft_s"] for n, metrics in m.items()}
     assert ttft["kvcentric"] <= ttft["cache"] < ttft["load"] < ttft["random"]
+
+
+def test_a_trace_of_the_wrong_type_is_a_clear_error():
+    with pytest.raises(ValueError, match="trace: expected a mooncake_gym.workload.Trace, got tuple"):
+        RoutingSimulator((synthetic_trace(0, 1.0, duration_s=10), 1.0))
