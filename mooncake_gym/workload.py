@@ -425,17 +425,20 @@ def synthetic_trace(
     rows.sort(key=lambda r: (r[0], r[1]))
     if n_requests is not None:
         rows = rows[:n_requests]
-    # renumber block ids in order of first appearance, as in Mooncake's traces
+    # renumber block ids in order of first appearance, as in Mooncake's traces; the columns are
+    # built valid here (sorted arrivals, tuples of int), so they skip Trace's conversion
     remap: dict[int, int] = {}
-    ids = [[remap.setdefault(b, len(remap)) for b in r[4]] for r in rows]
-    return Trace(
-        [r[0] for r in rows],
-        [r[2] for r in rows],
-        [r[3] for r in rows],
-        ids,
-        [r[1] for r in rows],
-        name=f"synthetic(rate={rate:g}, seed={seed if isinstance(seed, (int, np.integer)) else 'rng'})",
+    setdefault = remap.setdefault
+    out = Trace.__new__(Trace)
+    out._set(
+        np.fromiter((r[0] for r in rows), np.float64, len(rows)),
+        np.fromiter((r[2] for r in rows), np.int64, len(rows)),
+        np.fromiter((r[3] for r in rows), np.int64, len(rows)),
+        [tuple([setdefault(b, len(remap)) for b in r[4]]) for r in rows],
+        np.fromiter((r[1] for r in rows), np.int64, len(rows)),
+        f"synthetic(rate={rate:g}, seed={seed if isinstance(seed, (int, np.integer)) else 'rng'})",
     )
+    return out
 
 
 def resample_iid(trace: Trace, n_requests: int, rate: float, seed: int | np.random.Generator = 0) -> Trace:
