@@ -33,6 +33,37 @@ def check_range(name: str, value, lo=None, hi=None, integer: bool = False, allow
     return value
 
 
+def as_trace(name: str, value) -> Trace:
+    """A :class:`Trace` from a trace or a JSONL path; ``ValueError`` naming ``name`` otherwise, or
+    if it has no requests."""
+    if isinstance(value, (str, os.PathLike)):
+        value = read_trace(value)
+    elif not isinstance(value, Trace):
+        raise ValueError(f"{name}: expected a path or a Trace, got {type(value).__name__}")
+    if len(value) == 0:
+        raise ValueError(f"{name}: expected a trace with at least one request, got an empty one")
+    return value
+
+
+class ValueOrRange:
+    """A positive workload parameter (a rate, a load): the same ``value`` in every episode, or one
+    drawn uniformly from ``value_range = (low, high)`` per episode; ``default`` when neither is given."""
+
+    def __init__(self, name: str, value, value_range, default: float):
+        if value is not None and value_range is not None:
+            raise ValueError(f"{name}, {name}_range: give one of them, not both")
+        if value_range is not None:
+            if not is_range(value_range):
+                raise ValueError(f"{name}_range: expected (low, high), finite, with 0 < low <= high, "
+                                 f"got {value_range!r}")
+            self.value, self.range = None, (float(value_range[0]), float(value_range[1]))
+        else:
+            self.value, self.range = float(check_range(name, default if value is None else value, lo=1e-6)), None
+
+    def draw(self, np_random: np.random.Generator) -> float:
+        return self.value if self.range is None else float(np_random.uniform(*self.range))
+
+
 class WorkloadSpec:
     """Where an episode's requests come from: a trace to replay, or the synthetic generator.
 
@@ -48,33 +79,21 @@ class WorkloadSpec:
         check_range("speed", speed, lo=1e-6)
         check_range("episode_requests", episode_requests, lo=1, integer=True, allow_none=True)
         check_range("duration_s", duration_s, lo=1e-6)
-        if rate is not None and rate_range is not None:
-            raise ValueError("rate, rate_range: give one of them, not both")
-        if rate_range is not None:
-            if not is_range(rate_range):
-                raise ValueError(f"rate_range: expected (low, high), finite, with 0 < low <= high, got {rate_range!r}")
-            self.rate_range = (float(rate_range[0]), float(rate_range[1]))
-            self.rate = None
-        else:
-            self.rate = float(check_range("rate", default_rate if rate is None else rate, lo=1e-6))
-            self.rate_range = None
-        if trace is not None and not isinstance(trace, (Trace, str, os.PathLike)):
-            raise ValueError(f"trace: expected a path or a Trace, got {type(trace).__name__}")
-        self.trace = read_trace(trace) if isinstance(trace, (str, os.PathLike)) else trace
+        self.rate = ValueOrRange("rate", rate, rate_range, default_rate)
+        self.trace = None if trace is None else as_trace("trace", trace)
         self.speed = float(speed)
         self.episode_requests = episode_requests
         self.duration_s = float(duration_s)
 
     def draw(self, np_random: np.random.Generator, options: dict | None) -> Trace:
         """The episode's trace: ``options['trace']`` if given, else the replayed or generated one."""
-        trace = (options or {}).get("trace", self.trace)
+        if options and "trace" in options:
+            trace = as_trace("options['trace']", options["trace"])
+        else:
+            trace = self.trace
         if trace is not None:
-            if isinstance(trace, (str, os.PathLike)):
-                trace = read_trace(trace)
-            if not isinstance(trace, Trace):
-                raise ValueError(f"options['trace']: expected a path or a Trace, got {type(trace).__name__}")
             return trace.scaled(self.speed) if self.speed != 1.0 else trace
-        rate = self.rate if self.rate_range is None else float(np_random.uniform(*self.rate_range))
+        rate = self.rate.draw(np_random)
         if self.episode_requests is None:
             return synthetic_trace(np_random, rate, duration_s=self.duration_s)
         return synthetic_trace(np_random, rate, duration_s=None, n_requests=self.episode_requests)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import os
 
 import gymnasium as gym
 import numpy as np
@@ -13,8 +12,8 @@ from gymnasium import spaces
 from ..costmodel import CostModel
 from ..overload import (DEMO3_BASE_RATE, REJECTED_AFTER_PREFILL, OverloadConfig, OverloadSimulator,
                         decode_capacity_rate)
-from ..workload import Trace, read_trace, resample_iid, synthetic_trace
-from .common import check_range, is_range
+from ..workload import resample_iid, synthetic_trace
+from .common import ValueOrRange, as_trace, check_range
 
 INPUT_TOKENS_CAP = 200_000
 LOG1P_INPUT_TOKENS_CAP = math.log1p(INPUT_TOKENS_CAP)  # request length feature: log1p(tokens) / this
@@ -23,6 +22,8 @@ TTFT_CAP_SLO = 1.5  # predicted TTFT feature: TTFT / (1.5 SLO)
 IN_PREFILL_CAP_PER_INSTANCE = 20
 #: Default weight of wasted prefill in the reward, per mean prefill time wasted (see the docstring).
 DEFAULT_WASTE_PENALTY = 0.1
+#: Load (arrivals over the decode pool's capacity rate) with neither ``load`` nor ``load_range``: demo 3's.
+DEFAULT_LOAD = 2.0
 
 
 class OverloadAdmissionEnv(gym.Env):
@@ -153,14 +154,7 @@ class OverloadAdmissionEnv(gym.Env):
                  decode_capacity_tokens: int = 60_000, tbt_s: float = 0.05, ttft_slo_s: float = 30.0,
                  oracle: bool = False, waste_penalty: float = DEFAULT_WASTE_PENALTY, model: str = "llama2-70b",
                  render_mode: str | None = None):
-        if load is not None and load_range is not None:
-            raise ValueError("load, load_range: give one of them, not both")
-        if load_range is not None:
-            if not is_range(load_range):
-                raise ValueError(f"load_range: expected (low, high), finite, with 0 < low <= high, got {load_range!r}")
-            self.load, self.load_range = None, (float(load_range[0]), float(load_range[1]))
-        else:
-            self.load, self.load_range = float(check_range("load", 2.0 if load is None else load, 1e-6)), None
+        self.load = ValueOrRange("load", load, load_range, DEFAULT_LOAD)
         check_range("episode_requests", episode_requests, 1, None, integer=True)
         check_range("speed", speed, 1e-6)
         check_range("waste_penalty", waste_penalty, 0.0)
@@ -172,9 +166,9 @@ class OverloadAdmissionEnv(gym.Env):
                                      decode_capacity_tokens=decode_capacity_tokens, tbt_s=tbt_s,
                                      ttft_slo_s=ttft_slo_s, oracle=oracle)
         self.cost = CostModel.preset(model)
-        self.base = self._as_trace("base_trace", base_trace) if base_trace is not None else \
+        self.base = as_trace("base_trace", base_trace) if base_trace is not None else \
             synthetic_trace(0, DEMO3_BASE_RATE)
-        self.trace = self._as_trace("trace", trace) if trace is not None else None
+        self.trace = as_trace("trace", trace) if trace is not None else None
         self.capacity_rate = decode_capacity_rate(self.base, self.config, self.cost)
         self.mean_prefill_s = float(np.mean([self.cost.prefill_s(n, 0) for n in self.base.input_tokens.tolist()]))
         self.speed = float(speed)
@@ -189,16 +183,6 @@ class OverloadAdmissionEnv(gym.Env):
         self._oracle = c.oracle
         self._denominators = (TTFT_CAP_SLO * c.ttft_slo_s, c.recent_window_s * self.capacity_rate,
                               c.recent_window_s * c.n_prefill, IN_PREFILL_CAP_PER_INSTANCE * c.n_prefill)
-
-    @staticmethod
-    def _as_trace(name, value) -> Trace:
-        if isinstance(value, (str, os.PathLike)):
-            value = read_trace(value)
-        elif not isinstance(value, Trace):
-            raise ValueError(f"{name}: expected a path or a Trace, got {type(value).__name__}")
-        if len(value) == 0:
-            raise ValueError(f"{name}: expected a trace with at least one request, got an empty one")
-        return value
 
     # -- the decision view and its encoding -----------------------------------------------------------
     def decision_view(self):
@@ -240,14 +224,13 @@ class OverloadAdmissionEnv(gym.Env):
     # -- Gymnasium API ------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        trace = (options or {}).get("trace", self.trace)
+        trace = as_trace("options['trace']", options["trace"]) if options and "trace" in options else self.trace
         if trace is not None:
-            trace = self._as_trace("options['trace']", trace)
             if self.speed != 1.0:
                 trace = trace.scaled(self.speed)
             load = float("nan")
         else:
-            load = self.load if self.load_range is None else float(self.np_random.uniform(*self.load_range))
+            load = self.load.draw(self.np_random)
             trace = resample_iid(self.base, self.episode_requests, load * self.capacity_rate, self.np_random)
         self.sim = OverloadSimulator(trace, self.config, self.cost)
         self._view = self.sim.reset()
