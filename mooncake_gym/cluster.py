@@ -43,7 +43,11 @@ class PrefillInstance:
 
     def dispatch(self, now: float, service_s: float) -> tuple[float, float]:
         """Queue a request of ``service_s`` seconds at ``now``; returns its (start, finish) times."""
-        start = self.busy_until if self.busy_until > now else now
+        if self.busy_until > now:
+            start = self.busy_until
+        else:  # idle: everything dispatched before has finished
+            start = now
+            self._finishes.clear()
         finish = start + service_s
         self.busy_until = finish
         self._finishes.append(finish)

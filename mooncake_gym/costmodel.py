@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 # --------------------------------------------------------------------------------------------
 # Assumed constants (one place; each with its source)
@@ -70,7 +71,9 @@ class ModelConfig:
     vocab: int
     tied_embeddings: bool
 
-    @property
+    # derived figures are cached_property (computed once per frozen config): the cost model is on
+    # the simulators' hot path
+    @cached_property
     def params_per_layer(self) -> int:
         """Weights of one layer: Q, K, V, O projections and the gated MLP (norms ignored)."""
         q = self.d_model * self.n_heads * self.d_head
@@ -85,7 +88,7 @@ class ModelConfig:
         embeddings = self.vocab * self.d_model * (1 if self.tied_embeddings else 2)
         return self.n_layers * self.params_per_layer + embeddings
 
-    @property
+    @cached_property
     def kv_bytes_per_token(self) -> int:
         """Bytes of K and V for one token over all layers, in BF16."""
         return 2 * self.n_layers * self.n_kv_heads * self.d_head * BYTES_PER_BF16
@@ -151,15 +154,20 @@ class InstanceSpec:
         if self.prefill_overhead_s < 0:
             raise ValueError(f"prefill_overhead_s: expected >= 0, got {self.prefill_overhead_s}")
 
-    @property
+    @cached_property
     def effective_flops(self) -> float:
         return self.n_gpus * GPU_PEAK_BF16_FLOPS[self.gpu] * self.mfu
 
     def tier_bandwidth(self, tier: str) -> float:
         """Bytes/s this instance reads from ``tier``: its GPUs' share of the node figure."""
-        if tier not in NODE_TIER_BANDWIDTH:
+        bandwidth = self._tier_bandwidths.get(tier)
+        if bandwidth is None:
             raise ValueError(f"tier: unknown {tier!r}; expected one of {list(TIERS)}")
-        return NODE_TIER_BANDWIDTH[tier] * self.n_gpus / GPUS_PER_NODE
+        return bandwidth
+
+    @cached_property
+    def _tier_bandwidths(self) -> dict:
+        return {tier: node * self.n_gpus / GPUS_PER_NODE for tier, node in NODE_TIER_BANDWIDTH.items()}
 
 
 @dataclass(frozen=True)
@@ -202,8 +210,8 @@ class CostModel:
         """
         compute = self.compute_s(n_tokens, cached_tokens)
         load = self.load_s(cached_tokens, tier)
-        if overlap:
-            busy = max(compute, load) + min(compute, load) / self.model.n_layers
+        if overlap:  # max(compute, load) + min(compute, load) / L, without the builtins' call overhead
+            busy = compute + load / self.model.n_layers if compute >= load else load + compute / self.model.n_layers
         else:
             busy = compute + load
         return busy + self.instance.prefill_overhead_s

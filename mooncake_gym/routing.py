@@ -185,9 +185,9 @@ class RoutingSimulator:
         return self._view
 
     def _make_view(self) -> RoutingView | None:
-        # the hot path of every decision: plain Python, one pass over the instances, and each cost
-        # model call made once per distinct hit length (most instances share a hit of 0 or of the
-        # system prompt)
+        # The hot path of every decision: plain Python, one pass over the instances. Each cost
+        # model call is made once per distinct hit length (most instances share a hit of 0 or of
+        # the system prompt); an idle instance has nothing queued, so its queue is not walked.
         i = self._i
         if i >= len(self._arrival):
             return None
@@ -195,8 +195,9 @@ class RoutingSimulator:
         n_in = self._input[i]
         ids = self._blocks[i]
         cost = self.cost
+        prefill_s = cost.prefill_s
         block = cost.block_tokens
-        cap = n_in - 1
+        cap = n_in - 1 if n_in > 1 else 0
         prefill_memo: dict[int, float] = {}
         queue, queued, hits, prefill = [], [], [], []
         best_blocks, best_inst = 0, -1
@@ -206,19 +207,25 @@ class RoutingSimulator:
                 best_blocks, best_inst = k, inst.index
             h = k * block
             if h > cap:
-                h = cap if cap > 0 else 0
+                h = cap
             p = prefill_memo.get(h)
             if p is None:
-                p = prefill_memo[h] = cost.prefill_s(n_in, h)
-            q = inst.busy_until - now
-            queue.append(q if q > 0.0 else 0.0)
-            queued.append(inst.queued_requests(now))
-            hits.append(h)
+                p = prefill_memo[h] = prefill_s(n_in, h)
             prefill.append(p)
-        best = cost.hit_tokens(best_blocks, n_in)
+            hits.append(h)
+            q = inst.busy_until - now
+            if q > 0.0:
+                queue.append(q)
+                queued.append(inst.queued_requests(now))
+            else:
+                queue.append(0.0)
+                queued.append(0)
+        best = best_blocks * block
+        if best > cap:
+            best = cap
         pull_prefill = prefill_memo.get(best)
         if pull_prefill is None:
-            pull_prefill = cost.prefill_s(n_in, best)
+            pull_prefill = prefill_s(n_in, best)
         transfer_memo: dict[int, float] = {}
         transfer = []
         for h in hits:
@@ -228,11 +235,11 @@ class RoutingSimulator:
             transfer.append(t)
         v = RoutingView()
         v.now, v.index, v.input_tokens, v.output_tokens, v.block_ids = now, i, n_in, self._output[i], ids
-        v.n_instances = len(self.instances)
+        v.n_instances = len(queue)
         v.queue_s, v.queued_requests, v.hit_tokens, v.prefill_s = tuple(queue), tuple(queued), tuple(hits), tuple(prefill)
         v.best_hit_tokens, v.best_instance = best, best_inst
         v.transfer_s = tuple(transfer)
-        v.pull_prefill_s = tuple(pull_prefill if h < best else p for h, p in zip(hits, prefill))
+        v.pull_prefill_s = tuple([pull_prefill if h < best else p for h, p in zip(hits, prefill)])
         return v
 
     def _parse(self, action) -> tuple[int, bool]:

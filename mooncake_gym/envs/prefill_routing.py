@@ -131,6 +131,7 @@ class PrefillRoutingEnv(gym.Env):
         self.action_space = spaces.Discrete(2 * n if self.allow_pull else n)
         self._n_actions = int(self.action_space.n)
         self.observation_space = spaces.Box(0.0, 1.0, (PER_INSTANCE_FEATURES * n + 2,), np.float32)
+        self._time_scale = 1.0 / math.log1p(QUEUE_CAP_SLO * ttft_slo_s / TIME_UNIT_S)
         self.sim: RoutingSimulator | None = None
 
     # -- the decision view and its encoding ---------------------------------------------------------
@@ -147,44 +148,39 @@ class PrefillRoutingEnv(gym.Env):
 
     def _observe(self) -> np.ndarray:
         # The hot path of ``step``: plain Python floats into one list, one float32 array at the end
-        # (one allocation per step; the returned array is the caller's to keep). The clips are
-        # ``clip01`` inlined; the expressions are those of the documented features, term for term.
+        # (one allocation per step; the returned array is the caller's to keep). ``T`` is the
+        # documented time scaling with ``clip01`` inlined. An idle instance's block depends on its
+        # hit alone (nothing queued, TTFT = prefill), so idle instances with equal hits share it.
         v = self.sim.view
         if v is None:
             return np.zeros(self.observation_space.shape, np.float32)
-        unit = TIME_UNIT_S
-        scale = 1.0 / math.log1p(QUEUE_CAP_SLO * self.config.ttft_slo_s / unit)
-        log1p = math.log1p
+        unit, scale, log1p = TIME_UNIT_S, self._time_scale, math.log1p
+        allow_pull = self.allow_pull
+
+        def T(t: float) -> float:  # log1p(0) is 0: idle queues and the best estimate skip the call
+            x = log1p(t / unit) * scale if t else 0.0
+            return 0.0 if x < 0.0 else (1.0 if x > 1.0 else x)
+
         inv_in = 1.0 / v.input_tokens if v.input_tokens else 0.0
         queue = v.queue_s
         ttft = [q + p for q, p in zip(queue, v.prefill_s)]
         ttft_pull = [q + t + p for q, t, p in zip(queue, v.transfer_s, v.pull_prefill_s)]
-        allow_pull = self.allow_pull
         best = min(min(ttft), min(ttft_pull) if allow_pull else math.inf)
         vals: list[float] = []
-        append = vals.append
+        extend = vals.extend
+        idle: dict[int, tuple] = {}
         for q, nq, h, t, tp in zip(queue, v.queued_requests, v.hit_tokens, ttft, ttft_pull):
-            # log1p(0) * scale is 0.0: idle instances and the best estimate skip the call
-            x = log1p(q / unit) * scale if q else 0.0
-            append(0.0 if x < 0.0 else (1.0 if x > 1.0 else x))
-            x = nq / QUEUED_REQUESTS_CAP
-            append(0.0 if x < 0.0 else (1.0 if x > 1.0 else x))
-            append(h * inv_in)
-            x = log1p(t / unit) * scale
-            append(0.0 if x < 0.0 else (1.0 if x > 1.0 else x))
-            x = log1p(tp / unit) * scale if tp != t else x
-            append(0.0 if x < 0.0 else (1.0 if x > 1.0 else x))
-            d = t - best
-            x = log1p(d / unit) * scale if d else 0.0
-            append(0.0 if x < 0.0 else (1.0 if x > 1.0 else x))
-            if allow_pull:
-                d = tp - best
-                x = log1p(d / unit) * scale if d else 0.0
-                append(0.0 if x < 0.0 else (1.0 if x > 1.0 else x))
-            else:
-                append(1.0)
-        append(clip01(log1p(v.input_tokens) / log1p(INPUT_TOKENS_CAP)))
-        append(v.best_hit_tokens * inv_in)
+            block = idle.get(h) if q == 0.0 else None
+            if block is None:
+                x = nq / QUEUED_REQUESTS_CAP
+                tt = T(t)
+                block = (T(q), 1.0 if x > 1.0 else x, h * inv_in, tt, T(tp) if tp != t else tt, T(t - best),
+                         T(tp - best) if allow_pull else 1.0)
+                if q == 0.0:
+                    idle[h] = block
+            extend(block)
+        vals.append(clip01(log1p(v.input_tokens) / log1p(INPUT_TOKENS_CAP)))
+        vals.append(v.best_hit_tokens * inv_in)
         return np.array(vals, np.float32)
 
     # -- Gymnasium API ------------------------------------------------------------------------------
