@@ -98,7 +98,9 @@ class RoutingView:
 class RoutingResult:
     """Per-request outcomes and summary metrics of one routing run."""
 
-    def __init__(self, policy: str, trace_name: str, config: RoutingConfig, arrays: dict, instances, cost):
+    def __init__(self, policy: str, trace_name: str, config: RoutingConfig, rows: list[tuple], instances, cost):
+        """``rows``: one tuple per dispatched request, its fields in the order of ``_ARRAYS``."""
+        arrays = dict(zip(_ARRAYS, zip(*rows))) if rows else {k: () for k in _ARRAYS}
         self.policy = policy
         self.trace_name = trace_name
         self.config = config
@@ -170,7 +172,7 @@ class RoutingSimulator:
         c = self.config
         self.instances = [PrefillInstance(i, c.cache_blocks) for i in range(c.n_instances)]
         self._i = 0
-        self._records = {k: [] for k in _ARRAYS}
+        self._rows: list[tuple] = []  # one outcome per dispatched request (fields of _ARRAYS)
         self.last: dict | None = None
         self._view = self._make_view()
         return self._view
@@ -185,9 +187,9 @@ class RoutingSimulator:
         return self._view
 
     def _make_view(self) -> RoutingView | None:
-        # The hot path of every decision: plain Python, one pass over the instances. Each cost
-        # model call is made once per distinct hit length (most instances share a hit of 0 or of
-        # the system prompt); an idle instance has nothing queued, so its queue is not walked.
+        # The hot path of every decision. Everything about an instance but its queue follows from
+        # its hit length, and most instances share a hit (0, or the system prompt), so the cost
+        # model is called once per distinct hit; an idle instance's queue is not walked.
         i = self._i
         if i >= len(self._arrival):
             return None
@@ -195,51 +197,30 @@ class RoutingSimulator:
         n_in = self._input[i]
         ids = self._blocks[i]
         cost = self.cost
-        prefill_s = cost.prefill_s
         block = cost.block_tokens
-        cap = n_in - 1 if n_in > 1 else 0
-        prefill_memo: dict[int, float] = {}
-        queue, queued, hits, prefill = [], [], [], []
-        best_blocks, best_inst = 0, -1
-        for inst in self.instances:
-            k = inst.cache.match(ids)
-            if k > best_blocks:
-                best_blocks, best_inst = k, inst.index
-            h = k * block
-            if h > cap:
-                h = cap
-            p = prefill_memo.get(h)
-            if p is None:
-                p = prefill_memo[h] = prefill_s(n_in, h)
-            prefill.append(p)
-            hits.append(h)
-            q = inst.busy_until - now
-            if q > 0.0:
-                queue.append(q)
-                queued.append(inst.queued_requests(now))
-            else:
-                queue.append(0.0)
-                queued.append(0)
+        cap = n_in - 1 if n_in > 1 else 0  # at least one token is computed
+        instances = self.instances
+        ks = [inst.cache.match(ids) for inst in instances]
+        best_blocks = max(ks)
         best = best_blocks * block
         if best > cap:
             best = cap
-        pull_prefill = prefill_memo.get(best)
-        if pull_prefill is None:
-            pull_prefill = prefill_s(n_in, best)
-        transfer_memo: dict[int, float] = {}
-        transfer = []
-        for h in hits:
-            t = transfer_memo.get(h)
-            if t is None:
-                t = transfer_memo[h] = cost.transfer_s(best - h)
-            transfer.append(t)
+        pull_prefill = cost.prefill_s(n_in, best)
+        by_hit = {best_blocks: (best, pull_prefill, 0.0, pull_prefill)}  # blocks -> hit, prefill, transfer, after pull
+        for k in ks:
+            if k not in by_hit:
+                h = k * block
+                if h > cap:
+                    h = cap
+                p = cost.prefill_s(n_in, h)
+                by_hit[k] = (h, p, cost.transfer_s(best - h), pull_prefill) if h < best else (h, p, 0.0, p)
         v = RoutingView()
         v.now, v.index, v.input_tokens, v.output_tokens, v.block_ids = now, i, n_in, self._output[i], ids
-        v.n_instances = len(queue)
-        v.queue_s, v.queued_requests, v.hit_tokens, v.prefill_s = tuple(queue), tuple(queued), tuple(hits), tuple(prefill)
-        v.best_hit_tokens, v.best_instance = best, best_inst
-        v.transfer_s = tuple(transfer)
-        v.pull_prefill_s = tuple([pull_prefill if h < best else p for h, p in zip(hits, prefill)])
+        v.n_instances = len(ks)
+        v.hit_tokens, v.prefill_s, v.transfer_s, v.pull_prefill_s = zip(*[by_hit[k] for k in ks])
+        v.queue_s = tuple([inst.busy_until - now if inst.busy_until > now else 0.0 for inst in instances])
+        v.queued_requests = tuple([inst.queued_requests(now) if inst.busy_until > now else 0 for inst in instances])
+        v.best_hit_tokens, v.best_instance = best, ks.index(best_blocks) if best_blocks else -1
         return v
 
     def _parse(self, action) -> tuple[int, bool]:
@@ -279,16 +260,7 @@ class RoutingSimulator:
         inst.dispatch(v.now, transfer + prefill)
         inst.cache.insert(v.block_ids)
         ttft = queue + transfer + prefill  # = finish - arrival, without the rounding of absolute times
-        r = self._records
-        r["arrival_s"].append(v.now)
-        r["input_tokens"].append(v.input_tokens)
-        r["instance"].append(i)
-        r["ttft_s"].append(ttft)
-        r["queue_s"].append(queue)
-        r["transfer_s"].append(transfer)
-        r["prefill_s"].append(prefill)
-        r["hit_tokens"].append(hit)
-        r["fetched_tokens"].append(fetched)
+        self._rows.append((v.now, v.input_tokens, i, ttft, queue, transfer, prefill, hit, fetched))
         self.last = {"index": v.index, "instance": i, "pull": fetched > 0, "ttft_s": ttft, "queue_s": queue,
                      "transfer_s": transfer, "prefill_s": prefill, "hit_tokens": hit, "fetched_tokens": fetched,
                      "input_tokens": v.input_tokens}
@@ -297,7 +269,7 @@ class RoutingSimulator:
         return self._view
 
     def result(self, policy: str = "?") -> RoutingResult:
-        return RoutingResult(policy, self.trace.name, self.config, self._records, self.instances, self.cost)
+        return RoutingResult(policy, self.trace.name, self.config, self._rows, self.instances, self.cost)
 
 
 def simulate(trace: Trace, policy: Callable, config: RoutingConfig | None = None, cost: CostModel | None = None,

