@@ -54,13 +54,7 @@ class PrefixCache:
 
     def match(self, block_ids: Sequence[int]) -> int:
         """Number of leading blocks of ``block_ids`` that are cached. Does not touch anything."""
-        blocks = self._blocks
-        k = 0
-        for b in block_ids:
-            if b not in blocks:
-                break
-            k += 1
-        return k
+        return match_all((self,), block_ids)[0]
 
     def insert(self, block_ids: Sequence[int], n_blocks: int | None = None) -> None:
         """Touch or insert the first ``n_blocks`` of ``block_ids`` (all by default), last to first,
@@ -98,3 +92,18 @@ class PrefixCache:
     def clear(self) -> None:
         self._blocks.clear()
         self.evictions = 0
+
+
+def match_all(caches: Sequence[PrefixCache], block_ids: Sequence[int]) -> list[int]:
+    """``[cache.match(block_ids) for cache in caches]`` in one call: the routing simulator matches
+    every instance's cache at each arrival, and this is its hot path."""
+    hits = []
+    for cache in caches:
+        blocks = cache._blocks
+        k = 0
+        for b in block_ids:
+            if b not in blocks:
+                break
+            k += 1
+        hits.append(k)
+    return hits

@@ -33,6 +33,7 @@ import numpy as np
 from .cluster import PrefillInstance
 from .costmodel import CostModel
 from .policy import policy_name, reset_policy
+from .prefixcache import match_all
 from .workload import Trace
 
 
@@ -171,6 +172,7 @@ class RoutingSimulator:
     def reset(self) -> RoutingView:
         c = self.config
         self.instances = [PrefillInstance(i, c.cache_blocks) for i in range(c.n_instances)]
+        self._caches = [inst.cache for inst in self.instances]
         self._i = 0
         self._rows: list[tuple] = []  # one outcome per dispatched request (fields of _ARRAYS)
         self.last: dict | None = None
@@ -200,7 +202,7 @@ class RoutingSimulator:
         block = cost.block_tokens
         cap = n_in - 1 if n_in > 1 else 0  # at least one token is computed
         instances = self.instances
-        ks = [inst.cache.match(ids) for inst in instances]
+        ks = match_all(self._caches, ids)
         best_blocks = max(ks)
         best = best_blocks * block
         if best > cap:
@@ -217,9 +219,14 @@ class RoutingSimulator:
         v = RoutingView()
         v.now, v.index, v.input_tokens, v.output_tokens, v.block_ids = now, i, n_in, self._output[i], ids
         v.n_instances = len(ks)
-        v.hit_tokens, v.prefill_s, v.transfer_s, v.pull_prefill_s = zip(*[by_hit[k] for k in ks])
-        v.queue_s = tuple([inst.busy_until - now if inst.busy_until > now else 0.0 for inst in instances])
-        v.queued_requests = tuple([inst.queued_requests(now) if inst.busy_until > now else 0 for inst in instances])
+        if len(by_hit) == 1:  # every instance holds the same prefix (often: the system prompt, or none)
+            h, p, t, pp = by_hit[best_blocks]
+            n = len(ks)
+            v.hit_tokens, v.prefill_s, v.transfer_s, v.pull_prefill_s = (h,) * n, (p,) * n, (t,) * n, (pp,) * n
+        else:
+            v.hit_tokens, v.prefill_s, v.transfer_s, v.pull_prefill_s = zip(*[by_hit[k] for k in ks])
+        v.queue_s = queue = tuple([inst.busy_until - now if inst.busy_until > now else 0.0 for inst in instances])
+        v.queued_requests = tuple([inst.queued_requests(now) if q else 0 for inst, q in zip(instances, queue)])
         v.best_hit_tokens, v.best_instance = best, ks.index(best_blocks) if best_blocks else -1
         return v
 

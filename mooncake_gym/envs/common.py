@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
+import struct
 
 import numpy as np
 
 from ..workload import Trace, read_trace, synthetic_trace
+
+
+#: Exact types of the integer actions the environments' fast path accepts (Python's, and the numpy
+#: scalars an SB3 model or ``action_space.sample()`` returns); others go through the space's check.
+INTEGER_TYPES = frozenset({int, np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint16, np.uint8})
 
 
 def check_range(name: str, value, lo=None, hi=None, integer: bool = False, allow_none: bool = False):
@@ -112,3 +119,15 @@ def is_range(value) -> bool:
 
 def clip01(x: float) -> float:
     return 0.0 if x < 0.0 else (1.0 if x > 1.0 else x)
+
+
+def as_float32(values: list[float]) -> np.ndarray:
+    """A fresh, writable float32 array of ``values``: an observation. Packing the floats to bytes
+    and wrapping them is about twice as fast as ``np.array(values, np.float32)`` for the few dozen
+    features of an observation (the environments' hot path)."""
+    return np.frombuffer(bytearray(_float32_packer(len(values))(*values)), np.float32)
+
+
+@functools.cache
+def _float32_packer(n: int):
+    return struct.Struct(f"={n}f").pack

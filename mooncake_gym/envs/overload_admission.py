@@ -13,7 +13,7 @@ from ..costmodel import CostModel
 from ..overload import (DEMO3_BASE_RATE, REJECTED_AFTER_PREFILL, OverloadConfig, OverloadSimulator,
                         decode_capacity_rate)
 from ..workload import resample_iid, synthetic_trace
-from .common import ValueOrRange, as_trace, check_range
+from .common import INTEGER_TYPES, ValueOrRange, as_trace, check_range
 
 INPUT_TOKENS_CAP = 200_000
 LOG1P_INPUT_TOKENS_CAP = math.log1p(INPUT_TOKENS_CAP)  # request length feature: log1p(tokens) / this
@@ -242,8 +242,8 @@ class OverloadAdmissionEnv(gym.Env):
     def step(self, action):
         if self.sim is None:
             raise RuntimeError("step: call reset() first")
-        # fast path for plain integers; anything else goes through the space's own check
-        if not ((action == 0 or action == 1) if type(action) is int else self.action_space.contains(action)):
+        # fast path for Python and numpy integers; anything else goes through the space's own check
+        if not ((action == 0 or action == 1) if type(action) in INTEGER_TYPES else self.action_space.contains(action)):
             raise ValueError(f"action: expected 0 (reject) or 1 (admit), got {action!r}")
         if self.sim.done:
             raise RuntimeError("step: the episode has terminated; call reset()")

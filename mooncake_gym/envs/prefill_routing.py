@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from operator import add
 
 import gymnasium as gym
 import numpy as np
@@ -10,7 +11,7 @@ from gymnasium import spaces
 
 from ..costmodel import CostModel
 from ..routing import RoutingConfig, RoutingSimulator, RoutingView
-from .common import WorkloadSpec, check_range, clip01
+from .common import INTEGER_TYPES, WorkloadSpec, as_float32, check_range, clip01
 
 #: Caps of the normalised features: a value at or above the cap reads 1.
 QUEUE_CAP_SLO = 10.0  # queued work and TTFT estimates, in multiples of the TTFT SLO
@@ -126,6 +127,7 @@ class PrefillRoutingEnv(gym.Env):
         self.workload = WorkloadSpec(rate, rate_range, trace, speed, episode_requests, duration_s)
         self.allow_pull = bool(allow_pull)
         self.reward_kind = reward
+        self._ttft_reward, self._slo, self._n_instances = reward == "ttft", float(ttft_slo_s), int(n_instances)
         self.render_mode = render_mode
         n = n_instances
         self.action_space = spaces.Discrete(2 * n if self.allow_pull else n)
@@ -159,16 +161,20 @@ class PrefillRoutingEnv(gym.Env):
         unit, scale, log1p = TIME_UNIT_S, self._time_scale, math.log1p
         allow_pull = self.allow_pull
         inv_in = 1.0 / v.input_tokens if v.input_tokens else 0.0
-        queue = v.queue_s
-        ttft = [q + p for q, p in zip(queue, v.prefill_s)]
-        ttft_pull = [q + t + p for q, t, p in zip(queue, v.transfer_s, v.pull_prefill_s)]
-        best = min(min(ttft), min(ttft_pull) if allow_pull else math.inf)
+        queue, prefill, transfer, pull_prefill = v.queue_s, v.prefill_s, v.transfer_s, v.pull_prefill_s
+        best = min(map(add, queue, prefill))  # the best TTFT estimate anywhere: queue + prefill ...
+        if allow_pull:  # ... or queue + transfer + prefill after a pull
+            best_pull = min(map(add, map(add, queue, transfer), pull_prefill))
+            if best_pull < best:
+                best = best_pull
         vals: list[float] = []
         extend = vals.extend
         idle: dict[int, tuple] = {}
-        for q, nq, h, t, tp in zip(queue, v.queued_requests, v.hit_tokens, ttft, ttft_pull):
+        for q, nq, h, p, tr, pp in zip(queue, v.queued_requests, v.hit_tokens, prefill, transfer, pull_prefill):
             block = idle.get(h) if q == 0.0 else None
             if block is None:
+                t = q + p
+                tp = q + tr + pp
                 x_q = log1p(q / unit) * scale if q else 0.0
                 x_t = log1p(t / unit) * scale
                 x_tp = log1p(tp / unit) * scale if tp != t else x_t
@@ -187,7 +193,7 @@ class PrefillRoutingEnv(gym.Env):
             extend(block)
         vals.append(clip01(log1p(v.input_tokens) / log1p(INPUT_TOKENS_CAP)))
         vals.append(v.best_hit_tokens * inv_in)
-        return np.array(vals, np.float32)
+        return as_float32(vals)
 
     # -- Gymnasium API ------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -201,28 +207,27 @@ class PrefillRoutingEnv(gym.Env):
         sim = self.sim
         if sim is None:
             raise RuntimeError("step: call reset() first")
-        # fast path for plain integers; anything else goes through the space's own check
-        if type(action) is int and 0 <= action < self._n_actions:
-            a = action
+        # fast path for Python and numpy integers; anything else goes through the space's own check
+        if type(action) in INTEGER_TYPES and 0 <= action < self._n_actions:
+            a = int(action)
         elif self.action_space.contains(action):
             a = int(action)
         else:
             raise ValueError(f"action: expected an integer in 0..{self.action_space.n - 1}, got {action!r}")
         if sim.done:
             raise RuntimeError("step: the episode has terminated; call reset()")
-        n = self.config.n_instances
-        sim.dispatch(a % n, a >= n)
+        n = self._n_instances
+        terminated = sim.dispatch(a % n, a >= n) is None
         info = sim.last  # a fresh dict every step: the caller may keep it
         ttft = info["ttft_s"]
-        if self.reward_kind == "ttft":
-            reward = -ttft / self.config.ttft_slo_s
+        if self._ttft_reward:
+            reward = -ttft / self._slo
         else:
-            reward = 1.0 if ttft <= self.config.ttft_slo_s else 0.0
-        terminated = sim.done
+            reward = 1.0 if ttft <= self._slo else 0.0
         if terminated:
             info["metrics"] = sim.result("env").metrics
         self._last_info = info
-        return self._observe(), float(reward), bool(terminated), False, info
+        return self._observe(), reward, terminated, False, info
 
     def render(self):
         if self.render_mode != "ansi" or self.sim is None:
