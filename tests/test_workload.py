@@ -260,6 +260,28 @@ def test_generator_with_request_count_is_deterministic_and_exact():
     assert len(short) == 100
 
 
+def _same_requests(a, b):
+    for col in ("arrival_s", "input_tokens", "output_tokens", "session_ids"):
+        assert np.array_equal(getattr(a, col), getattr(b, col)), col
+    assert a.block_ids == b.block_ids
+
+
+@pytest.mark.parametrize("short, long", [
+    ({"duration_s": None, "n_requests": 300}, {"duration_s": None, "n_requests": 2000}),  # one batch vs several
+    ({"duration_s": 30.0}, {"duration_s": 400.0}),
+    ({"duration_s": None, "n_requests": 50}, {"duration_s": 400.0}),
+])
+def test_a_shorter_trace_is_the_head_of_a_longer_one(short, long):
+    # the random numbers are drawn in batches of sessions, in a fixed order: cutting a trace shorter
+    # changes none of its requests (and block ids number in order of first appearance)
+    a = synthetic_trace(seed=9, rate=3.0, **short)
+    b = synthetic_trace(seed=9, rate=3.0, **long)
+    assert 0 < len(a) < len(b)
+    _same_requests(a, b.head(len(a)))
+    if short.get("duration_s"):
+        assert b.arrival_s[len(a)] >= short["duration_s"] > a.arrival_s[-1]
+
+
 def test_generator_blocks_follow_the_trace_format(big_synthetic):
     trace = big_synthetic
     assert np.all(np.diff(trace.arrival_s) >= 0)
