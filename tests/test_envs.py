@@ -109,6 +109,7 @@ def test_same_seed_and_actions_give_identical_trajectories(env_id, kwargs):
             assert type(rec[2]) is float and type(rec[3]) is bool and type(rec[4]) is bool
     # observations are the caller's: the env does not overwrite earlier ones
     assert not np.shares_memory(ta[1][1], ta[2][1])
+    assert ta[1][1].flags.writeable and ta[1][1].dtype == np.float32
     # and the seed matters
     assert not same(rollout(gym.make(env_id, **kwargs), actions[:50], seed=12), ta[:51])
 

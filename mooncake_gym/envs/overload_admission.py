@@ -13,7 +13,7 @@ from ..costmodel import CostModel
 from ..overload import (DEMO3_BASE_RATE, REJECTED_AFTER_PREFILL, OverloadConfig, OverloadSimulator,
                         decode_capacity_rate)
 from ..workload import resample_iid, synthetic_trace
-from .common import INTEGER_TYPES, ValueOrRange, as_trace, check_range
+from .common import INTEGER_TYPES, ValueOrRange, as_float32, as_trace, check_range
 
 INPUT_TOKENS_CAP = 200_000
 LOG1P_INPUT_TOKENS_CAP = math.log1p(INPUT_TOKENS_CAP)  # request length feature: log1p(tokens) / this
@@ -194,7 +194,7 @@ class OverloadAdmissionEnv(gym.Env):
 
     def _observe(self) -> np.ndarray:
         # The hot path of ``step``: plain Python floats into one list, one float32 array at the end
-        # (one allocation per step; the returned array is the caller's to keep). The denominators
+        # (a fresh one each step: the caller may keep it). The denominators
         # are computed once in ``__init__`` by the same expressions; the clips are ``clip01``.
         v = self._view
         if v is None:
@@ -219,7 +219,7 @@ class OverloadAdmissionEnv(gym.Env):
         ]
         if self._oracle:
             vals.append(v.output_tokens / OUTPUT_TOKENS_CAP)
-        return np.array([0.0 if x < 0.0 else (1.0 if x > 1.0 else x) for x in vals], np.float32)
+        return as_float32([0.0 if x < 0.0 else (1.0 if x > 1.0 else x) for x in vals])
 
     # -- Gymnasium API ------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):

@@ -150,7 +150,7 @@ class PrefillRoutingEnv(gym.Env):
 
     def _observe(self) -> np.ndarray:
         # The hot path of ``step``: plain Python floats into one list, one float32 array at the end
-        # (one allocation per step; the returned array is the caller's to keep). Each time feature
+        # (a fresh one each step: the caller may keep it). Each time feature
         # is the documented T(s) inlined: every time here is >= 0, so only the cap at 1 is checked,
         # and a time of 0 (an idle queue, the best estimate) skips the log. An idle instance's block
         # depends on its hit alone (nothing queued, TTFT = prefill): idle instances with equal hits
