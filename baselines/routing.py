@@ -72,7 +72,7 @@ class KVCentric(_Seeded):
     (replication of hot prefixes). The paper publishes no value of ``kvcache_balancing_threshold``
     ("adjusted manually"). The default 1.0 (pull whenever another instance holds a longer prefix and
     the estimate says it pays) was the best of 1, 1.25, 1.5, 2 and 4 on the synthetic workload at 8
-    sessions/s (mean TTFT 0.400 s against 0.403-0.484 s); on Mooncake's public synthetic trace at
+    sessions/s (mean TTFT 0.417 s against 0.419-0.503 s); on Mooncake's public synthetic trace at
     twice its speed 1.25-4 are 2 % better (4.44 s against 4.55 s). Measured with
     ``mooncake-gym replay [--rate 8 | --trace ... --speed 2] --policy kvcentric --threshold T``.
     """

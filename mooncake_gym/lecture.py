@@ -225,7 +225,7 @@ def run_lecture(args) -> int:
         data, text = DEMOS[d](**kwargs)
         results[f"demo{d}"] = data
         if not args.json:
-            print(f"=== Demo {d}: {DEMOS[d].__doc__.split(':', 1)[1].strip()}")
+            print(f"=== Demo {d}: {DEMOS[d].__doc__.splitlines()[0].split(':', 1)[1].strip()}")
             print(text)
             print()
     if args.json:

@@ -85,6 +85,13 @@ def test_lecture_demo1_text(capsys):
     assert "=== Demo 1" in out and "LLaMA2-70B" in out and "327,680" in out
 
 
+def test_lecture_demo3_text_titles_it_with_the_docstring_first_line(capsys):
+    assert main(["lecture", "--demo", "3"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "=== Demo 3: early rejection under overload — Mooncake §7, Table 3 and Figure 9."
+    assert any(line.startswith("- early: wasted prefill -") for line in out)
+
+
 @pytest.mark.parametrize("argv", [
     ["trace", "stats", "{path}"],
     ["trace", "stats", "{path}", "--json"],

@@ -601,7 +601,7 @@ def _always_reject(view):
 def test_admission_return_tracks_goodput():
     """At load 2 with the default waste penalty, over the same 5 seeds of the default 2,000-request
     episode: the return is goodput minus the waste term, and that term costs each of the four
-    baselines at most 6 % of its goodput (here 1-5 %). So every pair of the six policies (the four
+    baselines at most 6 % of its goodput (here 0.7-5 %). So every pair of the six policies (the four
     baselines, always-admit, always-reject) whose mean goodputs differ by more than 5 % of the
     larger is ranked by the return as by goodput. Closer pairs are ranked by waste as well, by
     design: with these seeds predict completes 2.5 % more than early but wastes 3.5 times its
