@@ -93,6 +93,13 @@ class ModelConfig:
         """Bytes of K and V for one token over all layers, in BF16."""
         return 2 * self.n_layers * self.n_kv_heads * self.d_head * BYTES_PER_BF16
 
+    @cached_property
+    def flop_coefficients(self) -> tuple[float, float]:
+        """``(linear, attention)``: prefilling tokens ``h..n`` of an ``n``-token prompt takes
+        ``linear * (n - h) + attention * (n (n + 1) - h (h + 1))`` FLOPs per layer (see
+        :meth:`prefill_flops`)."""
+        return 2.0 * self.params_per_layer, 2.0 * self.n_heads * self.d_head
+
     def prefill_flops(self, n_tokens: int, cached_tokens: int = 0) -> float:
         """FLOPs to prefill tokens ``cached_tokens..n_tokens`` of an ``n_tokens`` prompt.
 
@@ -100,16 +107,19 @@ class ModelConfig:
         attends to i + 1 keys, costing 4 * n_heads * d_head FLOPs per key (QK^T and AV) per layer.
         The LM head runs on the last token only and is negligible; it is left out.
         """
+        check_prefill_tokens(n_tokens, cached_tokens)
         h, n = cached_tokens, n_tokens
-        if n < 0:
-            raise ValueError(f"n_tokens: expected >= 0, got {n}")
-        if not 0 <= h <= n:
-            raise ValueError(f"cached_tokens: expected 0 <= cached_tokens <= n_tokens = {n}, got {h}")
-        computed = n - h
-        linear = 2.0 * self.params_per_layer * computed
+        linear, attention = self.flop_coefficients
         # sum_{i=h}^{n-1} (i + 1) = (n (n + 1) - h (h + 1)) / 2
-        attention = 2.0 * self.n_heads * self.d_head * (n * (n + 1) - h * (h + 1))
-        return self.n_layers * (linear + attention)
+        return self.n_layers * (linear * (n - h) + attention * (n * (n + 1) - h * (h + 1)))
+
+
+def check_prefill_tokens(n_tokens: int, cached_tokens: int) -> None:
+    """``ValueError`` unless ``0 <= cached_tokens <= n_tokens``."""
+    if n_tokens < 0:
+        raise ValueError(f"n_tokens: expected >= 0, got {n_tokens}")
+    if not 0 <= cached_tokens <= n_tokens:
+        raise ValueError(f"cached_tokens: expected 0 <= cached_tokens <= n_tokens = {n_tokens}, got {cached_tokens}")
 
 
 MODELS: dict[str, ModelConfig] = {
@@ -206,15 +216,24 @@ class CostModel:
         of max(compute, load)/L, then compute/L (last layer's compute): max(compute, load) +
         min(compute, load)/L. When compute dominates this is max(compute, load) plus one layer's
         load; it is never more than load then compute. Without overlap, load then compute. A fixed
-        per-request overhead is added in both cases.
+        per-request overhead is added in both cases. ``compute`` is :meth:`compute_s` and ``load``
+        :meth:`load_s`; the arithmetic is :class:`PrefillTime`'s.
         """
-        compute = self.compute_s(n_tokens, cached_tokens)
-        load = self.load_s(cached_tokens, tier)
-        if overlap:  # max(compute, load) + min(compute, load) / L, without the builtins' call overhead
-            busy = compute + load / self.model.n_layers if compute >= load else load + compute / self.model.n_layers
-        else:
-            busy = compute + load
-        return busy + self.instance.prefill_overhead_s
+        check_prefill_tokens(n_tokens, cached_tokens)
+        return self.prefill_time(tier, overlap)(n_tokens, cached_tokens)
+
+    def prefill_time(self, tier: str = "dram", overlap: bool = True) -> "PrefillTime":
+        """:meth:`prefill_s` for one tier and overlap setting, as a callable ``(n_tokens,
+        cached_tokens) -> s`` that checks nothing (the simulators call it at every arrival)."""
+        key = (tier, bool(overlap))
+        f = self._prefill_times.get(key)
+        if f is None:
+            f = self._prefill_times[key] = PrefillTime(self, tier, overlap)
+        return f
+
+    @cached_property
+    def _prefill_times(self) -> dict:
+        return {}
 
     def recompute_s_per_token(self, context_tokens: int = 8192) -> float:
         """Prefill compute time of a ``context_tokens`` prompt without cache, per token (demo 1)."""
@@ -240,6 +259,39 @@ class CostModel:
     def hit_tokens(self, hit_blocks: int, input_tokens: int) -> int:
         """Tokens covered by ``hit_blocks`` leading blocks; at least one token is always computed."""
         return max(0, min(hit_blocks * self.block_tokens, input_tokens - 1))
+
+
+class PrefillTime:
+    """``CostModel.prefill_s(n_tokens, cached_tokens, tier, overlap)`` with the cost model's
+    constants bound and no argument checks: ``PrefillTime(cost, tier, overlap)(n, h)``. It is the
+    one implementation of prefill time (``prefill_s`` checks its arguments and calls it); compute is
+    ``ModelConfig.prefill_flops / effective_flops`` (``CostModel.compute_s``) and load
+    ``tokens * kv_bytes_per_token / bandwidth`` (``CostModel.load_s``), term for term, so the
+    results are theirs to the last bit (tested)."""
+
+    __slots__ = ("n_layers", "linear", "attention", "flops", "kv_bytes", "bandwidth", "loads", "overlap",
+                 "overhead_s")
+
+    def __init__(self, cost: "CostModel", tier: str = "dram", overlap: bool = True):
+        m = cost.model
+        self.n_layers = m.n_layers
+        self.linear, self.attention = m.flop_coefficients
+        self.flops = cost.instance.effective_flops
+        self.kv_bytes = m.kv_bytes_per_token
+        self.bandwidth = cost.instance.tier_bandwidth(tier)  # validates ``tier``
+        self.loads = tier != "gpu"  # a cache already in GPU memory needs no load
+        self.overlap = bool(overlap)
+        self.overhead_s = cost.instance.prefill_overhead_s
+
+    def __call__(self, n: int, h: int) -> float:
+        layers = self.n_layers
+        compute = layers * (self.linear * (n - h) + self.attention * (n * (n + 1) - h * (h + 1))) / self.flops
+        load = h * self.kv_bytes / self.bandwidth if h > 0 and self.loads else 0.0
+        if self.overlap:  # max(compute, load) + min(compute, load) / L, without the builtins' calls
+            busy = compute + load / layers if compute >= load else load + compute / layers
+        else:
+            busy = compute + load
+        return busy + self.overhead_s
 
 
 def ceil_blocks(tokens: int, block_tokens: int = BLOCK_TOKENS) -> int:

@@ -74,10 +74,12 @@ class PrefixCache:
             else:
                 blocks[b] = None
         cap = self.capacity_blocks
-        if cap is not None:
-            while len(blocks) > cap:
-                blocks.popitem(last=False)
-                self.evictions += 1
+        if cap is not None and len(blocks) > cap:
+            excess = len(blocks) - cap
+            popitem = blocks.popitem
+            for _ in range(excess):
+                popitem(last=False)
+            self.evictions += excess
 
     def _insert_fifo(self, block_ids: Sequence[int], n_blocks: int | None) -> None:
         blocks = self._blocks

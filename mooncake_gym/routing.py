@@ -126,13 +126,13 @@ class RoutingResult:
             span = float((self.arrival_s + self.ttft_s).max() - self.arrival_s.min())
         else:
             span = 0.0
-        pct = (lambda q: float(np.percentile(t, q))) if n else (lambda q: float("nan"))
+        p50, p90, p99 = np.percentile(t, [50, 90, 99]).tolist() if n else [float("nan")] * 3
         return {
             "requests": n,
             "mean_ttft_s": float(t.mean()) if n else float("nan"),
-            "p50_ttft_s": pct(50),
-            "p90_ttft_s": pct(90),
-            "p99_ttft_s": pct(99),
+            "p50_ttft_s": p50,
+            "p90_ttft_s": p90,
+            "p99_ttft_s": p99,
             "slo_attainment": float((t <= self.config.ttft_slo_s).mean()) if n else float("nan"),
             "hit_ratio": hit / total_in if total_in else float("nan"),
             "input_tokens": total_in,
@@ -166,6 +166,7 @@ class RoutingSimulator:
         self.config = config or RoutingConfig()
         self.cost = cost or CostModel()
         self._arrival, self._input, self._output, self._blocks = trace.columns()
+        self._prefill_s = self.cost.prefill_time()  # cost.prefill_s(n, h), constants bound (h <= n - 1 here)
         self.reset()
 
     # -- stepping -------------------------------------------------------------------------------
@@ -207,14 +208,15 @@ class RoutingSimulator:
         best = best_blocks * block
         if best > cap:
             best = cap
-        pull_prefill = cost.prefill_s(n_in, best)
+        prefill_s = self._prefill_s
+        pull_prefill = prefill_s(n_in, best)
         by_hit = {best_blocks: (best, pull_prefill, 0.0, pull_prefill)}  # blocks -> hit, prefill, transfer, after pull
         for k in ks:
             if k not in by_hit:
                 h = k * block
                 if h > cap:
                     h = cap
-                p = cost.prefill_s(n_in, h)
+                p = prefill_s(n_in, h)
                 by_hit[k] = (h, p, cost.transfer_s(best - h), pull_prefill) if h < best else (h, p, 0.0, p)
         v = RoutingView()
         v.now, v.index, v.input_tokens, v.output_tokens, v.block_ids = now, i, n_in, self._output[i], ids

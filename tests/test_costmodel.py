@@ -232,3 +232,34 @@ def test_assumed_constants_are_the_documented_ones():
     assert NODE_TIER_BANDWIDTH["dram"] == 128e9
     assert NODE_TIER_BANDWIDTH["rdma"] == 800e9 / 8
     assert math.isclose(MODELS["llama2-70b"].kv_bytes_per_token / 1024, 320)
+
+
+# --- PrefillTime: the one implementation of prefill time -------------------------------------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(0, 400_000), share=st.floats(0, 1), tier=st.sampled_from(costmodel.TIERS),
+       overlap=st.booleans(), model=st.sampled_from(sorted(costmodel.MODELS)), overhead=st.sampled_from([0.0, 0.02]))
+def test_prefill_s_is_compute_and_load_combined_to_the_last_bit(n, share, tier, overlap, model, overhead):
+    cost = costmodel.CostModel.preset(model, prefill_overhead_s=overhead)
+    h = int(n * share)
+    compute, load = cost.compute_s(n, h), cost.load_s(h, tier)
+    busy = max(compute, load) + min(compute, load) / cost.model.n_layers if overlap else compute + load
+    assert cost.prefill_s(n, h, tier, overlap) == busy + overhead
+    assert cost.prefill_time(tier, overlap)(n, h) == busy + overhead
+
+
+def test_prefill_time_is_cached_per_setting_and_survives_pickling():
+    import pickle
+
+    cost = costmodel.CostModel()
+    assert cost.prefill_time() is cost.prefill_time("dram", True)
+    assert cost.prefill_time("ssd") is not cost.prefill_time()
+    copy = pickle.loads(pickle.dumps(cost))
+    assert copy == cost and copy.prefill_s(9000, 1024) == cost.prefill_s(9000, 1024)
+    with pytest.raises(ValueError, match="tier"):
+        cost.prefill_time("tape")
+    with pytest.raises(ValueError, match="cached_tokens"):
+        cost.prefill_s(100, 101)
