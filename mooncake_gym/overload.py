@@ -544,54 +544,53 @@ class OverloadSimulator:
     def project_decode_tokens(self, at_s: float, decode_s: float | None = None,
                               output_tokens: float | None = None) -> float:
         """See :meth:`AdmissionView.project_decode_tokens`."""
-        td = self.mean_decode_s if decode_s is None else decode_s
-        out = self.mean_output_tokens if output_tokens is None else output_tokens
-        total = 0.0
-        for start, tokens in self._in_decode.values():
-            if start + td > at_s:
-                total += tokens
-        inputs = self._input
-        for fifo in self._prefill_fifo:
-            for finish, r in fifo:
-                if finish > at_s:
-                    break
-                if finish + td > at_s:
-                    total += inputs[r] + out
-        return total
+        return self.decode_token_projections(at_s, decode_s, output_tokens)[0]
 
     def expected_decode_tokens(self, at_s: float, output_tokens: float | None = None) -> float:
         """See :meth:`AdmissionView.expected_decode_tokens`."""
-        # The Gym env's observation calls this at every step: ``x.__trunc__()`` is ``int(x)`` for a
-        # float (truncation toward zero) at a third of the cost, and the terms that add nothing or
-        # exactly ``tokens`` skip the multiplication; the sum is the same, term for term, in order.
+        return self.decode_token_projections(at_s, None, output_tokens)[1]
+
+    def decode_token_projections(self, at_s: float, decode_s: float | None = None,
+                                 output_tokens: float | None = None) -> tuple[float, float]:
+        """``(project_decode_tokens(at_s, decode_s, output_tokens), expected_decode_tokens(at_s,
+        output_tokens))`` in one pass over the requests in decode and in prefill: the Gym env's
+        observation needs both at every step."""
+        # ``x.__trunc__()`` is ``int(x)`` for a float (truncation toward zero) at a third of the
+        # cost, and the terms that add nothing or exactly ``tokens`` skip the multiplication; each
+        # sum is the same, term for term, in order, as its own loop would make it.
+        td = self.mean_decode_s if decode_s is None else decode_s
         out = self.mean_output_tokens if output_tokens is None else output_tokens
         now = self.now
         surv = self._survival
         n_s = len(surv)
         inv_tbt = 1.0 / self.config.tbt_s
-        total = 0.0
+        uniform = expected = 0.0
         for start, tokens in self._in_decode.values():
+            if start + td > at_s:  # Mooncake v3 §7.4: still decoding at at_s if it decodes td seconds
+                uniform += tokens
             k_now = ((now - start) * inv_tbt).__trunc__()
             s_now = surv[k_now] if k_now < n_s else 0.0
             if s_now <= 0.0:  # has outlived every decode in the statistics: it is still here
-                total += tokens
+                expected += tokens
                 continue
             k_at = ((at_s - start) * inv_tbt).__trunc__()
             if k_at < 0:  # S = 1 before its start: still here
-                total += tokens
+                expected += tokens
             elif k_at < n_s:
                 s_at = surv[k_at]
-                total += tokens * (s_at / s_now) if s_at < s_now else tokens
+                expected += tokens * (s_at / s_now) if s_at < s_now else tokens
             # else S(at_s - start) = 0: it adds 0.0
         inputs = self._input
         for fifo in self._prefill_fifo:
             for finish, r in fifo:
                 if finish > at_s:
                     break
+                if finish + td > at_s:
+                    uniform += inputs[r] + out
                 k = ((at_s - finish) * inv_tbt).__trunc__()
                 if k < n_s:
-                    total += (inputs[r] + out) * surv[k]
-        return total
+                    expected += (inputs[r] + out) * surv[k]
+        return uniform, expected
 
     def _quantile_table(self, quantile: float) -> list[int]:
         """``table[k]``: the ``quantile`` of the output length among the workload's requests whose

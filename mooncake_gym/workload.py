@@ -217,6 +217,13 @@ def _parse_line(text: str, where: str, block_tokens: int):
         raise TraceFormatError(
             f"{where}: field 'hash_ids': expected ceil(input_length/{block_tokens}) = {expected} ids, got {len(ids)}"
         )
+    if len(set(ids)) != len(ids):
+        # a hash id names a block together with every block before it (prefix hashing), so one
+        # request cannot hold the same id twice; such a trace would make the prefix caches wrong
+        seen = set()
+        dup = next(b for b in ids if b in seen or seen.add(b))
+        raise TraceFormatError(f"{where}: field 'hash_ids': id {dup} appears twice; prefix-hash ids of one "
+                               f"request are distinct")
     session = obj.get("session_id", -1)
     if not _is_int(session):
         raise TraceFormatError(f"{where}: field 'session_id': expected an integer, got {session!r}")

@@ -143,6 +143,7 @@ MALFORMED = [
     (line(hash_ids=[1, "2"]), "hash_ids", "list of integers"),
     (line(hash_ids=[1, False]), "hash_ids", "list of integers"),
     (line(hash_ids="1,2"), "hash_ids", "list of integers"),
+    (line(hash_ids=[7, 7]), "hash_ids", "id 7 appears twice"),
     (line(session_id="s1"), "session_id", "expected an integer"),
 ]
 

@@ -204,10 +204,11 @@ class OverloadAdmissionEnv(gym.Env):
         per = v.decode_capacity_per_instance
         finish = v.predicted_prefill_finish
         ttft_den, rejected_den, wasted_den, in_prefill_den = self._denominators
+        uniform, expected = sim.decode_token_projections(finish)
         vals = [
             v.decode_used_tokens / cap,
-            sim.project_decode_tokens(finish) / cap,
-            sim.expected_decode_tokens(finish) / cap,
+            uniform / cap,
+            expected / cap,
             v.predicted_ttft_s / ttft_den,
             (per - min(v.decode_used_per_instance)) / per,
             (v.input_tokens + v.mean_output_tokens) / per,
