@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from operator import add
 
 import gymnasium as gym
 import numpy as np
@@ -18,7 +17,7 @@ QUEUE_CAP_SLO = 10.0  # queued work and TTFT estimates, in multiples of the TTFT
 TIME_UNIT_S = 0.1  # times are log-scaled, log1p(t / 0.1 s) / log1p(cap / 0.1 s): 0.1 s apart stays visible
 QUEUED_REQUESTS_CAP = 50
 INPUT_TOKENS_CAP = 200_000  # the request length feature is log1p(tokens) / log1p(cap)
-PER_INSTANCE_FEATURES = 7
+PER_INSTANCE_FEATURES = 5
 
 
 class PrefillRoutingEnv(gym.Env):
@@ -43,26 +42,25 @@ class PrefillRoutingEnv(gym.Env):
 
     ## Observation Space
 
-    A ``Box(0, 1, (7 * n_instances + 2,), float32)``; block ``i`` (indices ``7i .. 7i+6``) describes
+    A ``Box(0, 1, (5 * n_instances + 2,), float32)``; block ``i`` (indices ``5i .. 5i+4``) describes
     instance ``i``, the last two entries the request. SLO = ``ttft_slo_s``; features at or above
     their cap read 1. Times are log-scaled so that differences of a tenth of a second stay visible
     at any load: ``T(s) = min(1, log1p(s / 0.1) / log1p(10 SLO / 0.1))``.
 
     | index | feature | unit, scaling | range |
     |---|---|---|---|
-    | 7i | queued prefill work on i | T(s) | [0, 1] |
-    | 7i+1 | requests on i not finished (queued or in service) | count / 50 | [0, 1] |
-    | 7i+2 | local prefix hit on i | hit tokens / input tokens | [0, 1] |
-    | 7i+3 | estimated TTFT on i without pull | T(s) | [0, 1] |
-    | 7i+4 | estimated TTFT on i after pulling the best prefix | T(s) | [0, 1] |
-    | 7i+5 | estimated TTFT on i without pull minus the best estimate anywhere (any instance, with or without pull) | T(s) | [0, 1] |
-    | 7i+6 | estimated TTFT on i after a pull minus the best estimate anywhere | T(s) | [0, 1] |
-    | 7N | request length | log1p(input tokens) / log1p(200,000) | [0, 1] |
-    | 7N+1 | longest prefix cached anywhere | hit tokens / input tokens | [0, 1] |
+    | 5i | queued prefill work on i | T(s) | [0, 1] |
+    | 5i+1 | requests on i not finished (queued or in service) | count / 50 | [0, 1] |
+    | 5i+2 | local prefix hit on i | hit tokens / input tokens | [0, 1] |
+    | 5i+3 | estimated TTFT on i without pull | T(s) | [0, 1] |
+    | 5i+4 | estimated TTFT on i after pulling the best prefix | T(s) | [0, 1] |
+    | 5N | request length | log1p(input tokens) / log1p(200,000) | [0, 1] |
+    | 5N+1 | longest prefix cached anywhere | hit tokens / input tokens | [0, 1] |
 
     The TTFT estimates are Algorithm 1's: queue + transfer + prefill time; in this simulator they
-    are exact. With ``allow_pull=False`` the best estimate anywhere is over the estimates without
-    pull only, and feature 7i+6 always reads 1. After the last request the observation is all zeros.
+    are exact. Feature 5i+4 equals 5i+3 where instance i already holds the best prefix; with
+    ``allow_pull=False`` it still reads what a pull would give (the action cannot take it). After
+    the last request the observation is all zeros.
 
     ## Rewards
 
@@ -150,44 +148,30 @@ class PrefillRoutingEnv(gym.Env):
 
     def _observe(self) -> np.ndarray:
         # The hot path of ``step``: plain Python floats into one list, one float32 array at the end
-        # (a fresh one each step: the caller may keep it). Each time feature
-        # is the documented T(s) inlined: every time here is >= 0, so only the cap at 1 is checked,
-        # and a time of 0 (an idle queue, the best estimate) skips the log. An idle instance's block
-        # depends on its hit alone (nothing queued, TTFT = prefill): idle instances with equal hits
-        # share it.
+        # (a fresh one each step: the caller may keep it). Each time feature is the documented T(s)
+        # inlined: every time here is >= 0, so only the cap at 1 is checked, and an idle queue skips
+        # the log. An idle instance's block depends on its hit alone (nothing queued, TTFT =
+        # prefill): idle instances with equal hits share it.
         v = self.sim.view
         if v is None:
             return np.zeros(self.observation_space.shape, np.float32)
         unit, scale, log1p = TIME_UNIT_S, self._time_scale, math.log1p
-        allow_pull = self.allow_pull
         inv_in = 1.0 / v.input_tokens if v.input_tokens else 0.0
-        queue, prefill, transfer, pull_prefill = v.queue_s, v.prefill_s, v.transfer_s, v.pull_prefill_s
-        best = min(map(add, queue, prefill))  # the best TTFT estimate anywhere: queue + prefill ...
-        if allow_pull:  # ... or queue + transfer + prefill after a pull
-            best_pull = min(map(add, map(add, queue, transfer), pull_prefill))
-            if best_pull < best:
-                best = best_pull
         vals: list[float] = []
         extend = vals.extend
         idle: dict[int, tuple] = {}
-        for q, nq, h, p, tr, pp in zip(queue, v.queued_requests, v.hit_tokens, prefill, transfer, pull_prefill):
+        for q, nq, h, p, tr, pp in zip(v.queue_s, v.queued_requests, v.hit_tokens, v.prefill_s, v.transfer_s,
+                                       v.pull_prefill_s):
             block = idle.get(h) if q == 0.0 else None
             if block is None:
-                t = q + p
-                tp = q + tr + pp
+                t = q + p  # Algorithm 1's TTFT estimates: queue + prefill ...
+                tp = q + tr + pp  # ... or queue + transfer + prefill after a pull
                 x_q = log1p(q / unit) * scale if q else 0.0
                 x_t = log1p(t / unit) * scale
                 x_tp = log1p(tp / unit) * scale if tp != t else x_t
-                d = t - best
-                x_d = log1p(d / unit) * scale if d else 0.0
-                if allow_pull:
-                    d = tp - best
-                    x_dp = log1p(d / unit) * scale if d else 0.0
-                else:
-                    x_dp = 1.0
                 x_n = nq / QUEUED_REQUESTS_CAP
                 block = (x_q if x_q < 1.0 else 1.0, x_n if x_n < 1.0 else 1.0, h * inv_in, x_t if x_t < 1.0 else 1.0,
-                         x_tp if x_tp < 1.0 else 1.0, x_d if x_d < 1.0 else 1.0, x_dp if x_dp < 1.0 else 1.0)
+                         x_tp if x_tp < 1.0 else 1.0)
                 if q == 0.0:
                     idle[h] = block
             extend(block)
