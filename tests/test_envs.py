@@ -238,6 +238,37 @@ def test_final_info_carries_the_metrics(env_id, kwargs):
 
 
 @env_cases
+def test_render_rgb_array_draws_the_text_picture_at_a_fixed_size(env_id, kwargs):
+    env = gym.make(env_id, render_mode="rgb_array", **kwargs)
+    env.reset(seed=0)
+    first = env.render()
+    assert first.dtype == np.uint8 and first.ndim == 3 and first.shape[2] == 3
+    assert first.min() < 100 < 250 <= first.max()  # dark text on a white ground
+    frames = [first]
+    for k, a in enumerate(actions_for(env, 200)):
+        _, _, terminated, _, _ = env.step(a)
+        if k % 40 == 39 or terminated:  # drawing takes milliseconds: a few frames
+            frames.append(env.render())
+        if terminated:
+            break
+    assert {f.shape for f in frames} == {first.shape}  # one size: the frames make a video
+    assert not np.array_equal(frames[0], frames[-1])
+
+
+@env_cases
+def test_stable_baselines3_make_vec_env_defaults_work(env_id, kwargs):
+    # make_vec_env asks for render_mode="rgb_array" unless told otherwise
+    from stable_baselines3.common.env_util import make_vec_env
+
+    venv = make_vec_env(env_id, n_envs=2, seed=0, env_kwargs=kwargs)
+    venv.reset()
+    venv.step(np.array([venv.action_space.sample() for _ in range(2)]))
+    frames = venv.get_images()
+    assert len(frames) == 2 and all(f.ndim == 3 for f in frames)
+    venv.close()
+
+
+@env_cases
 def test_render_ansi_returns_text(env_id, kwargs):
     env = gym.make(env_id, render_mode="ansi", **kwargs)
     env.reset(seed=0)
@@ -276,7 +307,7 @@ SMALL = {"episode_requests": 300}
 COMPARISON_TRACE = synthetic_trace(5, rate=8.0, duration_s=None, n_requests=400)
 
 
-@pytest.mark.filterwarnings("ignore:.*render_mode='human'.*:UserWarning")  # gym.make's own warning
+@pytest.mark.filterwarnings("ignore:.*render_mode='video'.*:UserWarning")  # gym.make's own warning
 @pytest.mark.parametrize("kwargs, name", [
     ({"n_instances": 0}, "n_instances"),
     ({"n_instances": 1025}, "n_instances"),
@@ -301,7 +332,7 @@ COMPARISON_TRACE = synthetic_trace(5, rate=8.0, duration_s=None, n_requests=400)
     ({"duration_s": 0}, "duration_s"),
     ({"trace": 42}, "trace"),
     ({"model": "no-such-model"}, "model"),
-    ({"render_mode": "human"}, "render_mode"),
+    ({"render_mode": "video"}, "render_mode"),
 ])
 def test_invalid_constructor_arguments_name_the_argument(kwargs, name):
     with pytest.raises(ValueError, match=rf"^{re.escape(name)}: ") as err:
@@ -458,7 +489,7 @@ ADMISSION_SMALL = {"episode_requests": 300}
 ADMISSION_TRACE = overload_workload(None, 1500, 2.0, seed=5)[0]
 
 
-@pytest.mark.filterwarnings("ignore:.*render_mode='human'.*:UserWarning")  # gym.make's own warning
+@pytest.mark.filterwarnings("ignore:.*render_mode='video'.*:UserWarning")  # gym.make's own warning
 @pytest.mark.parametrize("kwargs, name", [
     ({"load": 0}, "load"),
     ({"load": -1.0}, "load"),
@@ -491,7 +522,7 @@ ADMISSION_TRACE = overload_workload(None, 1500, 2.0, seed=5)[0]
     ({"base_trace": Trace.from_requests([])}, "base_trace"),
     ({"trace": [1, 2]}, "trace"),
     ({"model": "no-such-model"}, "model"),
-    ({"render_mode": "human"}, "render_mode"),
+    ({"render_mode": "video"}, "render_mode"),
 ])
 def test_admission_invalid_constructor_arguments_name_the_argument(kwargs, name):
     with pytest.raises(ValueError, match=rf"^{re.escape(name)}: ") as err:

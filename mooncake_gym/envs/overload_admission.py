@@ -13,7 +13,8 @@ from ..costmodel import CostModel
 from ..overload import (DEMO3_BASE_RATE, REJECTED_AFTER_PREFILL, OverloadConfig, OverloadSimulator,
                         decode_capacity_rate)
 from ..workload import resample_iid, synthetic_trace
-from .common import INTEGER_TYPES, ValueOrRange, as_float32, as_trace, check_range
+from .common import (INTEGER_TYPES, RENDER_MODES, ValueOrRange, as_float32, as_trace, check_range, check_render_mode,
+                     render_frame)
 
 INPUT_TOKENS_CAP = 200_000
 LOG1P_INPUT_TOKENS_CAP = math.log1p(INPUT_TOKENS_CAP)  # request length feature: log1p(tokens) / this
@@ -139,7 +140,9 @@ class OverloadAdmissionEnv(gym.Env):
     ``load`` (finite, > 0) is the arrival rate as a multiple of the decode capacity rate;
     ``load_range`` a pair ``(low, high)``, finite, ``0 < low <= high``, not with ``load``.
     ``model`` is a preset of ``mooncake_gym.costmodel.MODELS``. ``render_mode="ansi"``: ``render()``
-    returns a text picture of decode occupancy per instance and the prefill queues. An invalid
+    returns a text picture of decode occupancy per instance and the prefill queues; ``"rgb_array"``:
+    the same picture as an RGB image of a fixed size (for video recorders; stable-baselines3's
+    ``make_vec_env`` asks for this mode by default). An invalid
     argument raises ``ValueError`` naming it and its allowed range.
 
     ## Version History
@@ -147,7 +150,7 @@ class OverloadAdmissionEnv(gym.Env):
     * v0: initial version.
     """
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+    metadata = {"render_modes": list(RENDER_MODES), "render_fps": 4}
 
     def __init__(self, load=None, load_range=None, base_trace=None, trace=None, speed: float = 1.0,
                  episode_requests: int = 2000, n_prefill: int = 8, n_decode: int = 8,
@@ -160,8 +163,7 @@ class OverloadAdmissionEnv(gym.Env):
         check_range("waste_penalty", waste_penalty, 0.0)
         if not isinstance(oracle, bool):
             raise ValueError(f"oracle: expected True or False, got {oracle!r}")
-        if render_mode not in (None, "ansi"):
-            raise ValueError(f"render_mode: expected None or 'ansi', got {render_mode!r}")
+        check_render_mode(render_mode)
         self.config = OverloadConfig(n_prefill=n_prefill, n_decode=n_decode,
                                      decode_capacity_tokens=decode_capacity_tokens, tbt_s=tbt_s,
                                      ttft_slo_s=ttft_slo_s, oracle=oracle)
@@ -281,8 +283,12 @@ class OverloadAdmissionEnv(gym.Env):
         return self._observe(), float(reward), bool(terminated), False, info
 
     def render(self):
-        if self.render_mode != "ansi" or self.sim is None:
+        if self.render_mode is None or self.sim is None:
             return None
+        return render_frame(self.render_mode, self._picture(), lines=self.sim.config.n_decode + 2)
+
+    def _picture(self) -> str:
+        """The text picture of the current state (``render_mode="ansi"``)."""
         v = self._view
         if v is None:
             m = self.sim.result("env").metrics

@@ -10,7 +10,8 @@ from gymnasium import spaces
 
 from ..costmodel import CostModel
 from ..routing import RoutingConfig, RoutingSimulator, RoutingView
-from .common import INTEGER_TYPES, WorkloadSpec, as_float32, check_range, clip01
+from .common import (INTEGER_TYPES, RENDER_MODES, WorkloadSpec, as_float32, check_range, check_render_mode, clip01,
+                     render_frame)
 
 #: Caps of the normalised features: a value at or above the cap reads 1.
 QUEUE_CAP_SLO = 10.0  # queued work and TTFT estimates, in multiples of the TTFT SLO
@@ -106,7 +107,9 @@ class PrefillRoutingEnv(gym.Env):
     nor ``rate_range`` nor ``trace`` the rate is 4 sessions/s (a session issues about 2.1 requests).
     ``episode_requests=None`` generates ``duration_s`` seconds of sessions instead (lecture demo 2
     uses 600 s). ``model`` is a preset of ``mooncake_gym.costmodel.MODELS``. ``render_mode="ansi"``:
-    ``render()`` returns a text picture of queues, hits and cache fill. An invalid argument raises
+    ``render()`` returns a text picture of queues, hits and cache fill; ``"rgb_array"``: the same
+    picture as an RGB image of a fixed size (for video recorders; stable-baselines3's
+    ``make_vec_env`` asks for this mode by default). An invalid argument raises
     ``ValueError`` naming it and its allowed range.
 
     ## Version History
@@ -116,7 +119,7 @@ class PrefillRoutingEnv(gym.Env):
       are refused with a message to retrain them.
     """
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+    metadata = {"render_modes": list(RENDER_MODES), "render_fps": 4}
 
     def __init__(self, n_instances: int = 8, cache_blocks: int = 3000, ttft_slo_s: float = 5.0, rate=None,
                  rate_range=None, trace=None, speed: float = 1.0, episode_requests: int | None = 1000,
@@ -127,8 +130,7 @@ class PrefillRoutingEnv(gym.Env):
         check_range("ttft_slo_s", ttft_slo_s, 1e-6)
         if reward not in ("ttft", "slo"):
             raise ValueError(f"reward: expected 'ttft' or 'slo', got {reward!r}")
-        if render_mode not in (None, "ansi"):
-            raise ValueError(f"render_mode: expected None or 'ansi', got {render_mode!r}")
+        check_render_mode(render_mode)
         self.config = RoutingConfig(n_instances=n_instances, cache_blocks=cache_blocks, ttft_slo_s=ttft_slo_s)
         self.cost = CostModel.preset(model)
         self.workload = WorkloadSpec(rate, rate_range, trace, speed, episode_requests, duration_s)
@@ -223,8 +225,12 @@ class PrefillRoutingEnv(gym.Env):
         return self._observe(), reward, terminated, False, info
 
     def render(self):
-        if self.render_mode != "ansi" or self.sim is None:
+        if self.render_mode is None or self.sim is None:
             return None
+        return render_frame(self.render_mode, self._picture(), lines=self.config.n_instances + 2)
+
+    def _picture(self) -> str:
+        """The text picture of the current state (``render_mode="ansi"``)."""
         v = self.sim.view
         now = v.now if v is not None else float("nan")
         lines = [f"t={now:8.2f}s  request {self.sim._i}/{len(self.sim.trace)}"
