@@ -200,22 +200,17 @@ class RoutingSimulator:
         n_in = self._input[i]
         ids = self._blocks[i]
         cost = self.cost
-        block = cost.block_tokens
-        cap = n_in - 1 if n_in > 1 else 0  # at least one token is computed
+        hit_tokens = cost.hit_tokens
         instances = self.instances
         ks = match_all(self._caches, ids)
         best_blocks = max(ks)
-        best = best_blocks * block
-        if best > cap:
-            best = cap
+        best = hit_tokens(best_blocks, n_in)
         prefill_s = self._prefill_s
         pull_prefill = prefill_s(n_in, best)
         by_hit = {best_blocks: (best, pull_prefill, 0.0, pull_prefill)}  # blocks -> hit, prefill, transfer, after pull
         for k in ks:
             if k not in by_hit:
-                h = k * block
-                if h > cap:
-                    h = cap
+                h = hit_tokens(k, n_in)
                 p = prefill_s(n_in, h)
                 by_hit[k] = (h, p, cost.transfer_s(best - h), pull_prefill) if h < best else (h, p, 0.0, p)
         v = RoutingView()

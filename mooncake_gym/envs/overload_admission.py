@@ -196,8 +196,8 @@ class OverloadAdmissionEnv(gym.Env):
 
     def _observe(self) -> np.ndarray:
         # The hot path of ``step``: plain Python floats into one list, one float32 array at the end
-        # (a fresh one each step: the caller may keep it). The denominators
-        # are computed once in ``__init__`` by the same expressions; the clips are ``clip01``.
+        # (a fresh one each step: the caller may keep it). The denominators are computed once in
+        # ``__init__`` by the same expressions; the clips are ``clip01``.
         v = self._view
         if v is None:
             return np.zeros(self.observation_space.shape, np.float32)

@@ -63,12 +63,13 @@ class PrefillRoutingEnv(gym.Env):
     ``allow_pull=False`` it still reads what a pull would give (the action cannot take it). After
     the last request the observation is all zeros.
 
-    These are the features the issue asked for. An earlier version also had, per instance, each
+    These are Algorithm 1's inputs, per instance. An earlier version also had, per instance, each
     estimate minus the best estimate anywhere (7 features per instance); a PPO agent trained on the 5
     learns as well in the full 1.2 M steps (on the training callback's held-out episodes at 8
     sessions/s its best return was -85.3 against the 7-feature agent's -85.7 and ``kvcentric``'s -83.4),
     though more slowly (50,000 steps reach -98.4 against -90.9 with the 7 features, same seed), and
-    the environment steps about 14 % faster without them.
+    the environment steps about 14 % faster without them. A wrapper can add such a
+    comparison back (``docs/tutorial.md``, exercise 6).
 
     ## Rewards
 
