@@ -64,6 +64,10 @@ class Trace:
             raise ValueError(f"Trace columns have different lengths: {sorted(lengths | {n})}")
         if n and np.any(np.diff(self.arrival_s) < 0):
             raise ValueError("arrival_s: arrivals must be non-decreasing")
+        for i, ids in enumerate(self.block_ids):
+            if len(set(ids)) != len(ids):  # prefix-hash ids: one request cannot hold an id twice
+                raise ValueError(f"block_ids: request {i} holds an id twice ({list(ids)}); the block ids of "
+                                 f"one request are distinct (an id names a block with everything before it)")
 
     def _set(self, arrival_s, input_tokens, output_tokens, block_ids, session_ids, name):
         self.arrival_s, self.input_tokens, self.output_tokens = arrival_s, input_tokens, output_tokens

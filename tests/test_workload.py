@@ -208,6 +208,11 @@ def test_trace_indexing_and_iteration():
     assert len(trace) == 2 and trace.duration_s == 1.0 and trace.rate == 1.0
 
 
+def test_trace_rejects_a_request_holding_an_id_twice():
+    with pytest.raises(ValueError, match=r"^block_ids: request 1 holds an id twice \(\[4, 5, 4\]\)"):
+        Trace([0, 1], [512, 1536], [1, 1], [[3], [4, 5, 4]])
+
+
 def test_trace_rejects_backwards_arrivals_and_ragged_columns():
     with pytest.raises(ValueError, match="arrival_s"):
         Trace([1.0, 0.5], [1, 1], [1, 1], [[0], [1]])
