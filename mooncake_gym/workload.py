@@ -40,6 +40,16 @@ class Request:
     session_id: int = -1
 
 
+def repeated_id(block_ids: Sequence[int]) -> int | None:
+    """The first block id that ``block_ids`` holds twice, or None. A hash id names a block together
+    with every block before it (prefix hashing), so one request's ids are distinct; a request
+    holding one twice would make the prefix caches wrong (the reader and ``Trace`` refuse it)."""
+    if len(set(block_ids)) == len(block_ids):
+        return None
+    seen: set[int] = set()
+    return next(b for b in block_ids if b in seen or seen.add(b))
+
+
 class Trace:
     """An ordered collection of requests, stored column-wise.
 
@@ -65,7 +75,7 @@ class Trace:
         if n and np.any(np.diff(self.arrival_s) < 0):
             raise ValueError("arrival_s: arrivals must be non-decreasing")
         for i, ids in enumerate(self.block_ids):
-            if len(set(ids)) != len(ids):  # prefix-hash ids: one request cannot hold an id twice
+            if repeated_id(ids) is not None:
                 raise ValueError(f"block_ids: request {i} holds an id twice ({list(ids)}); the block ids of "
                                  f"one request are distinct (an id names a block with everything before it)")
 
@@ -221,11 +231,8 @@ def _parse_line(text: str, where: str, block_tokens: int):
         raise TraceFormatError(
             f"{where}: field 'hash_ids': expected ceil(input_length/{block_tokens}) = {expected} ids, got {len(ids)}"
         )
-    if len(set(ids)) != len(ids):
-        # a hash id names a block together with every block before it (prefix hashing), so one
-        # request cannot hold the same id twice; such a trace would make the prefix caches wrong
-        seen = set()
-        dup = next(b for b in ids if b in seen or seen.add(b))
+    dup = repeated_id(ids)
+    if dup is not None:
         raise TraceFormatError(f"{where}: field 'hash_ids': id {dup} appears twice; prefix-hash ids of one "
                                f"request are distinct")
     session = obj.get("session_id", -1)
