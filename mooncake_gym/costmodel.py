@@ -53,6 +53,41 @@ DEFAULT_PREFILL_OVERHEAD_S = 0.0
 #: Tokens per KV block in Mooncake's public traces (traces/README.md; FAST'25 §4).
 BLOCK_TOKENS = 512
 
+# -- figures of the realistic presets (``InstanceSpec(realistic=True)``; the lecture's toy uses none) --
+GIB = 2**30
+#: GPU memory (HBM) per GPU, bytes: 80 GB on A100/A800-SXM4-80GB and H100/H800-SXM5 (NVIDIA
+#: datasheets; 81,920 MiB as nvidia-smi reports it).
+GPU_HBM_BYTES = {"A100": 80 * GIB, "A800": 80 * GIB, "H100": 80 * GIB, "H800": 80 * GIB}
+#: Peak HBM bandwidth per GPU, bytes/s: A100/A800 80GB SXM 2,039 GB/s (NVIDIA A100 datasheet);
+#: H100/H800 SXM5 3.35 TB/s (NVIDIA H100 datasheet).
+GPU_HBM_BANDWIDTH = {"A100": 2.039e12, "A800": 2.039e12, "H100": 3.35e12, "H800": 3.35e12}
+#: All-reduce bus bandwidth over NVLink inside one 8-GPU node, bytes/s (nccl-tests' "busbw" for
+#: large messages). Assumption, from NVLink's per-GPU bandwidth times the ~77 % that nccl-tests
+#: all_reduce_perf reaches on DGX systems (about 230 GB/s of A100's 300 GB/s per direction):
+#: A100 NVLink3 600 GB/s -> 230 GB/s; A800 and H800 are export variants with NVLink cut to
+#: 400 GB/s -> 155 GB/s; H100 NVLink4 900 GB/s -> 350 GB/s.
+NVLINK_ALLREDUCE_BUSBW = {"A100": 230e9, "A800": 155e9, "H100": 350e9, "H800": 155e9}
+#: Fixed latency of one small all-reduce over NVLink (NCCL's low-latency protocol), seconds.
+#: Assumption: 10 us, the order nccl-tests reports for kilobyte messages on 8 GPUs.
+ALLREDUCE_LATENCY_S = 10e-6
+#: Share of peak HBM bandwidth that decode's weight and KV reads achieve. Assumption: 0.8 (GEMV and
+#: paged-attention kernels typically reach 70-90 % of peak on A100/H100).
+DEFAULT_MEMORY_EFFICIENCY = 0.8
+#: Fixed cost of one model iteration (a decode step, or one chunk of a prefill): scheduling, input
+#: preparation, kernel launches and sampling. Assumption: 2 ms (engines with CUDA graphs report
+#: 1-5 ms of CPU-side overhead per step).
+DEFAULT_ITERATION_OVERHEAD_S = 2e-3
+#: Fixed per-request prefill overhead of the realistic presets (tokenisation, scheduling, the first
+#: token's sampling and its return). Assumption: 20 ms.
+REALISTIC_PREFILL_OVERHEAD_S = 20e-3
+#: Prefill chunk size of the realistic presets, tokens: a prompt is prefilled in chunks of this many
+#: tokens, each one model iteration (chunked prefill; Mooncake v3 §5.1 prefills long contexts in
+#: chunks, pipelined over several nodes: the pipelining is left out). Assumption: 8,192.
+DEFAULT_CHUNK_TOKENS = 8192
+#: Share of GPU memory left out of the KV cache (activations, CUDA graphs, fragmentation): vLLM's
+#: default ``gpu_memory_utilization`` is 0.9.
+DEFAULT_MEMORY_RESERVE = 0.1
+
 
 # --------------------------------------------------------------------------------------------
 # Models
@@ -147,14 +182,38 @@ def get_model(name: str | ModelConfig) -> ModelConfig:
 # --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class InstanceSpec:
-    """One serving instance: ``n_gpus`` GPUs of one kind running prefill at ``mfu``."""
+    """One serving instance: ``n_gpus`` GPUs of one kind (one tensor-parallel group) at ``mfu``.
+
+    With ``realistic=False`` (the lecture's toy, the default) prefill is pure compute at ``mfu``
+    plus ``prefill_overhead_s``. With ``realistic=True`` a prefill runs as model iterations of at
+    most ``chunk_tokens`` tokens (chunked prefill), each taking the larger of its compute and its
+    weight read, plus the tensor-parallel all-reduces over NVLink and ``iteration_overhead_s``.
+    Decode iterations (:meth:`CostModel.decode_step_s`) always use that realistic model.
+    ``memory_efficiency`` is the share of peak HBM bandwidth reached; ``memory_reserve`` the share of
+    GPU memory not available to the KV cache.
+    """
 
     gpu: str = "A800"
     n_gpus: int = 8
     mfu: float = DEFAULT_MFU
     prefill_overhead_s: float = DEFAULT_PREFILL_OVERHEAD_S
+    realistic: bool = False
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS
+    iteration_overhead_s: float = DEFAULT_ITERATION_OVERHEAD_S
+    memory_efficiency: float = DEFAULT_MEMORY_EFFICIENCY
+    memory_reserve: float = DEFAULT_MEMORY_RESERVE
 
     def __post_init__(self):
+        if not isinstance(self.realistic, bool):
+            raise ValueError(f"realistic: expected True or False, got {self.realistic!r}")
+        if not (isinstance(self.chunk_tokens, int) and 1 <= self.chunk_tokens <= 10**7):
+            raise ValueError(f"chunk_tokens: expected an integer in 1..10**7, got {self.chunk_tokens!r}")
+        if not 0 <= self.iteration_overhead_s <= 1:
+            raise ValueError(f"iteration_overhead_s: expected 0..1 seconds, got {self.iteration_overhead_s!r}")
+        if not 0 < self.memory_efficiency <= 1:
+            raise ValueError(f"memory_efficiency: expected 0 < memory_efficiency <= 1, got {self.memory_efficiency!r}")
+        if not 0 <= self.memory_reserve < 1:
+            raise ValueError(f"memory_reserve: expected 0 <= memory_reserve < 1, got {self.memory_reserve!r}")
         if self.gpu not in GPU_PEAK_BF16_FLOPS:
             raise ValueError(f"gpu: unknown {self.gpu!r}; expected one of {sorted(GPU_PEAK_BF16_FLOPS)}")
         if not 1 <= self.n_gpus <= GPUS_PER_NODE:
@@ -179,6 +238,15 @@ class InstanceSpec:
     def _tier_bandwidths(self) -> dict:
         return {tier: node * self.n_gpus / GPUS_PER_NODE for tier, node in NODE_TIER_BANDWIDTH.items()}
 
+    @cached_property
+    def memory_bandwidth(self) -> float:
+        """Bytes/s the instance's GPUs read from HBM together, at ``memory_efficiency``."""
+        return self.n_gpus * GPU_HBM_BANDWIDTH[self.gpu] * self.memory_efficiency
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.n_gpus * GPU_HBM_BYTES[self.gpu]
+
 
 @dataclass(frozen=True)
 class CostModel:
@@ -192,6 +260,71 @@ class CostModel:
     @classmethod
     def preset(cls, model: str = "llama2-70b", gpu: str = "A800", n_gpus: int = 8, **kw) -> "CostModel":
         return cls(get_model(model), InstanceSpec(gpu=gpu, n_gpus=n_gpus, **kw))
+
+    @classmethod
+    def realistic(cls, model: str = "llama2-70b", gpu: str = "A800", n_gpus: int = 8, **kw) -> "CostModel":
+        """The realistic model of an instance: chunked prefill with tensor-parallel all-reduces and
+        iteration overhead, a per-request overhead of ``REALISTIC_PREFILL_OVERHEAD_S``."""
+        kw.setdefault("prefill_overhead_s", REALISTIC_PREFILL_OVERHEAD_S)
+        return cls.preset(model, gpu, n_gpus, realistic=True, **kw)
+
+    # -- memory -----------------------------------------------------------------------------
+    @cached_property
+    def weights_bytes(self) -> int:
+        """Bytes of the model's weights in BF16 (spread over the instance's GPUs)."""
+        return self.model.n_params * BYTES_PER_BF16
+
+    @cached_property
+    def kv_capacity_tokens(self) -> int:
+        """Tokens of KV cache the instance's GPUs hold: GPU memory less ``memory_reserve`` less the
+        weights, over ``kv_bytes_per_token``. ``ValueError`` if the weights do not fit."""
+        free = self.instance.memory_bytes * (1 - self.instance.memory_reserve) - self.weights_bytes
+        tokens = int(free // self.model.kv_bytes_per_token)
+        if tokens < 1:
+            raise ValueError(f"instance: {self.model.name} ({self.weights_bytes / GIB:.0f} GiB of weights) does not "
+                             f"fit in {self.instance.n_gpus} x {self.instance.gpu} with a "
+                             f"{self.instance.memory_reserve:.0%} reserve")
+        return tokens
+
+    # -- one model iteration (realistic model) --------------------------------------------
+    @cached_property
+    def allreduce_coefficients(self) -> tuple[float, float]:
+        """``(fixed, per_token)``: the tensor-parallel all-reduces of one iteration over ``t`` tokens
+        take ``fixed + per_token * t`` seconds. Megatron-style TP all-reduces the activations
+        (``t x d_model`` BF16 values) twice per layer; a ring all-reduce of B bytes over p GPUs takes
+        ``2 (p - 1) / p x B / busbw`` plus a fixed latency. 0 on one GPU."""
+        p = self.instance.n_gpus
+        if p == 1:
+            return 0.0, 0.0
+        calls = 2 * self.model.n_layers
+        per_token = calls * self.model.d_model * BYTES_PER_BF16 * 2 * (p - 1) / p / NVLINK_ALLREDUCE_BUSBW[self.instance.gpu]
+        return calls * ALLREDUCE_LATENCY_S, per_token
+
+    def decode_step_coefficients(self, batch: int) -> tuple[float, float]:
+        """``(fixed, per_context_token)``: a decode iteration of ``batch`` requests holding
+        ``K`` tokens of context in all takes ``fixed + per_context_token * K`` seconds
+        (:meth:`decode_step_s`). Between two changes of the batch the step time therefore grows
+        linearly, by ``batch * per_context_token`` per iteration, which lets the simulator advance a
+        batch analytically."""
+        inst = self.instance
+        weights_s = self.weights_bytes / inst.memory_bandwidth
+        linear_s = batch * self.model.flop_coefficients[0] * self.model.n_layers / inst.effective_flops
+        ar_fixed, ar_token = self.allreduce_coefficients
+        fixed = inst.iteration_overhead_s + (weights_s if weights_s > linear_s else linear_s) + ar_fixed + ar_token * batch
+        return fixed, self.model.kv_bytes_per_token / inst.memory_bandwidth
+
+    def decode_step_s(self, batch: int, context_tokens: int) -> float:
+        """Time of one decode iteration producing one token for each of ``batch`` requests whose
+        contexts total ``context_tokens`` tokens (roofline of a memory-bound step):
+        ``iteration_overhead + max(weights read, linear-layer compute of the batch)
+        + KV read of the contexts + TP all-reduces``. Attention's FLOPs (about 1/15 of its KV read's
+        time on these GPUs) are left out. 0 for an empty batch."""
+        if batch < 0 or context_tokens < 0:
+            raise ValueError(f"batch, context_tokens: expected >= 0, got {batch}, {context_tokens}")
+        if batch == 0:
+            return 0.0
+        fixed, per_token = self.decode_step_coefficients(batch)
+        return fixed + per_token * context_tokens
 
     def with_overhead(self, prefill_overhead_s: float) -> "CostModel":
         return replace(self, instance=replace(self.instance, prefill_overhead_s=prefill_overhead_s))
@@ -270,7 +403,7 @@ class PrefillTime:
     results are theirs to the last bit (tested)."""
 
     __slots__ = ("n_layers", "linear", "attention", "flops", "kv_bytes", "bandwidth", "loads", "overlap",
-                 "overhead_s")
+                 "overhead_s", "realistic", "chunk", "weights_s", "step_fixed_s", "ar_token_s")
 
     def __init__(self, cost: "CostModel", tier: str = "dram", overlap: bool = True):
         m = cost.model
@@ -282,10 +415,34 @@ class PrefillTime:
         self.loads = tier != "gpu"  # a cache already in GPU memory needs no load
         self.overlap = bool(overlap)
         self.overhead_s = cost.instance.prefill_overhead_s
+        inst = cost.instance
+        self.realistic = inst.realistic
+        self.chunk = inst.chunk_tokens
+        self.weights_s = cost.weights_bytes / inst.memory_bandwidth
+        ar_fixed, self.ar_token_s = cost.allreduce_coefficients
+        self.step_fixed_s = inst.iteration_overhead_s + ar_fixed
+
+    def _chunked_compute(self, n: int, h: int) -> float:
+        """Realistic model: tokens ``h..n`` in iterations of at most ``chunk`` tokens, each taking
+        max(its compute, the weights' read) + its all-reduces + the iteration overhead."""
+        layers, linear, attention, flops, w = self.n_layers, self.linear, self.attention, self.flops, self.weights_s
+        busy = 0.0
+        p = h
+        while p < n:
+            e = p + self.chunk
+            if e > n:
+                e = n
+            c = layers * (linear * (e - p) + attention * (e * (e + 1) - p * (p + 1))) / flops
+            busy += (c if c > w else w) + self.step_fixed_s + self.ar_token_s * (e - p)
+            p = e
+        return busy
 
     def __call__(self, n: int, h: int) -> float:
         layers = self.n_layers
-        compute = layers * (self.linear * (n - h) + self.attention * (n * (n + 1) - h * (h + 1))) / self.flops
+        if self.realistic:
+            compute = self._chunked_compute(n, h)
+        else:
+            compute = layers * (self.linear * (n - h) + self.attention * (n * (n + 1) - h * (h + 1))) / self.flops
         load = h * self.kv_bytes / self.bandwidth if h > 0 and self.loads else 0.0
         if self.overlap:  # max(compute, load) + min(compute, load) / L, without the builtins' calls
             busy = compute + load / layers if compute >= load else load + compute / layers

@@ -272,6 +272,16 @@ class RoutingSimulator:
         self._view = self._make_view()
         return self._view
 
+    def skip(self) -> RoutingView | None:
+        """Pass over the pending request without dispatching it (the cluster simulator's admission
+        rejected it): it takes no prefill and touches no cache; returns the next view."""
+        if self._view is None:
+            raise RuntimeError("skip: the trace is exhausted; call reset()")
+        self.last = None
+        self._i += 1
+        self._view = self._make_view()
+        return self._view
+
     def result(self, policy: str = "?") -> RoutingResult:
         return RoutingResult(policy, self.trace.name, self.config, self._rows, self.instances, self.cost)
 

@@ -1,0 +1,655 @@
+"""One disaggregated cluster, three decisions: Mooncake's Conductor (v3 §5-§7) as a simulator.
+
+:class:`ClusterSimulator` runs a prefill pool and a decode pool together. It pauses at every
+arriving request with a :class:`ClusterView` and resumes with a :class:`ClusterAction` holding the
+three decisions Mooncake's Conductor makes (Algorithm 1):
+
+1. **admission** at arrival: admit, or reject (HTTP 429) before any work is spent;
+2. **prefill instance** (and whether to pull the best prefix there first): the prefill pool is
+   :class:`mooncake_gym.routing.RoutingSimulator` itself (FIFO instances, local prefix caches,
+   KV pull and replication), so routing here gives exactly the routing problem's TTFTs;
+3. **decode instance**: chosen at arrival by the policy, or (``decode=None``) at the prefill's end
+   by the default rule: the instance with the shortest predicted iteration time among those that
+   accept the request (the most free KV under the ``reserve`` decode model).
+
+When the prefill ends, the chosen decode instance makes its own admission check (Mooncake's
+baseline: "the decode instance double-checks its SLO only after prefill"): room for the request's
+KV and, with ``decode_check="tbt"``, a predicted iteration time within the TBT SLO. If it refuses,
+the request is *rejected after prefill* and its prefill is wasted. Otherwise its KV is copied over
+RDMA (``CostModel.transfer_s``) and it joins the instance's continuous batch
+(:mod:`mooncake_gym.decode`). A request whose prompt plus output can never fit in one decode
+instance is refused at arrival, without asking the policy, and counted apart (``refused_too_long``;
+the trace's output length plays the role of the request's ``max_tokens``, which a server sees).
+
+The routing and admission problems are this simulator with two decisions left to defaults
+(``mooncake_gym/PrefillRouting-v1`` owns the prefill instance, ``OverloadAdmission-v1`` the
+admission); ``mooncake_gym/Conductor-v1`` owns all three. Under the ``lecture`` preset with
+``refuse_never_fit=False, kv_transfer=False`` and least-queue routing it reproduces
+``mooncake_gym.overload``'s numbers exactly (tested).
+
+SLOs and goodput: TTFT = prefill end - arrival (the first token comes from the prefill); TBT = the
+mean of the slowest 10 % of a request's token intervals (FAST'25). A request is *good* if it
+completes with TTFT <= ``ttft_slo_s`` and TBT <= ``tbt_slo_s``; ``goodput`` counts them and
+``goodput_tokens`` their output tokens.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from typing import Callable, NamedTuple
+
+import numpy as np
+
+from .decode import BatchingDecodeInstance, Completion, ReservingDecodeInstance
+from .overload import load_correlation
+from .policy import policy_name, reset_policy
+from .presets import ClusterPreset, get_preset
+from .routing import Route, RoutingConfig, RoutingSimulator, RoutingView
+from .workload import Trace
+
+# Outcomes of a request
+PENDING = -1
+COMPLETED = 0
+REJECTED_AT_ARRIVAL = 1
+REJECTED_AFTER_PREFILL = 2
+PREEMPTED = 3
+REFUSED_TOO_LONG = 4
+OUTCOME_NAMES = {PENDING: "pending", COMPLETED: "completed", REJECTED_AT_ARRIVAL: "rejected_at_arrival",
+                 REJECTED_AFTER_PREFILL: "rejected_after_prefill", PREEMPTED: "preempted",
+                 REFUSED_TOO_LONG: "refused_too_long"}
+
+# Event kinds; at equal times: decode events, then prefill ends, then KV arrivals at decode
+_DECODE = 0
+_PREFILL_DONE = 1
+_JOIN = 2
+
+DECODE_CHECKS = ("tbt", "kv")
+
+
+class ClusterAction(NamedTuple):
+    """The three decisions for one arriving request: admit it; the prefill ``route``
+    (``Route(instance, pull)``, or None for the default router's); the ``decode`` instance (or None:
+    the default rule at the prefill's end)."""
+
+    admit: bool = True
+    route: Route | None = None
+    decode: int | None = None
+
+
+class ClusterView:
+    """What the Conductor sees at one arrival (read-only by convention).
+
+    The request: ``now``, ``index``, ``input_tokens``, ``output_tokens`` (only with ``oracle``,
+    else None). Prefill: ``routing`` (the prefill pool's :class:`RoutingView`), ``default_route``
+    (what the default router would choose), and, on that route, ``prefill_instance``,
+    ``predicted_ttft_s`` and ``predicted_prefill_finish`` (exact: FIFO and deterministic). Decode
+    (per instance): ``decode_batch`` (running requests), ``decode_used_per_instance`` (KV tokens
+    now), ``decode_capacity_per_instance`` (tokens), ``decode_step_s`` (the time of the iteration
+    running now, i.e. the current TBT; 0 when idle), ``decode_step_with_s`` (predicted iteration
+    time with this request added). SLOs: ``ttft_slo_s``, ``tbt_slo_s``. Workload statistics a
+    deployment keeps: ``mean_output_tokens``, ``mean_decode_s`` (mean output x the mean token
+    interval seen so far). Counts: ``requests_in_prefill``, ``requests_in_decode``.
+
+    The field names shared with ``overload.AdmissionView`` mean the same, so the admission
+    baselines run on both.
+    """
+
+    __slots__ = ("now", "index", "input_tokens", "output_tokens", "routing", "default_route", "prefill_instance",
+                 "prefill_s", "predicted_ttft_s", "predicted_prefill_finish", "decode_batch",
+                 "decode_used_per_instance", "decode_capacity_per_instance", "decode_step_s", "decode_step_with_s",
+                 "ttft_slo_s", "tbt_slo_s", "mean_output_tokens", "mean_decode_s", "requests_in_prefill",
+                 "requests_in_decode", "_sim")
+
+    @property
+    def n_prefill(self) -> int:
+        return self.routing.n_instances
+
+    @property
+    def n_decode(self) -> int:
+        return len(self.decode_batch)
+
+    @property
+    def decode_used_tokens(self) -> int:
+        return sum(self.decode_used_per_instance)
+
+    @property
+    def decode_capacity_tokens(self) -> int:
+        return self.decode_capacity_per_instance * len(self.decode_used_per_instance)
+
+    @property
+    def decode_load(self) -> float:
+        """Decode pool KV occupancy now (used / capacity)."""
+        return self.decode_used_tokens / self.decode_capacity_tokens
+
+    @property
+    def prefill_load(self) -> float:
+        """Prefill load as in Mooncake §7: the predicted TTFT over the TTFT SLO."""
+        return self.predicted_ttft_s / self.ttft_slo_s
+
+    def project_decode(self, at_s: float, decode_s: float | None = None, quantile: float | None = None,
+                       output_tokens: float | None = None) -> list:
+        """Projected KV tokens of each decode instance at ``at_s`` (this request not included), as
+        ``overload.AdmissionView.project_decode``: requests decoding now leave at their assumed end
+        (uniform: start + ``decode_s``, default ``mean_decode_s``; ``quantile=q``: after the
+        q-quantile of the workload's output lengths longer than what they have produced, at the
+        instance's current step time), keeping their current tokens until then; requests in
+        prefill join at their known prefill end with ``input + output_tokens`` (default the mean
+        output) on the emptiest instance if they fit. Individual output lengths are never used."""
+        return self._sim.project_decode(at_s, decode_s, quantile, output_tokens)
+
+
+class ClusterSimulator:
+    """Prefill pool + decode pool of one preset; pauses at every arrival (see the module docstring).
+
+    ::
+
+        sim = ClusterSimulator(trace, "mooncake")
+        view = sim.reset()
+        while view is not None:
+            view = sim.step(ClusterAction(admit=view.predicted_ttft_s <= view.ttft_slo_s))
+        sim.result().metrics
+
+    - ``preset``: a name of ``mooncake_gym.presets.PRESETS`` or a :class:`ClusterPreset`.
+    - ``router``: the default prefill policy (``view -> Route``) used when an action gives no route
+      (default: ``kvcentric``, Algorithm 1); it is also what ``view.predicted_ttft_s`` assumes.
+    - ``decode_check``: ``"tbt"`` (KV room and predicted iteration time <= TBT SLO) or ``"kv"``.
+    - ``refuse_never_fit``: refuse at arrival requests whose input + output exceed one decode
+      instance's KV (counted in ``refused_too_long``).
+    - ``kv_transfer``: copy the prompt's KV to the decode instance over RDMA before it joins.
+    - ``oracle``: show the request's output length in the view.
+    - ``sample_period_s``, ``warmup_s``: the load series (every period up to the last arrival) and
+      the samples / completions before ``warmup_s`` left out of the correlation and steady rate.
+    - ``seed``: seeds the default router's tie-breaks.
+    """
+
+    def __init__(self, trace: Trace, preset: str | ClusterPreset = "mooncake", router: Callable | None = None,
+                 decode_check: str = "tbt", refuse_never_fit: bool = True, kv_transfer: bool = True,
+                 oracle: bool = False, sample_period_s: float = 5.0, warmup_s: float = 30.0, seed: int = 0):
+        if not isinstance(trace, Trace):
+            raise ValueError(f"trace: expected a mooncake_gym.workload.Trace, got {type(trace).__name__}")
+        if len(trace) == 0:
+            raise ValueError("trace: expected at least one request")
+        if decode_check not in DECODE_CHECKS:
+            raise ValueError(f"decode_check: expected one of {DECODE_CHECKS}, got {decode_check!r}")
+        for name, v in (("refuse_never_fit", refuse_never_fit), ("kv_transfer", kv_transfer), ("oracle", oracle)):
+            if not isinstance(v, bool):
+                raise ValueError(f"{name}: expected True or False, got {v!r}")
+        for name, v in (("sample_period_s", sample_period_s), ("warmup_s", warmup_s)):
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 and (v > 0 or name == "warmup_s")):
+                raise ValueError(f"{name}: expected a finite number of seconds > 0, got {v!r}")
+        if sample_period_s * 1e6 < trace.arrival_s[-1]:
+            raise ValueError(f"sample_period_s: {sample_period_s} s would take more than 10**6 samples over the "
+                             f"trace's {trace.arrival_s[-1]:.0f} s")
+        self.trace = trace
+        self.preset = p = get_preset(preset)
+        self.check_tbt = decode_check == "tbt"
+        self.decode_check = decode_check
+        self.refuse_never_fit = refuse_never_fit
+        self.kv_transfer = kv_transfer
+        self.oracle = oracle
+        self.sample_period_s = float(sample_period_s)
+        self.warmup_s = float(warmup_s)
+        self.seed = seed
+        if router is None:
+            from .baselines.routing import KVCentric
+            router = KVCentric()
+        self.router = router
+        self.capacity_tokens = p.capacity_tokens
+        self.reserve = p.decode_model == "reserve"
+        self._arrival, self._input, self._output, _ = trace.columns()
+        self._routing_config = RoutingConfig(p.n_prefill, p.cache_blocks, p.ttft_slo_s)
+        # the decode footprint the instance checks: the prompt (batching: it grows from there), or
+        # the whole reservation (the lecture's model)
+        if self.reserve:
+            self._footprint = [i + o for i, o in zip(self._input, self._output)]
+        else:
+            self._footprint = self._input
+        self._never_fits = [refuse_never_fit and i + o > self.capacity_tokens
+                            for i, o in zip(self._input, self._output)]
+        out = np.asarray(self._output, dtype=np.int64)
+        self.mean_output_tokens = float(out.mean())
+        counts = np.bincount(out)
+        self._output_sorted = np.sort(out)
+        self._quantile_tables: dict[float, list[int]] = {}
+        self.reset()
+
+    # -- state ------------------------------------------------------------------------------------
+    def reset(self) -> ClusterView | None:
+        """Start over; the view of the first arrival (None if every request is refused)."""
+        p = self.preset
+        reset_policy(self.router, self.seed)
+        self.prefill = RoutingSimulator(self.trace, self._routing_config, p.prefill_cost)
+        if self.reserve:
+            self.decode = [ReservingDecodeInstance(j, self.capacity_tokens, p.tbt_s) for j in range(p.n_decode)]
+        else:
+            self.decode = [BatchingDecodeInstance(j, p.decode_cost, self.capacity_tokens, p.tbt_slo_s)
+                           for j in range(p.n_decode)]
+        n = len(self._arrival)
+        self._heap: list = []
+        self._seq = 0
+        self._i = 0
+        self._done = False
+        self._target: dict[int, int | None] = {}
+        self._in_prefill: dict[int, float] = {}  # request -> prefill end
+        self._decode_of: dict[int, tuple[int, float]] = {}  # request in decode -> (instance, join time)
+        self._reserved: dict[int, int] = {}
+        self.outcome = [PENDING] * n
+        self.ttft_s = [math.nan] * n
+        self.prefill_s = [math.nan] * n
+        self.prefill_instance = [-1] * n
+        self.decode_instance = [-1] * n
+        self.decode_start_s = [math.nan] * n
+        self.end_s = [math.nan] * n
+        self.tbt_s = [math.nan] * n
+        self.max_interval_s = [math.nan] * n
+        self.mean_interval_s = [math.nan] * n
+        self.completed = self.goodput = self.goodput_tokens = self.admitted = 0
+        self.rejected_at_arrival = self.rejected_after_prefill = self.preempted = self.refused_too_long = 0
+        self.wasted_prefill_s = 0.0
+        self._interval_sum = 0.0
+        self._interval_count = 0
+        self._samples_t: list[float] = []
+        self._samples_p: list[float] = []
+        self._samples_d: list[float] = []
+        self._k_sample = 0
+        self._next_sample = 0.0
+        self._horizon = self._arrival[-1]
+        self._view = self._advance()
+        return self._view
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    @property
+    def view(self) -> ClusterView | None:
+        return self._view
+
+    @property
+    def now(self) -> float:
+        return self._arrival[self._i] if self._i < len(self._arrival) else self._horizon
+
+    # -- stepping -----------------------------------------------------------------------------------
+    def step(self, action) -> ClusterView | None:
+        """Apply ``action`` (a :class:`ClusterAction`, a tuple ``(admit, route, decode)``, or a bare
+        bool = admit with the default route and decode rule) to the pending request; the next view,
+        or None once every request has arrived (the remaining work then drains)."""
+        if self._view is None:
+            raise RuntimeError("step: the workload is exhausted; call reset()")
+        admit, route, decode = self._parse(action)
+        i = self._i
+        if not admit:
+            self.outcome[i] = REJECTED_AT_ARRIVAL
+            self.rejected_at_arrival += 1
+            self.prefill.skip()
+        else:
+            if route is None:
+                route = self._view.default_route
+            self.prefill.step(route)
+            last = self.prefill.last
+            k = last["instance"]
+            finish = self.prefill.instances[k].busy_until
+            now = self._arrival[i]
+            self.admitted += 1
+            self.prefill_instance[i] = k
+            self.ttft_s[i] = finish - now
+            self.prefill_s[i] = last["transfer_s"] + last["prefill_s"]
+            self._target[i] = decode
+            self._in_prefill[i] = finish
+            self._push(finish, _PREFILL_DONE, i)
+        self._i = i + 1
+        self._view = self._advance()
+        return self._view
+
+    def _parse(self, action) -> tuple[bool, Route | None, int | None]:
+        if isinstance(action, (bool, np.bool_)):
+            return bool(action), None, None
+        if not isinstance(action, tuple) or len(action) != 3:
+            raise ValueError(f"action: expected a ClusterAction(admit, route, decode) or a bool, got {action!r}")
+        admit, route, decode = action
+        if not isinstance(admit, (bool, np.bool_)):
+            raise ValueError(f"action.admit: expected True or False, got {admit!r}")
+        if route is not None:
+            inst, pull = route if isinstance(route, tuple) else (route, False)
+            if isinstance(inst, (bool, np.bool_)) or not isinstance(inst, (int, np.integer)) \
+                    or not 0 <= inst < self.preset.n_prefill:
+                raise ValueError(f"action.route: expected an instance in 0..{self.preset.n_prefill - 1}, got {inst!r}")
+            if not isinstance(pull, (bool, np.bool_)):
+                raise ValueError(f"action.route: pull must be True or False, got {pull!r}")
+            route = Route(int(inst), bool(pull))
+        if decode is not None:
+            if isinstance(decode, (bool, np.bool_)) or not isinstance(decode, (int, np.integer)) \
+                    or not 0 <= decode < self.preset.n_decode:
+                raise ValueError(f"action.decode: expected None or an instance in 0..{self.preset.n_decode - 1}, "
+                                 f"got {decode!r}")
+            decode = int(decode)
+        return bool(admit), route, decode
+
+    def _push(self, t: float, kind: int, payload) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, kind, self._seq, payload))
+
+    def _schedule(self, inst) -> None:
+        if inst.next_event_s < math.inf:
+            self._push(inst.next_event_s, _DECODE, (inst.index, inst.version))
+
+    def _advance(self) -> ClusterView | None:
+        """Run events up to the next arrival that needs a decision (refusing never-fitting ones)."""
+        n = len(self._arrival)
+        while self._i < n:
+            i = self._i
+            now = self._arrival[i]
+            self._run_until(now)
+            if self._never_fits[i]:
+                self.outcome[i] = REFUSED_TOO_LONG
+                self.refused_too_long += 1
+                self.prefill.skip()
+                self._i += 1
+                continue
+            if self._next_sample < now:
+                self._sample_until(now)
+            return self._make_view(i, now)
+        # every request has arrived: finish the series at the horizon, then drain
+        self._sample_until(math.inf)
+        self._run_until(math.inf)
+        self._done = True
+        return None
+
+    def _run_until(self, t: float) -> None:
+        heap = self._heap
+        pop = heapq.heappop
+        while heap and heap[0][0] <= t:
+            te, kind, _, payload = pop(heap)
+            if self._next_sample < te:
+                self._sample_until(te)
+            if kind == _DECODE:
+                j, version = payload
+                inst = self.decode[j]
+                if inst.version == version:
+                    self._ended(inst.on_event(te))
+                    self._schedule(inst)
+            elif kind == _PREFILL_DONE:
+                self._prefill_done(te, payload)
+            else:
+                r, j = payload
+                self._join(r, j, te)
+
+    def _join(self, r: int, j: int, t: float) -> None:
+        """Request ``r``'s KV is on decode instance ``j`` at ``t``: it joins the batch."""
+        inst = self.decode[j]
+        self._decode_of[r] = (j, t)
+        self.decode_start_s[r] = t
+        first_token_s = self._arrival[r] + self.ttft_s[r]
+        self._ended(inst.join(r, t, self._footprint[r], self._output[r], first_token_s, self._reserved.pop(r, 0)))
+        self._schedule(inst)
+
+    def _prefill_done(self, t: float, r: int) -> None:
+        del self._in_prefill[r]
+        tokens = self._footprint[r]
+        target = self._target.pop(r)
+        decode = self.decode
+        if target is None:
+            target = self._default_decode(tokens, t)
+        elif not decode[target].accepts(tokens, t, self.check_tbt):
+            target = -1
+        if target < 0:
+            self.outcome[r] = REJECTED_AFTER_PREFILL
+            self.rejected_after_prefill += 1
+            self.wasted_prefill_s += self.prefill_s[r]
+            return
+        self.decode_instance[r] = target
+        if self.kv_transfer and not self.reserve:
+            decode[target].reserve(tokens)
+            self._reserved[r] = tokens
+            self._push(t + self.preset.prefill_cost.transfer_s(tokens), _JOIN, (r, target))
+        else:  # decode starts at the prefill's end (the lecture's model has no transfer)
+            self._join(r, target, t)
+
+    def _default_decode(self, tokens: int, t: float) -> int:
+        """The decode instance for a request of ``tokens`` at its prefill's end, or -1."""
+        decode = self.decode
+        if self.reserve:  # the lecture's rule: the instance with the most free room, if it fits
+            best = min(range(len(decode)), key=lambda j: (decode[j].used, j))
+            return best if decode[best].accepts(tokens, t) else -1
+        best, best_step = -1, math.inf
+        for j, inst in enumerate(decode):
+            if inst.accepts(tokens, t, self.check_tbt):
+                s = inst.step_s(t, 1, tokens)
+                if s < best_step:
+                    best, best_step = j, s
+        return best
+
+    def _ended(self, completions: list[Completion]) -> None:
+        for c in completions:
+            r = c.r
+            self._decode_of.pop(r, None)
+            self.end_s[r] = c.end_s
+            if c.preempted:
+                self.outcome[r] = PREEMPTED
+                self.preempted += 1
+                self.wasted_prefill_s += self.prefill_s[r]
+                continue
+            self.outcome[r] = COMPLETED
+            self.completed += 1
+            self.tbt_s[r] = c.tbt_s
+            self.max_interval_s[r] = c.max_interval_s
+            self.mean_interval_s[r] = c.mean_interval_s
+            n_int = self._output[r] - 1
+            if n_int > 0:
+                self._interval_sum += c.mean_interval_s * n_int
+                self._interval_count += n_int
+            if self.ttft_s[r] <= self.preset.ttft_slo_s and c.tbt_s <= self.preset.tbt_slo_s:
+                self.goodput += 1
+                self.goodput_tokens += self._output[r]
+
+    # -- load series -------------------------------------------------------------------------------
+    def _sample_until(self, t: float) -> None:
+        s = self._next_sample
+        horizon = self._horizon
+        if s >= t or s > horizon:
+            return
+        period = self.sample_period_s
+        prefill = self.prefill.instances
+        n_p = len(prefill)
+        cap = self.capacity_tokens * len(self.decode)
+        while s < t and s <= horizon:
+            busy = sum(1 for q in prefill if q.busy_until > s)
+            self._samples_t.append(s)
+            self._samples_p.append(busy / n_p)
+            self._samples_d.append(sum(d.used_tokens(s) for d in self.decode) / cap)
+            self._k_sample += 1
+            s = self._k_sample * period
+        self._next_sample = s
+
+    # -- the view -----------------------------------------------------------------------------------
+    def _mean_decode_s(self) -> float:
+        if self._interval_count:
+            tbt = self._interval_sum / self._interval_count
+        elif self.reserve:
+            tbt = self.preset.tbt_s
+        else:
+            tbt = self.preset.decode_cost.decode_step_s(1, int(np.mean(self._input)))
+        return self.mean_output_tokens * tbt
+
+    def _make_view(self, i: int, now: float) -> ClusterView:
+        rv: RoutingView = self.prefill.view
+        route = self.router(rv)
+        if not isinstance(route, tuple):
+            route = Route(int(route))
+        k = route[0]
+        pull = route[1] and rv.best_hit_tokens > rv.hit_tokens[k]
+        prefill_s = rv.transfer_s[k] + rv.pull_prefill_s[k] if pull else rv.prefill_s[k]
+        v = ClusterView()
+        v.now, v.index, v.input_tokens = now, i, self._input[i]
+        v.output_tokens = self._output[i] if self.oracle else None
+        v.routing, v.default_route, v.prefill_instance, v.prefill_s = rv, route, k, prefill_s
+        v.predicted_prefill_finish = now + rv.queue_s[k] + prefill_s
+        v.predicted_ttft_s = v.predicted_prefill_finish - now
+        decode = self.decode
+        tokens = self._footprint[i]
+        v.decode_batch = tuple([d.batch for d in decode])
+        v.decode_used_per_instance = tuple([d.used_tokens(now) for d in decode])
+        v.decode_capacity_per_instance = self.capacity_tokens
+        v.decode_step_s = tuple([d.step_s(now) for d in decode])
+        v.decode_step_with_s = tuple([d.step_s(now, 1, tokens) for d in decode])
+        v.ttft_slo_s, v.tbt_slo_s = self.preset.ttft_slo_s, self.preset.tbt_slo_s
+        v.mean_output_tokens = self.mean_output_tokens
+        v.mean_decode_s = self._mean_decode_s()
+        v.requests_in_prefill = len(self._in_prefill)
+        v.requests_in_decode = len(self._decode_of)
+        v._sim = self
+        return v
+
+    def _quantile_table(self, quantile: float) -> list[int]:
+        """``table[k]``: the ``quantile`` of the output lengths longer than k (k + 1 if none)."""
+        table = self._quantile_tables.get(quantile)
+        if table is None:
+            out = self._output_sorted
+            n = len(out)
+            k = np.arange(int(out[-1]) + 1)
+            first = np.searchsorted(out, k, side="right")
+            longer = n - first
+            pos = first + np.minimum(np.floor(quantile * longer).astype(np.int64), np.maximum(longer - 1, 0))
+            table = np.where(longer > 0, out[np.minimum(pos, n - 1)], k + 1).tolist()
+            self._quantile_tables[quantile] = table
+        return table
+
+    def project_decode(self, at_s: float, decode_s: float | None = None, quantile: float | None = None,
+                       output_tokens: float | None = None) -> list:
+        """See :meth:`ClusterView.project_decode`."""
+        now = self.now
+        td = self._mean_decode_s() if decode_s is None else decode_s
+        out = self.mean_output_tokens if output_tokens is None else output_tokens
+        decode = self.decode
+        used = [d.used_tokens(now) for d in decode]
+        step = [d.step_s(now) or self.preset.tbt_slo_s for d in decode]
+        table = self._quantile_table(quantile) if quantile is not None else None
+        departures = []
+        for r, (j, start) in self._decode_of.items():
+            if table is None:
+                end = start + td
+            else:
+                k = int((now - start) / step[j]) if step[j] > 0 else 0
+                remaining = (table[k] if k < len(table) else k + 1) - k
+                end = now + remaining * step[j]
+            if end <= at_s:
+                held = self._footprint[r] if self.reserve else self._input[r] + max(0, int((now - start) / step[j]))
+                departures.append((end, held, j))
+        heapq.heapify(departures)
+        arrivals = sorted((f, r) for r, f in self._in_prefill.items() if f <= at_s)
+        cap = self.capacity_tokens
+        for finish, r in arrivals:
+            while departures and departures[0][0] <= finish:
+                _, tokens, j = heapq.heappop(departures)
+                used[j] -= tokens
+            tokens = self._input[r] + out
+            best = min(range(len(used)), key=used.__getitem__)
+            if used[best] + tokens <= cap:
+                used[best] += tokens
+                if finish + td <= at_s:
+                    heapq.heappush(departures, (finish + td, tokens, best))
+        while departures and departures[0][0] <= at_s:
+            _, tokens, j = heapq.heappop(departures)
+            used[j] -= tokens
+        return used
+
+    # -- results ------------------------------------------------------------------------------------
+    def result(self, policy: str = "policy") -> "ClusterResult":
+        return ClusterResult(self, policy)
+
+
+class ClusterResult:
+    """Per-request outcomes, load series and metrics of one cluster run."""
+
+    def __init__(self, sim: ClusterSimulator, policy: str):
+        p = sim.preset
+        self.policy = policy
+        self.preset = p.name
+        self.outcome = np.asarray(sim.outcome, dtype=np.int8)
+        self.ttft_s = np.asarray(sim.ttft_s)
+        self.tbt_s = np.asarray(sim.tbt_s)
+        self.prefill_s = np.asarray(sim.prefill_s)
+        self.prefill_instance = np.asarray(sim.prefill_instance)
+        self.decode_instance = np.asarray(sim.decode_instance)
+        self.decode_start_s = np.asarray(sim.decode_start_s)
+        self.end_s = np.asarray(sim.end_s)
+        self.sample_times_s = np.asarray(sim._samples_t)
+        self.prefill_load = np.asarray(sim._samples_p)
+        self.decode_load = np.asarray(sim._samples_d)
+        steady = self.sample_times_s >= sim.warmup_s
+        self.correlation = load_correlation(self.prefill_load[steady], self.decode_load[steady])
+        done = self.outcome == COMPLETED
+        prefilled = ~np.isnan(self.ttft_s)
+        ttft = self.ttft_s[prefilled]
+        tbt = self.tbt_s[done]
+        horizon = sim._horizon
+        span = horizon - sim.warmup_s
+        starts = self.decode_start_s[done]
+        routing = sim.prefill.result(policy).metrics
+
+        def pct(x, q):
+            return float(np.percentile(x, q)) if len(x) else float("nan")
+
+        mean_interval = sim._interval_sum / sim._interval_count if sim._interval_count else float("nan")
+        self.metrics = {
+            "policy": policy,
+            "preset": p.name,
+            "requests": len(self.outcome),
+            "admitted": sim.admitted,
+            "completed": sim.completed,
+            "goodput": sim.goodput,
+            "goodput_tokens": sim.goodput_tokens,
+            "output_tokens_served": int(np.asarray(sim._output)[done].sum()),
+            "rejected_at_arrival": sim.rejected_at_arrival,
+            "rejected_after_prefill": sim.rejected_after_prefill,
+            "preempted": sim.preempted,
+            "refused_too_long": sim.refused_too_long,
+            "wasted_prefill_s": sim.wasted_prefill_s,
+            "wasted_prefill_gpu_s": sim.wasted_prefill_s * p.prefill_cost.instance.n_gpus,
+            "mean_ttft_s": float(ttft.mean()) if len(ttft) else float("nan"),
+            "p50_ttft_s": pct(ttft, 50),
+            "p90_ttft_s": pct(ttft, 90),
+            "p99_ttft_s": pct(ttft, 99),
+            "ttft_attainment": float((ttft <= p.ttft_slo_s).mean()) if len(ttft) else float("nan"),
+            "mean_tbt_s": float(tbt.mean()) if len(tbt) else float("nan"),
+            "p50_tbt_s": pct(tbt, 50),
+            "p90_tbt_s": pct(tbt, 90),
+            "p99_tbt_s": pct(tbt, 99),
+            "tbt_attainment": float((tbt <= p.tbt_slo_s).mean()) if len(tbt) else float("nan"),
+            "mean_token_interval_s": mean_interval,
+            "hit_ratio": routing["hit_ratio"],
+            "fetched_tokens": routing["fetched_tokens"],
+            "load_correlation": self.correlation,
+            "mean_prefill_load": float(self.prefill_load.mean()) if len(self.prefill_load) else float("nan"),
+            "mean_decode_load": float(self.decode_load.mean()) if len(self.decode_load) else float("nan"),
+            "duration_s": horizon,
+            "goodput_per_s": sim.goodput / horizon if horizon > 0 else float("nan"),
+            "steady_completed_per_s": (float(np.count_nonzero((starts >= sim.warmup_s) & (starts <= horizon))) / span
+                                       if span > 0 else float("nan")),
+        }
+
+
+def simulate(trace: Trace, preset: str | ClusterPreset = "mooncake", admission: Callable | None = None,
+             routing: Callable | None = None, decode: Callable | None = None, seed: int = 0,
+             **options) -> ClusterResult:
+    """Run one cluster over ``trace``: ``admission(view) -> bool`` (default: admit all),
+    ``routing(routing_view) -> Route`` (default: the simulator's router, ``kvcentric``),
+    ``decode(view) -> instance or None`` (default: the rule at the prefill's end). ``options`` go to
+    :class:`ClusterSimulator`. Each policy's ``reset(rng)`` is called first with ``seed``."""
+    for name, pol in (("admission", admission), ("routing", routing), ("decode", decode)):
+        if pol is not None and not callable(pol):
+            raise ValueError(f"{name}: expected a callable policy or None, got {type(pol).__name__}")
+        if pol is not None:
+            reset_policy(pol, seed)
+    sim = ClusterSimulator(trace, preset, seed=seed, **options)
+    view = sim.view
+    while view is not None:
+        admit = True if admission is None else admission(view)
+        if not isinstance(admit, (bool, np.bool_)):
+            raise ValueError(f"admission policy: expected True or False, got {admit!r}")
+        route = None if routing is None or not admit else routing(view.routing)
+        target = None if decode is None or not admit else decode(view)
+        view = sim.step(ClusterAction(bool(admit), route, target))
+    names = [policy_name(p) for p in (admission, routing, decode) if p is not None]
+    return sim.result("+".join(names) or "default")

@@ -1,0 +1,354 @@
+"""Decode instances of the cluster simulator: continuous batching (realistic) and reservation (lecture).
+
+Both kinds share one interface, used by :class:`mooncake_gym.conductor.ClusterSimulator`:
+
+- ``accepts(tokens, now)``: the instance's own admission check for a request whose prompt holds
+  ``tokens`` tokens of KV (Mooncake's decode instance checks its SLO before it takes a request);
+- ``join(r, now, ...)``: the request's KV has arrived; it decodes from the next iteration on;
+- ``next_event_s``: the time of the instance's next event (a request finishing, or KV running out),
+  ``math.inf`` if none; ``on_event(now)`` handles it and returns the requests that ended;
+- ``used_tokens(now)``, ``batch``, ``step_s()``: what a router or admitter sees.
+
+Continuous batching (:class:`BatchingDecodeInstance`)
+----------------------------------------------------
+Each iteration produces one token for every request in the batch; its time comes from the cost
+model, ``CostModel.decode_step_s(batch, context) = fixed(batch) + c * context``. A request occupies
+its prompt plus the tokens generated so far, growing by one token per iteration (not its final
+length reserved up front, which would need the output length: an oracle). Between two events the
+batch is constant and its context grows by ``batch`` tokens per iteration, so iteration ``k`` takes
+``alpha + beta * k`` seconds and the time of ``n`` iterations has a closed form: the simulator
+jumps from event to event instead of iterating token by token.
+
+- A request joins at the first iteration boundary at or after its KV has arrived (continuous
+  batching adds requests between iterations).
+- A request with ``output`` tokens needs ``output - 1`` decode iterations (prefill produced the
+  first token). Its token intervals are: the first from its first token (the prefill's end) to the
+  end of its first iteration (KV transfer + wait for the boundary + one iteration), then one
+  iteration time each. TBT = mean of the slowest 10 % of those intervals (FAST'25 §5).
+- KV running out: before an iteration whose new tokens would not fit, the most recently joined
+  request is *preempted* (vLLM's default victim) until they fit. A preempted request is aborted
+  and counted (``preempted``); recomputing it later, as vLLM does, is left out.
+
+Reservation (:class:`ReservingDecodeInstance`, the ``lecture`` preset)
+----------------------------------------------------------------------
+The lecture's toy: a request reserves ``input + output`` tokens from its decode start and decodes
+for ``output x tbt_s`` seconds; the batch does not change the speed. This is exactly
+``mooncake_gym.overload``'s decode pool.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+import numpy as np
+
+from .costmodel import CostModel
+
+#: TBT is the mean of the slowest ``TBT_TAIL_SHARE`` of a request's token intervals (FAST'25).
+TBT_TAIL_SHARE = 0.10
+
+
+def tail_mean(intervals: np.ndarray, share: float = TBT_TAIL_SHARE) -> float:
+    """Mean of the largest ``ceil(share x n)`` values of ``intervals`` (0.0 when there are none)."""
+    n = len(intervals)
+    if n == 0:
+        return 0.0
+    k = math.ceil(share * n)
+    if k >= n:
+        return float(intervals.mean())
+    return float(np.partition(intervals, n - k)[n - k:].mean())
+
+
+class Completion:
+    """A request that ended on a decode instance: ``r``, ``end_s``, ``preempted`` and, if it
+    finished, its token intervals' ``tbt_s`` (tail mean), ``max_interval_s`` and ``mean_interval_s``."""
+
+    __slots__ = ("r", "end_s", "preempted", "tbt_s", "max_interval_s", "mean_interval_s", "intervals")
+
+    def __init__(self, r, end_s, preempted=False, intervals=None, constant_tbt_s: float = 0.0):
+        self.r, self.end_s, self.preempted = r, end_s, preempted
+        if intervals is None or len(intervals) == 0:
+            self.tbt_s = self.max_interval_s = self.mean_interval_s = constant_tbt_s
+        else:
+            self.tbt_s = tail_mean(intervals)
+            self.max_interval_s = float(intervals.max())
+            self.mean_interval_s = float(intervals.mean())
+        self.intervals = intervals
+
+
+class BatchingDecodeInstance:
+    """One decode instance running continuous batching; see the module docstring.
+
+    State at the last event: wall time ``t0`` at iteration boundary ``it0``. Request r joined at
+    boundary ``j_r`` with ``c_r`` tokens of context, so at boundary k it holds ``c_r + k - j_r``
+    tokens and the batch holds ``k_base + batch * k`` with ``k_base = sum(c_r - j_r)``.
+    """
+
+    def __init__(self, index: int, cost: CostModel, capacity_tokens: int, tbt_slo_s: float):
+        self.index = index
+        self.cost = cost
+        self.capacity_tokens = int(capacity_tokens)
+        self.tbt_slo_s = tbt_slo_s
+        self._coefficients: dict[int, tuple[float, float]] = {}
+        self.t0 = 0.0
+        self.it0 = 0
+        self.batch = 0
+        self.k_base = 0
+        self.pending_tokens = 0  # KV of accepted requests still being transferred here
+        self._members: dict[int, tuple] = {}  # r -> (join boundary, context at join, finish boundary, join order,
+        #                                      first token time, wall time of the join boundary, first segment)
+        self._finishes: list = []  # (finish boundary, join order, r)
+        self._order = 0
+        self._segments: list[tuple] = []  # (first iteration, end iteration, alpha, beta): steps alpha + beta * k
+        self.next_event_s = math.inf
+        self.version = 0
+        self.busy_s = 0.0
+
+    # -- iteration arithmetic ------------------------------------------------------------------
+    def _ab(self) -> tuple[float, float]:
+        """``(alpha, beta)`` of the current batch: iteration k takes alpha + beta * k seconds."""
+        b = self.batch
+        co = self._coefficients.get(b)
+        if co is None:
+            co = self._coefficients[b] = self.cost.decode_step_coefficients(b)
+        fixed, per_token = co
+        return fixed + per_token * self.k_base, per_token * b
+
+    def _time_of(self, n: int, alpha: float, beta: float) -> float:
+        """Seconds of iterations it0 .. it0 + n - 1."""
+        it0 = self.it0
+        return n * (alpha + beta * it0) + beta * n * (n - 1) / 2
+
+    def _iterations_within(self, dt: float, alpha: float, beta: float) -> int:
+        """The most iterations from ``it0`` that end within ``dt`` seconds of ``t0``."""
+        if dt <= 0:
+            return 0
+        a = alpha + beta * self.it0 - beta / 2  # time(n) = a n + (beta / 2) n^2
+        if beta > 0:
+            n = int((-a + math.sqrt(a * a + 2 * beta * dt)) / beta)
+        else:
+            n = int(dt / a)
+        while n > 0 and self._time_of(n, alpha, beta) > dt:
+            n -= 1
+        while self._time_of(n + 1, alpha, beta) <= dt:
+            n += 1
+        return n
+
+    def _advance_to(self, k: int) -> None:
+        """Move the state to boundary ``k >= it0`` (no event in between), recording the segment."""
+        n = k - self.it0
+        if n <= 0:
+            return
+        alpha, beta = self._ab()
+        dt = self._time_of(n, alpha, beta)
+        self._segments.append((self.it0, k, alpha, beta))
+        self.t0 += dt
+        self.busy_s += dt
+        self.it0 = k
+
+    # -- what a policy sees ------------------------------------------------------------------------
+    def _context_tokens(self, now: float | None) -> int:
+        """Tokens of the batch's contexts at the last iteration boundary at or before ``now``."""
+        if not self.batch:
+            return 0
+        k = self.it0
+        if now is not None and now > self.t0:
+            alpha, beta = self._ab()
+            k += self._iterations_within(now - self.t0, alpha, beta)
+        return self.k_base + self.batch * k
+
+    def used_tokens(self, now: float | None = None) -> int:
+        """KV tokens held at ``now``: the batch's contexts plus the KV of accepted requests still in
+        transfer (``now=None``: at the last event)."""
+        return self._context_tokens(now) + self.pending_tokens
+
+    def step_s(self, now: float | None = None, extra_requests: int = 0, extra_tokens: int = 0) -> float:
+        """Time of the iteration running at ``now``, or, with ``extra_requests`` more requests holding
+        ``extra_tokens`` more tokens, of an iteration with them (the predicted TBT after adding a
+        request: Mooncake's decode-side check). 0 for an empty batch."""
+        b = self.batch + extra_requests
+        if b == 0:
+            return 0.0
+        co = self._coefficients.get(b)
+        if co is None:
+            co = self._coefficients[b] = self.cost.decode_step_coefficients(b)
+        return co[0] + co[1] * (self._context_tokens(now) + self.pending_tokens + extra_tokens)
+
+    def accepts(self, tokens: int, now: float | None = None, check_tbt: bool = True) -> bool:
+        """Room at ``now`` for a prompt of ``tokens`` plus one iteration of the grown batch, and (with
+        ``check_tbt``) a predicted iteration time within the TBT SLO after adding it."""
+        context = self._context_tokens(now)
+        if context + self.pending_tokens + tokens + self.batch + 1 > self.capacity_tokens:
+            return False
+        if not check_tbt:
+            return True
+        b = self.batch + 1
+        co = self._coefficients.get(b)
+        if co is None:
+            co = self._coefficients[b] = self.cost.decode_step_coefficients(b)
+        return co[0] + co[1] * (context + self.pending_tokens + tokens) <= self.tbt_slo_s
+
+    # -- changes -------------------------------------------------------------------------------
+    def reserve(self, tokens: int) -> None:
+        self.pending_tokens += tokens
+
+    def join(self, r: int, now: float, tokens: int, output_tokens: int, first_token_s: float,
+             reserved: int = 0) -> list[Completion]:
+        """Request ``r`` (``tokens`` of prompt KV, ``output_tokens`` to produce in all, its first
+        token at ``first_token_s``) joins at the first boundary at or after ``now``; returns the
+        requests that ended at that boundary (finishes at the same boundary come first)."""
+        self.pending_tokens -= reserved
+        ended: list[Completion] = []
+        if self.batch == 0:
+            if now > self.t0:
+                self.t0 = now
+        elif now > self.t0:
+            alpha, beta = self._ab()
+            n = self._iterations_within(now - self.t0, alpha, beta)
+            if self.t0 + self._time_of(n, alpha, beta) < now:
+                n += 1  # mid-iteration: wait for the boundary
+            ended = self._finish_until(self.it0 + n)
+        k = self.it0
+        if output_tokens <= 1:  # nothing to decode: the prefill produced its only token
+            ended.append(Completion(r, self.t0, intervals=np.zeros(0)))
+            self._reschedule()
+            return ended
+        self._order += 1
+        self._members[r] = (k, tokens, k + output_tokens - 1, self._order, first_token_s, self.t0, len(self._segments))
+        heapq.heappush(self._finishes, (k + output_tokens - 1, self._order, r))
+        self.batch += 1
+        self.k_base += tokens - k
+        ended += self._make_room()
+        self._reschedule()
+        return ended
+
+    def _finish_until(self, k: int) -> list[Completion]:
+        """Advance to boundary ``k``, ending the requests whose last iteration ends by then."""
+        ended = []
+        fin = self._finishes
+        while fin and fin[0][0] <= k:
+            f, _, r = fin[0]
+            if r not in self._members:
+                heapq.heappop(fin)  # preempted earlier
+                continue
+            self._advance_to(f)
+            heapq.heappop(fin)
+            ended.append(self._leave(r, preempted=False))
+        self._advance_to(k)
+        return ended
+
+    def _leave(self, r: int, preempted: bool) -> Completion:
+        j, c, f, _, first_token_s, join_wall_s, seg0 = self._members.pop(r)
+        self.batch -= 1
+        self.k_base -= c - j
+        if self.batch == 0:
+            self.k_base = 0
+        if preempted:
+            return Completion(r, self.t0, preempted=True)
+        return Completion(r, self.t0, intervals=self._intervals(j, f, seg0, join_wall_s - first_token_s))
+
+    def _intervals(self, j: int, f: int, seg0: int, wait_s: float) -> np.ndarray:
+        """Token intervals of a request decoding iterations j .. f-1: the iterations' times, the
+        first one plus the wait from its first token to boundary j."""
+        segs = self._segments[seg0:]
+        a = np.fromiter((s[0] for s in segs), np.int64, len(segs))
+        b = np.fromiter((s[1] for s in segs), np.int64, len(segs))
+        lo = np.maximum(a, j)
+        hi = np.minimum(b, f)
+        keep = hi > lo
+        lo, hi = lo[keep], hi[keep]
+        alpha = np.fromiter((s[2] for s in segs), np.float64, len(segs))[keep]
+        beta = np.fromiter((s[3] for s in segs), np.float64, len(segs))[keep]
+        counts = hi - lo
+        starts = np.repeat(lo - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
+        ks = np.arange(int(counts.sum())) + starts
+        out = np.repeat(alpha, counts) + np.repeat(beta, counts) * ks
+        if len(out):
+            out[0] += wait_s
+        return out
+
+    def _make_room(self) -> list[Completion]:
+        """Preempt the most recently joined requests until the next iteration's tokens fit."""
+        ended = []
+        while self.batch and self.k_base + self.batch * (self.it0 + 1) > self.capacity_tokens - self.pending_tokens:
+            r = max(self._members, key=lambda q: self._members[q][3])
+            ended.append(self._leave(r, preempted=True))
+        return ended
+
+    def _reschedule(self) -> None:
+        self.version += 1
+        if not self.batch:
+            self.next_event_s = math.inf
+            return
+        fin = self._finishes
+        while fin and fin[0][2] not in self._members:
+            heapq.heappop(fin)
+        f = fin[0][0]
+        # first boundary whose iteration would overflow: k_base + batch (k + 1) > capacity - pending
+        full = (self.capacity_tokens - self.pending_tokens - self.k_base) // self.batch
+        k = f if f < full else max(full, self.it0)
+        alpha, beta = self._ab()
+        self.next_event_s = self.t0 + self._time_of(k - self.it0, alpha, beta)
+        self._next_boundary = k
+
+    def on_event(self, now: float) -> list[Completion]:
+        """Handle the event at ``next_event_s``: finishes at that boundary, then preemptions."""
+        ended = self._finish_until(self._next_boundary)
+        ended += self._make_room()
+        self._reschedule()
+        return ended
+
+
+class ReservingDecodeInstance:
+    """The lecture's decode instance: ``input + output`` tokens reserved for ``output x tbt_s``."""
+
+    def __init__(self, index: int, capacity_tokens: int, tbt_s: float):
+        self.index = index
+        self.capacity_tokens = int(capacity_tokens)
+        self.tbt_s = tbt_s
+        self.used = 0
+        self.pending_tokens = 0
+        self._ends: list = []  # (end, sequence, r, tokens)
+        self._seq = 0
+        self.next_event_s = math.inf
+        self.version = 0
+        self.busy_s = 0.0
+
+    @property
+    def batch(self) -> int:
+        return len(self._ends)
+
+    def used_tokens(self, now: float | None = None) -> int:
+        return self.used
+
+    def step_s(self, now: float | None = None, extra_requests: int = 0, extra_tokens: int = 0) -> float:
+        return self.tbt_s if self._ends or extra_requests else 0.0
+
+    def accepts(self, tokens: int, now: float | None = None, check_tbt: bool = True) -> bool:
+        return self.used + tokens <= self.capacity_tokens
+
+    def reserve(self, tokens: int) -> None:
+        pass
+
+    def join(self, r: int, now: float, tokens: int, output_tokens: int, first_token_s: float,
+             reserved: int = 0) -> list[Completion]:
+        self.used += tokens
+        self._seq += 1
+        heapq.heappush(self._ends, (now + output_tokens * self.tbt_s, self._seq, r, tokens))
+        self._reschedule()
+        return []
+
+    def _reschedule(self) -> None:
+        self.version += 1
+        self.next_event_s = self._ends[0][0] if self._ends else math.inf
+
+    def on_event(self, now: float) -> list[Completion]:
+        ended = []
+        ends = self._ends
+        while ends and ends[0][0] <= now:
+            end, _, r, tokens = heapq.heappop(ends)
+            self.used -= tokens
+            ended.append(Completion(r, end, constant_tbt_s=self.tbt_s))
+        self._reschedule()
+        return ended
