@@ -41,7 +41,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from .decode import BatchingDecodeInstance, Completion, ReservingDecodeInstance
+from .decode import BatchingDecodeInstance, Completion, ReservingDecodeInstance, tail_means
 from .overload import load_correlation
 from .policy import policy_name, reset_policy
 from .presets import ClusterPreset, get_preset
@@ -95,11 +95,70 @@ class ClusterView:
     baselines run on both.
     """
 
-    __slots__ = ("now", "index", "input_tokens", "output_tokens", "routing", "default_route", "prefill_instance",
-                 "prefill_s", "predicted_ttft_s", "predicted_prefill_finish", "decode_batch",
-                 "decode_used_per_instance", "decode_capacity_per_instance", "decode_step_s", "decode_step_with_s",
-                 "ttft_slo_s", "tbt_slo_s", "mean_output_tokens", "mean_decode_s", "requests_in_prefill",
-                 "requests_in_decode", "_sim")
+    __slots__ = ("now", "index", "input_tokens", "output_tokens", "routing", "decode_capacity_per_instance",
+                 "ttft_slo_s", "tbt_slo_s", "mean_output_tokens", "requests_in_prefill", "requests_in_decode",
+                 "_sim", "_decode", "_route")
+
+    def _default(self) -> tuple:
+        """(route, prefill instance, prefill time, predicted prefill finish) of the default router,
+        computed on first use."""
+        if self._route is None:
+            rv = self.routing
+            route = self._sim.router(rv)
+            if not isinstance(route, tuple):
+                route = Route(int(route))
+            k = route[0]
+            pull = route[1] and rv.best_hit_tokens > rv.hit_tokens[k]
+            prefill_s = rv.transfer_s[k] + rv.pull_prefill_s[k] if pull else rv.prefill_s[k]
+            self._route = (route, k, prefill_s, self.now + rv.queue_s[k] + prefill_s)
+        return self._route
+
+    @property
+    def default_route(self) -> Route:
+        return self._default()[0]
+
+    @property
+    def prefill_instance(self) -> int:
+        return self._default()[1]
+
+    @property
+    def prefill_s(self) -> float:
+        return self._default()[2]
+
+    @property
+    def predicted_prefill_finish(self) -> float:
+        return self._default()[3]
+
+    @property
+    def predicted_ttft_s(self) -> float:
+        return self._default()[3] - self.now
+
+    def _decode_side(self) -> tuple:
+        if self._decode is None:
+            if self._sim.view is not self:
+                raise RuntimeError("view: the decode side of a view is readable only until the next step")
+            self._decode = self._sim.decode_fields()
+        return self._decode
+
+    @property
+    def decode_batch(self) -> tuple:
+        return self._decode_side()[0]
+
+    @property
+    def decode_used_per_instance(self) -> tuple:
+        return self._decode_side()[1]
+
+    @property
+    def decode_step_s(self) -> tuple:
+        return self._decode_side()[2]
+
+    @property
+    def decode_step_with_s(self) -> tuple:
+        return self._decode_side()[3]
+
+    @property
+    def mean_decode_s(self) -> float:
+        return self._decode_side()[4]
 
     @property
     def n_prefill(self) -> int:
@@ -207,9 +266,10 @@ class ClusterSimulator:
             self._footprint = self._input
         self._never_fits = [refuse_never_fit and i + o > self.capacity_tokens
                             for i, o in zip(self._input, self._output)]
+        self._idle_step_s = (p.tbt_s if self.reserve else
+                             p.decode_cost.decode_step_s(1, int(np.mean(self._input))))
         out = np.asarray(self._output, dtype=np.int64)
         self.mean_output_tokens = float(out.mean())
-        counts = np.bincount(out)
         self._output_sorted = np.sort(out)
         self._quantile_tables: dict[float, list[int]] = {}
         self.reset()
@@ -244,11 +304,10 @@ class ClusterSimulator:
         self.tbt_s = [math.nan] * n
         self.max_interval_s = [math.nan] * n
         self.mean_interval_s = [math.nan] * n
-        self.completed = self.goodput = self.goodput_tokens = self.admitted = 0
+        self.completed = self.completed_in_ttft_slo = self.admitted = 0
+        self._tbt_done: dict[int, int] = {}
         self.rejected_at_arrival = self.rejected_after_prefill = self.preempted = self.refused_too_long = 0
         self.wasted_prefill_s = 0.0
-        self._interval_sum = 0.0
-        self._interval_count = 0
         self._samples_t: list[float] = []
         self._samples_p: list[float] = []
         self._samples_d: list[float] = []
@@ -402,9 +461,18 @@ class ClusterSimulator:
         if self.kv_transfer and not self.reserve:
             decode[target].reserve(tokens)
             self._reserved[r] = tokens
-            self._push(t + self.preset.prefill_cost.transfer_s(tokens), _JOIN, (r, target))
+            self._push(t + self._transfer_tail_s(tokens, self.prefill_s[r]), _JOIN, (r, target))
         else:  # decode starts at the prefill's end (the lecture's model has no transfer)
             self._join(r, target, t)
+
+    def _transfer_tail_s(self, tokens: int, prefill_s: float) -> float:
+        """Time from the prefill's end until the prompt's KV is on the decode instance. Mooncake
+        streams the KV layer by layer while prefill computes (v3 §5.2), so only the last layer's
+        share of the RDMA copy (``CostModel.transfer_s``), plus whatever of the copy outlasts the
+        prefill, comes after its end."""
+        copy = self.preset.prefill_cost.transfer_s(tokens)
+        layers = self.preset.prefill_cost.model.n_layers
+        return (copy - prefill_s if copy > prefill_s else 0.0) + copy / layers
 
     def _default_decode(self, tokens: int, t: float) -> int:
         """The decode instance for a request of ``tokens`` at its prefill's end, or -1."""
@@ -413,11 +481,11 @@ class ClusterSimulator:
             best = min(range(len(decode)), key=lambda j: (decode[j].used, j))
             return best if decode[best].accepts(tokens, t) else -1
         best, best_step = -1, math.inf
+        check = self.check_tbt
         for j, inst in enumerate(decode):
-            if inst.accepts(tokens, t, self.check_tbt):
-                s = inst.step_s(t, 1, tokens)
-                if s < best_step:
-                    best, best_step = j, s
+            s = inst.step_if_accepted(tokens, t, check)
+            if s is not None and s < best_step:
+                best, best_step = j, s
         return best
 
     def _ended(self, completions: list[Completion]) -> None:
@@ -432,16 +500,24 @@ class ClusterSimulator:
                 continue
             self.outcome[r] = COMPLETED
             self.completed += 1
-            self.tbt_s[r] = c.tbt_s
-            self.max_interval_s[r] = c.max_interval_s
-            self.mean_interval_s[r] = c.mean_interval_s
-            n_int = self._output[r] - 1
-            if n_int > 0:
-                self._interval_sum += c.mean_interval_s * n_int
-                self._interval_count += n_int
-            if self.ttft_s[r] <= self.preset.ttft_slo_s and c.tbt_s <= self.preset.tbt_slo_s:
-                self.goodput += 1
-                self.goodput_tokens += self._output[r]
+            if self.ttft_s[r] <= self.preset.ttft_slo_s:
+                self.completed_in_ttft_slo += 1
+            if c.tbt_s is not None:  # known at once (reserve model, or nothing to decode)
+                self.tbt_s[r] = self.max_interval_s[r] = self.mean_interval_s[r] = c.tbt_s
+
+    def finish_tbt(self) -> None:
+        """Compute the TBT of every request finished since the last call (one vectorised pass per
+        decode instance; the hot path only records what it needs)."""
+        for inst in self.decode:
+            rows = getattr(inst, "finished", None)
+            done = self._tbt_done.get(inst.index, 0)
+            if not rows or done == len(rows):
+                continue
+            req, offsets, intervals = inst.token_intervals(rows[done:])
+            tbt, top, mean = tail_means(offsets, intervals)
+            for r, a, b, c in zip(req.tolist(), tbt.tolist(), top.tolist(), mean.tolist()):
+                self.tbt_s[r], self.max_interval_s[r], self.mean_interval_s[r] = a, b, c
+            self._tbt_done[inst.index] = len(rows)
 
     # -- load series -------------------------------------------------------------------------------
     def _sample_until(self, t: float) -> None:
@@ -464,42 +540,36 @@ class ClusterSimulator:
 
     # -- the view -----------------------------------------------------------------------------------
     def _mean_decode_s(self) -> float:
-        if self._interval_count:
-            tbt = self._interval_sum / self._interval_count
-        elif self.reserve:
-            tbt = self.preset.tbt_s
-        else:
-            tbt = self.preset.decode_cost.decode_step_s(1, int(np.mean(self._input)))
+        """The workload's mean decode time as a deployment estimates it: mean output x the mean
+        iteration time of the busy decode instances now (one iteration of a lone request if idle)."""
+        steps = [s for s in (d.step_s(self.now) for d in self.decode) if s > 0]
+        tbt = sum(steps) / len(steps) if steps else self._idle_step_s
         return self.mean_output_tokens * tbt
 
     def _make_view(self, i: int, now: float) -> ClusterView:
-        rv: RoutingView = self.prefill.view
-        route = self.router(rv)
-        if not isinstance(route, tuple):
-            route = Route(int(route))
-        k = route[0]
-        pull = route[1] and rv.best_hit_tokens > rv.hit_tokens[k]
-        prefill_s = rv.transfer_s[k] + rv.pull_prefill_s[k] if pull else rv.prefill_s[k]
         v = ClusterView()
         v.now, v.index, v.input_tokens = now, i, self._input[i]
         v.output_tokens = self._output[i] if self.oracle else None
-        v.routing, v.default_route, v.prefill_instance, v.prefill_s = rv, route, k, prefill_s
-        v.predicted_prefill_finish = now + rv.queue_s[k] + prefill_s
-        v.predicted_ttft_s = v.predicted_prefill_finish - now
-        decode = self.decode
-        tokens = self._footprint[i]
-        v.decode_batch = tuple([d.batch for d in decode])
-        v.decode_used_per_instance = tuple([d.used_tokens(now) for d in decode])
+        v.routing = self.prefill.view
+        v._route = None
         v.decode_capacity_per_instance = self.capacity_tokens
-        v.decode_step_s = tuple([d.step_s(now) for d in decode])
-        v.decode_step_with_s = tuple([d.step_s(now, 1, tokens) for d in decode])
         v.ttft_slo_s, v.tbt_slo_s = self.preset.ttft_slo_s, self.preset.tbt_slo_s
         v.mean_output_tokens = self.mean_output_tokens
-        v.mean_decode_s = self._mean_decode_s()
         v.requests_in_prefill = len(self._in_prefill)
         v.requests_in_decode = len(self._decode_of)
         v._sim = self
+        v._decode = None
         return v
+
+    def decode_fields(self) -> tuple:
+        """The decode side of the pending view: (batch, used, step, step with the request, mean
+        decode time), computed on first use (a routing-only run never needs them)."""
+        now = self.now
+        tokens = self._footprint[self._i]
+        decode = self.decode
+        return (tuple([d.batch for d in decode]), tuple([d.used_tokens(now) for d in decode]),
+                tuple([d.step_s(now) for d in decode]), tuple([d.step_s(now, 1, tokens) for d in decode]),
+                self._mean_decode_s())
 
     def _quantile_table(self, quantile: float) -> list[int]:
         """``table[k]``: the ``quantile`` of the output lengths longer than k (k + 1 if none)."""
@@ -564,6 +634,7 @@ class ClusterResult:
 
     def __init__(self, sim: ClusterSimulator, policy: str):
         p = sim.preset
+        sim.finish_tbt()
         self.policy = policy
         self.preset = p.name
         self.outcome = np.asarray(sim.outcome, dtype=np.int8)
@@ -591,16 +662,21 @@ class ClusterResult:
         def pct(x, q):
             return float(np.percentile(x, q)) if len(x) else float("nan")
 
-        mean_interval = sim._interval_sum / sim._interval_count if sim._interval_count else float("nan")
+        output = np.asarray(sim._output)
+        good = done & (self.ttft_s <= p.ttft_slo_s) & (self.tbt_s <= p.tbt_slo_s)
+        self.good = good
+        n_int = np.maximum(output[done] - 1, 0)
+        mean_interval = (float((np.asarray(sim.mean_interval_s)[done] * n_int).sum() / n_int.sum())
+                         if n_int.sum() else float("nan"))
         self.metrics = {
             "policy": policy,
             "preset": p.name,
             "requests": len(self.outcome),
             "admitted": sim.admitted,
             "completed": sim.completed,
-            "goodput": sim.goodput,
-            "goodput_tokens": sim.goodput_tokens,
-            "output_tokens_served": int(np.asarray(sim._output)[done].sum()),
+            "goodput": int(good.sum()),
+            "goodput_tokens": int(output[good].sum()),
+            "output_tokens_served": int(output[done].sum()),
             "rejected_at_arrival": sim.rejected_at_arrival,
             "rejected_after_prefill": sim.rejected_after_prefill,
             "preempted": sim.preempted,
@@ -624,7 +700,7 @@ class ClusterResult:
             "mean_prefill_load": float(self.prefill_load.mean()) if len(self.prefill_load) else float("nan"),
             "mean_decode_load": float(self.decode_load.mean()) if len(self.decode_load) else float("nan"),
             "duration_s": horizon,
-            "goodput_per_s": sim.goodput / horizon if horizon > 0 else float("nan"),
+            "goodput_per_s": int(good.sum()) / horizon if horizon > 0 else float("nan"),
             "steady_completed_per_s": (float(np.count_nonzero((starts >= sim.warmup_s) & (starts <= horizon))) / span
                                        if span > 0 else float("nan")),
         }
@@ -653,3 +729,105 @@ def simulate(trace: Trace, preset: str | ClusterPreset = "mooncake", admission: 
         view = sim.step(ClusterAction(bool(admit), route, target))
     names = [policy_name(p) for p in (admission, routing, decode) if p is not None]
     return sim.result("+".join(names) or "default")
+
+
+# ------------------------------------------------------------------------------------------------
+# Load: multiples of the cluster's measured saturation throughput
+# ------------------------------------------------------------------------------------------------
+class Saturation(NamedTuple):
+    """Requests/s each pool completes with an infinite backlog of the request mix, admit-all, in
+    steady state; ``cluster_per_s`` is the smaller and ``bottleneck`` names that pool."""
+
+    prefill_per_s: float
+    decode_per_s: float
+    cluster_per_s: float
+    bottleneck: str
+
+
+_SATURATION_CACHE: dict = {}
+
+
+def saturation(trace: Trace, preset: str | ClusterPreset = "mooncake", decode_check: str = "tbt",
+               n_requests: int = 4000) -> Saturation:
+    """The saturation throughput of ``preset``'s cluster on ``trace``'s request mix (cached).
+
+    - Prefill: every request of the mix queued at time 0 and routed by Algorithm 1 (``kvcentric``,
+      prefix caches and pulls included); the rate is the requests over the makespan.
+    - Decode: the decode pool alone fed from an infinite backlog of the requests (in trace order,
+      repeated up to ``n_requests``): whenever an instance accepts the next request (its own check,
+      ``decode_check``) it joins; the rate is the completions per second between the first and the
+      last quarter of them. Under the ``reserve`` model this is the lecture's pool exactly.
+    """
+    p = get_preset(preset)
+    key = (id(trace), len(trace), float(trace.arrival_s[-1]), p, decode_check, n_requests)
+    hit = _SATURATION_CACHE.get(key)
+    if hit is not None:
+        return hit
+    inputs = trace.input_tokens.tolist()
+    outputs = trace.output_tokens.tolist()
+    # prefill: every request of the mix queued at once, routed by Algorithm 1 (prefix caches and
+    # pulls included): the pool's rate is the requests over the time the last one finishes
+    from .baselines.routing import KVCentric
+    backlog = trace.take(range(len(trace)), arrival_s=np.zeros(len(trace)))
+    pool_sim = RoutingSimulator(backlog, RoutingConfig(p.n_prefill, p.cache_blocks, p.ttft_slo_s), p.prefill_cost)
+    router = KVCentric()
+    view = pool_sim.view
+    while view is not None:
+        view = pool_sim.step(router(view))
+    prefill_rate = len(trace) / max(inst.busy_until for inst in pool_sim.instances)
+    cap = p.capacity_tokens
+    mix = [(i, o) for i, o in zip(inputs, outputs) if i + o <= cap]
+    if not mix:
+        raise ValueError("trace: no request fits in one decode instance")
+    reserve = p.decode_model == "reserve"
+    check = decode_check == "tbt"
+    if reserve:
+        pool = [ReservingDecodeInstance(j, cap, p.tbt_s) for j in range(p.n_decode)]
+    else:
+        pool = [BatchingDecodeInstance(j, p.decode_cost, cap, p.tbt_slo_s) for j in range(p.n_decode)]
+    ends: list[float] = []
+    heap: list = []
+    nxt = 0
+    now = 0.0
+
+    def fill(inst):
+        nonlocal nxt
+        while nxt < n_requests:
+            i, o = mix[nxt % len(mix)]
+            tokens = i + o if reserve else i
+            if not inst.accepts(tokens, now, check):
+                break
+            nxt += 1
+            ends.extend(c.end_s for c in inst.join(nxt, now, tokens, o, now))
+        if inst.next_event_s < math.inf:
+            heapq.heappush(heap, (inst.next_event_s, inst.index, inst.version))
+
+    for inst in pool:
+        fill(inst)
+    while heap and len(ends) < n_requests:
+        now, j, version = heapq.heappop(heap)
+        inst = pool[j]
+        if inst.version != version:
+            continue
+        ends.extend(c.end_s for c in inst.on_event(now) if not c.preempted)
+        fill(inst)
+    ends.sort()
+    q1, q3 = len(ends) // 4, 3 * len(ends) // 4
+    if q3 - q1 < 10 or ends[q3] <= ends[q1]:
+        raise ValueError(f"n_requests: {n_requests} requests are too few to measure the decode pool's rate")
+    decode_rate = (q3 - q1) / (ends[q3] - ends[q1])
+    result = Saturation(prefill_rate, decode_rate, min(prefill_rate, decode_rate),
+                        "prefill" if prefill_rate < decode_rate else "decode")
+    _SATURATION_CACHE[key] = result
+    return result
+
+
+def overload_workload(base: Trace, load: float, n_requests: int, seed: int = 0,
+                      preset: str | ClusterPreset = "mooncake") -> tuple[Trace, Saturation]:
+    """``n_requests`` drawn i.i.d. from ``base`` with Poisson arrivals at ``load`` x the cluster's
+    measured saturation throughput (:func:`saturation`); returns (trace, saturation)."""
+    from .workload import resample_iid
+    if not (isinstance(load, (int, float)) and 0.01 <= load <= 100):
+        raise ValueError(f"load: expected a multiple of the saturation throughput in [0.01, 100], got {load!r}")
+    sat = saturation(base, preset)
+    return resample_iid(base, n_requests, load * sat.cluster_per_s, seed), sat

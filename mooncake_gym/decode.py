@@ -49,32 +49,34 @@ from .costmodel import CostModel
 TBT_TAIL_SHARE = 0.10
 
 
-def tail_mean(intervals: np.ndarray, share: float = TBT_TAIL_SHARE) -> float:
-    """Mean of the largest ``ceil(share x n)`` values of ``intervals`` (0.0 when there are none)."""
-    n = len(intervals)
-    if n == 0:
-        return 0.0
-    k = math.ceil(share * n)
-    if k >= n:
-        return float(intervals.mean())
-    return float(np.partition(intervals, n - k)[n - k:].mean())
+def tail_means(offsets: np.ndarray, intervals: np.ndarray, share: float = TBT_TAIL_SHARE):
+    """Per request q, whose token intervals are ``intervals[offsets[q]:offsets[q + 1]]``:
+    ``(tbt, max, mean)`` arrays, TBT being the mean of the largest ``ceil(share x n)`` intervals
+    (0 for a request without intervals). One vectorised pass over all requests."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    m = np.diff(offsets)
+    groups = np.repeat(np.arange(len(m)), m)
+    v = intervals[np.lexsort((intervals, groups))]  # ascending within each request
+    csum = np.concatenate(([0.0], np.cumsum(v)))
+    k = np.ceil(share * m - 1e-9).astype(np.int64)
+    ends = offsets[1:]
+    some = m > 0
+    safe_k, safe_m = np.maximum(k, 1), np.maximum(m, 1)
+    tbt = np.where(some, (csum[ends] - csum[ends - k]) / safe_k, 0.0)
+    mean = np.where(some, (csum[ends] - csum[offsets[:-1]]) / safe_m, 0.0)
+    top = v[np.maximum(ends - 1, 0)] if len(v) else np.zeros(len(m))
+    return tbt, np.where(some, top, 0.0), mean
 
 
 class Completion:
-    """A request that ended on a decode instance: ``r``, ``end_s``, ``preempted`` and, if it
-    finished, its token intervals' ``tbt_s`` (tail mean), ``max_interval_s`` and ``mean_interval_s``."""
+    """A request that ended on a decode instance: ``r``, ``end_s``, ``preempted``, and its TBT
+    (``tbt_s``) where the instance knows it at once (``None``: computed in one pass at the end,
+    :meth:`BatchingDecodeInstance.token_intervals`)."""
 
-    __slots__ = ("r", "end_s", "preempted", "tbt_s", "max_interval_s", "mean_interval_s", "intervals")
+    __slots__ = ("r", "end_s", "preempted", "tbt_s")
 
-    def __init__(self, r, end_s, preempted=False, intervals=None, constant_tbt_s: float = 0.0):
-        self.r, self.end_s, self.preempted = r, end_s, preempted
-        if intervals is None or len(intervals) == 0:
-            self.tbt_s = self.max_interval_s = self.mean_interval_s = constant_tbt_s
-        else:
-            self.tbt_s = tail_mean(intervals)
-            self.max_interval_s = float(intervals.max())
-            self.mean_interval_s = float(intervals.mean())
-        self.intervals = intervals
+    def __init__(self, r: int, end_s: float, preempted: bool = False, tbt_s: float | None = None):
+        self.r, self.end_s, self.preempted, self.tbt_s = r, end_s, preempted, tbt_s
 
 
 class BatchingDecodeInstance:
@@ -104,6 +106,10 @@ class BatchingDecodeInstance:
         self.next_event_s = math.inf
         self.version = 0
         self.busy_s = 0.0
+        self._context_now = None
+        self._context_version = -1
+        self._context_value = 0
+        self.finished: list[tuple] = []  # (r, first boundary, end boundary, first segment, wait before boundary)
 
     # -- iteration arithmetic ------------------------------------------------------------------
     def _ab(self) -> tuple[float, float]:
@@ -150,13 +156,31 @@ class BatchingDecodeInstance:
     # -- what a policy sees ------------------------------------------------------------------------
     def _context_tokens(self, now: float | None) -> int:
         """Tokens of the batch's contexts at the last iteration boundary at or before ``now``."""
-        if not self.batch:
+        b = self.batch
+        if not b:
             return 0
-        k = self.it0
-        if now is not None and now > self.t0:
-            alpha, beta = self._ab()
-            k += self._iterations_within(now - self.t0, alpha, beta)
-        return self.k_base + self.batch * k
+        t0 = self.t0
+        if now is None or now <= t0:
+            return self.k_base + b * self.it0
+        if self._context_now == now and self._context_version == self.version:
+            return self._context_value
+        co = self._coefficients.get(b)
+        if co is None:
+            co = self._coefficients[b] = self.cost.decode_step_coefficients(b)
+        it0 = self.it0
+        h = co[1] * b / 2  # iteration k takes alpha + 2 h k
+        first = co[0] + co[1] * self.k_base + 2 * h * it0
+        dt = now - t0
+        # n iterations take n * first + h n (n - 1) = (first - h) n + h n^2: the largest n within dt
+        lin = first - h
+        n = int((-lin + math.sqrt(lin * lin + 4 * h * dt)) / (2 * h)) if h > 0 else int(dt / first)
+        if n * first + h * n * (n - 1) > dt:  # float rounding: off by at most one either way
+            n -= 1
+        elif (n + 1) * first + h * (n + 1) * n <= dt:
+            n += 1
+        value = self.k_base + b * (it0 + n)
+        self._context_now, self._context_version, self._context_value = now, self.version, value
+        return value
 
     def used_tokens(self, now: float | None = None) -> int:
         """KV tokens held at ``now``: the batch's contexts plus the KV of accepted requests still in
@@ -175,19 +199,24 @@ class BatchingDecodeInstance:
             co = self._coefficients[b] = self.cost.decode_step_coefficients(b)
         return co[0] + co[1] * (self._context_tokens(now) + self.pending_tokens + extra_tokens)
 
-    def accepts(self, tokens: int, now: float | None = None, check_tbt: bool = True) -> bool:
-        """Room at ``now`` for a prompt of ``tokens`` plus one iteration of the grown batch, and (with
-        ``check_tbt``) a predicted iteration time within the TBT SLO after adding it."""
-        context = self._context_tokens(now)
-        if context + self.pending_tokens + tokens + self.batch + 1 > self.capacity_tokens:
-            return False
-        if not check_tbt:
-            return True
+    def step_if_accepted(self, tokens: int, now: float | None = None, check_tbt: bool = True) -> float | None:
+        """The predicted iteration time once a request with a prompt of ``tokens`` joins, if the
+        instance accepts it at ``now``, else None. It accepts when the prompt plus one iteration of
+        the grown batch fit in its KV and (with ``check_tbt``) that iteration time is within the TBT
+        SLO (Mooncake's decode-side check)."""
+        context = self._context_tokens(now) + self.pending_tokens + tokens
         b = self.batch + 1
+        if context + b > self.capacity_tokens:
+            return None
         co = self._coefficients.get(b)
         if co is None:
             co = self._coefficients[b] = self.cost.decode_step_coefficients(b)
-        return co[0] + co[1] * (context + self.pending_tokens + tokens) <= self.tbt_slo_s
+        step = co[0] + co[1] * context
+        return None if check_tbt and step > self.tbt_slo_s else step
+
+    def accepts(self, tokens: int, now: float | None = None, check_tbt: bool = True) -> bool:
+        """Whether :meth:`step_if_accepted` accepts the request."""
+        return self.step_if_accepted(tokens, now, check_tbt) is not None
 
     # -- changes -------------------------------------------------------------------------------
     def reserve(self, tokens: int) -> None:
@@ -211,7 +240,7 @@ class BatchingDecodeInstance:
             ended = self._finish_until(self.it0 + n)
         k = self.it0
         if output_tokens <= 1:  # nothing to decode: the prefill produced its only token
-            ended.append(Completion(r, self.t0, intervals=np.zeros(0)))
+            ended.append(Completion(r, self.t0, tbt_s=0.0))
             self._reschedule()
             return ended
         self._order += 1
@@ -246,27 +275,44 @@ class BatchingDecodeInstance:
             self.k_base = 0
         if preempted:
             return Completion(r, self.t0, preempted=True)
-        return Completion(r, self.t0, intervals=self._intervals(j, f, seg0, join_wall_s - first_token_s))
+        self.finished.append((r, j, f, seg0, join_wall_s - first_token_s))
+        return Completion(r, self.t0)
 
-    def _intervals(self, j: int, f: int, seg0: int, wait_s: float) -> np.ndarray:
-        """Token intervals of a request decoding iterations j .. f-1: the iterations' times, the
-        first one plus the wait from its first token to boundary j."""
-        segs = self._segments[seg0:]
-        a = np.fromiter((s[0] for s in segs), np.int64, len(segs))
-        b = np.fromiter((s[1] for s in segs), np.int64, len(segs))
-        lo = np.maximum(a, j)
-        hi = np.minimum(b, f)
-        keep = hi > lo
-        lo, hi = lo[keep], hi[keep]
-        alpha = np.fromiter((s[2] for s in segs), np.float64, len(segs))[keep]
-        beta = np.fromiter((s[3] for s in segs), np.float64, len(segs))[keep]
-        counts = hi - lo
-        starts = np.repeat(lo - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
-        ks = np.arange(int(counts.sum())) + starts
-        out = np.repeat(alpha, counts) + np.repeat(beta, counts) * ks
-        if len(out):
-            out[0] += wait_s
-        return out
+    def token_intervals(self, finished: list[tuple] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The token intervals of finished requests (default all, from ``finished``), in one
+        vectorised pass: ``(requests, offsets, intervals)`` where request ``requests[q]``'s
+        intervals are ``intervals[offsets[q]:offsets[q + 1]]``, in order. A request decoding
+        iterations j .. f-1 has their times as intervals, the first plus the wait from its first
+        token (the prefill's end) to boundary j."""
+        rows = self.finished if finished is None else finished
+        empty = np.zeros(0, np.int64)
+        if not rows:
+            return empty, np.zeros(1, np.int64), np.zeros(0)
+        segs = self._segments
+        a = np.fromiter((x[0] for x in segs), np.int64, len(segs))
+        b = np.fromiter((x[1] for x in segs), np.int64, len(segs))
+        alpha = np.fromiter((x[2] for x in segs), np.float64, len(segs))
+        beta = np.fromiter((x[3] for x in segs), np.float64, len(segs))
+        req = np.fromiter((x[0] for x in rows), np.int64, len(rows))
+        j = np.fromiter((x[1] for x in rows), np.int64, len(rows))
+        f = np.fromiter((x[2] for x in rows), np.int64, len(rows))
+        seg0 = np.fromiter((x[3] for x in rows), np.int64, len(rows))
+        wait = np.fromiter((x[4] for x in rows), np.float64, len(rows))
+        seg1 = np.searchsorted(a, f, side="left")  # segments starting before f
+        n_pairs = seg1 - seg0
+        owner = np.repeat(np.arange(len(rows)), n_pairs)
+        seg = np.arange(int(n_pairs.sum())) - np.repeat(np.cumsum(n_pairs) - n_pairs, n_pairs) + np.repeat(seg0, n_pairs)
+        lo = np.maximum(a[seg], j[owner])
+        hi = np.minimum(b[seg], f[owner])
+        counts = np.maximum(hi - lo, 0)
+        total = int(counts.sum())
+        ks = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(lo, counts)
+        intervals = np.repeat(alpha[seg], counts) + np.repeat(beta[seg], counts) * ks
+        offsets = np.zeros(len(rows) + 1, np.int64)
+        offsets[1:] = np.cumsum(f - j)
+        firsts = offsets[:-1][f > j]
+        intervals[firsts] += wait[f > j]
+        return req, offsets, intervals
 
     def _make_room(self) -> list[Completion]:
         """Preempt the most recently joined requests until the next iteration's tokens fit."""
@@ -349,6 +395,6 @@ class ReservingDecodeInstance:
         while ends and ends[0][0] <= now:
             end, _, r, tokens = heapq.heappop(ends)
             self.used -= tokens
-            ended.append(Completion(r, end, constant_tbt_s=self.tbt_s))
+            ended.append(Completion(r, end, tbt_s=self.tbt_s))
         self._reschedule()
         return ended

@@ -88,6 +88,16 @@ PRESETS: dict[str, ClusterPreset] = {
         "with TP8 all-reduces; continuous-batching decode with KV growing per token; TTFT 30 s, TBT 100 ms",
         CostModel.realistic("llama2-70b", "A800"), CostModel.realistic("llama2-70b", "A800"),
         8, 8, 5800, 30.0, 0.1, "batching"),
+    # Under this cost model the 8 + 8 testbed is prefill-bound on Mooncake's and the synthetic
+    # request mixes (long prompts, short outputs: the decode pool completes 8-17x what the prefill
+    # pool does; ``conductor.saturation``). Mooncake §7's overload is a decode pool that saturates
+    # first: 16 prefill nodes + 1 decode node does on the synthetic mix (34 vs 16 requests/s).
+    "mooncake-overload": ClusterPreset(
+        "mooncake-overload",
+        "Mooncake's hardware and model with 16 prefill + 1 decode nodes, so that the decode pool saturates "
+        "first (Mooncake §7's overload); otherwise as 'mooncake'",
+        CostModel.realistic("llama2-70b", "A800"), CostModel.realistic("llama2-70b", "A800"),
+        16, 1, 5800, 30.0, 0.1, "batching"),
     "h100": ClusterPreset(
         "h100",
         "the same cluster of 8x H100-SXM5-80GB nodes serving LLaMA3-70B",
