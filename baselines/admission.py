@@ -59,6 +59,23 @@ def _own_tokens(view) -> float:
     return view.input_tokens + view.mean_output_tokens
 
 
+def decode_load_with(view) -> float:
+    """The decode load of the least loaded decode instance once this request is on it (not the
+    pool-wide ``view.decode_load``): the instance Algorithm 1 would choose. An instance's load is
+    its KV use (used + this prompt + the workload's mean output, over its capacity) and, where the
+    view predicts iteration times (the cluster simulator's continuous batching), the greater of that
+    and the predicted iteration time with this request over the TBT SLO (Mooncake §7: load as SLO
+    satisfaction)."""
+    own = _own_tokens(view)
+    cap = view.decode_capacity_per_instance
+    kv = [(u + own) / cap for u in view.decode_used_per_instance]
+    steps = getattr(view, "decode_step_with_s", None)
+    if steps is None:
+        return min(kv)
+    slo = view.tbt_slo_s
+    return min(k if k > s / slo else s / slo for k, s in zip(kv, steps))
+
+
 class EarlyRejection(_Admission):
     """Early rejection (Mooncake v3 §7.2): reject at arrival when the load is at its limit, the load
     being the greater of the prefill load and the decode load, both looked at *now*:
@@ -66,7 +83,8 @@ class EarlyRejection(_Admission):
     - prefill load = predicted TTFT / TTFT SLO;
     - decode load = (used tokens of the least loaded decode instance + this request's prompt + the
       workload's mean output) / that instance's capacity — the decode instance Algorithm 1 would
-      choose by load, with this request on it.
+      choose by load, with this request on it; on the cluster simulator also its predicted
+      iteration time over the TBT SLO (:func:`decode_load_with`).
 
     Admit iff max(prefill load, decode load) <= ``threshold`` (default 1.0: the request would fit on
     the emptiest decode instance now). Prefill and decode load then swing in anti-phase (v3 §7.3).
@@ -82,10 +100,7 @@ class EarlyRejection(_Admission):
         slo = self._slo(view)
         if view.predicted_ttft_s > slo:
             return False
-        # the load of the emptiest decode instance once this request is on it (not the pool-wide
-        # ``view.decode_load``): the instance Algorithm 1 would choose
-        instance_load = (min(view.decode_used_per_instance) + _own_tokens(view)) / view.decode_capacity_per_instance
-        return max(view.predicted_ttft_s / slo, instance_load) <= self.threshold
+        return max(view.predicted_ttft_s / slo, decode_load_with(view)) <= self.threshold
 
 
 class PredictiveRejection(_Admission):

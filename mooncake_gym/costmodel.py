@@ -61,22 +61,26 @@ GPU_HBM_BYTES = {"A100": 80 * GIB, "A800": 80 * GIB, "H100": 80 * GIB, "H800": 8
 #: Peak HBM bandwidth per GPU, bytes/s: A100/A800 80GB SXM 2,039 GB/s (NVIDIA A100 datasheet);
 #: H100/H800 SXM5 3.35 TB/s (NVIDIA H100 datasheet).
 GPU_HBM_BANDWIDTH = {"A100": 2.039e12, "A800": 2.039e12, "H100": 3.35e12, "H800": 3.35e12}
-#: All-reduce bus bandwidth over NVLink inside one 8-GPU node, bytes/s (nccl-tests' "busbw" for
-#: large messages). Assumption, from NVLink's per-GPU bandwidth times the ~77 % that nccl-tests
-#: all_reduce_perf reaches on DGX systems (about 230 GB/s of A100's 300 GB/s per direction):
-#: A100 NVLink3 600 GB/s -> 230 GB/s; A800 and H800 are export variants with NVLink cut to
-#: 400 GB/s -> 155 GB/s; H100 NVLink4 900 GB/s -> 350 GB/s.
-NVLINK_ALLREDUCE_BUSBW = {"A100": 230e9, "A800": 155e9, "H100": 350e9, "H800": 155e9}
+#: All-reduce bus bandwidth over NVLink inside one 8-GPU node for the activation-sized messages of
+#: tensor parallelism (1-100 MB), bytes/s. nccl-tests reach about 200 GB/s on 8x A100 and 480 GB/s
+#: on 8x H100 (NVLink SHARP) only for messages of gigabytes (nccl-tests issues #149 and #212);
+#: Vidur's measured all-reduce kernels on a DGX-A100 take 0.179 ms for 10 MiB (about 100 GB/s of
+#: bus bandwidth). Calibrated to 115 GB/s on A100, 175 GB/s on H100 (docs/calibration.md); A800
+#: and H800 are export variants with NVLink cut to 400 GB/s: scaled by 400/600 and 400/900.
+NVLINK_ALLREDUCE_BUSBW = {"A100": 115e9, "A800": 77e9, "H100": 175e9, "H800": 78e9}
 #: Fixed latency of one small all-reduce over NVLink (NCCL's low-latency protocol), seconds.
 #: Assumption: 10 us, the order nccl-tests reports for kilobyte messages on 8 GPUs.
 ALLREDUCE_LATENCY_S = 10e-6
-#: Share of peak HBM bandwidth that decode's weight and KV reads achieve. Assumption: 0.8 (GEMV and
-#: paged-attention kernels typically reach 70-90 % of peak on A100/H100).
-DEFAULT_MEMORY_EFFICIENCY = 0.8
+#: Share of peak HBM bandwidth that streaming the weights reaches in decode. Calibrated: 0.7
+#: (gpt-fast measures 56-73 % of A100's 2,039 GB/s for LLaMA2-70B at batch 1; docs/calibration.md).
+DEFAULT_MEMORY_EFFICIENCY = 0.7
 #: Fixed cost of one model iteration (a decode step, or one chunk of a prefill): scheduling, input
-#: preparation, kernel launches and sampling. Assumption: 2 ms (engines with CUDA graphs report
-#: 1-5 ms of CPU-side overhead per step).
-DEFAULT_ITERATION_OVERHEAD_S = 2e-3
+#: preparation, kernel launches and sampling. Calibrated: 4 ms (docs/calibration.md; vLLM's v0.6.0
+#: blog reports CPU overheads of this order, which overlapped schedulers then hid).
+DEFAULT_ITERATION_OVERHEAD_S = 4e-3
+#: MFU of the realistic presets' linear layers. Calibrated: 0.65 (TensorRT-LLM's LLaMA2-70B prefill
+#: of 2,048 tokens on 4x A100 reaches 61 % end to end, Vidur's GEMMs 77 %; docs/calibration.md).
+REALISTIC_MFU = 0.65
 #: Fixed per-request prefill overhead of the realistic presets (tokenisation, scheduling, the first
 #: token's sampling and its return). Assumption: 20 ms.
 REALISTIC_PREFILL_OVERHEAD_S = 20e-3
@@ -84,6 +88,14 @@ REALISTIC_PREFILL_OVERHEAD_S = 20e-3
 #: tokens, each one model iteration (chunked prefill; Mooncake v3 §5.1 prefills long contexts in
 #: chunks, pipelined over several nodes: the pipelining is left out). Assumption: 8,192.
 DEFAULT_CHUNK_TOKENS = 8192
+#: Realistic presets: attention's FLOPs run at this share of ``mfu`` (attention kernels reach a
+#: lower utilisation than the linear layers' GEMMs). Calibrated: 0.25 (docs/calibration.md; long
+#: prompts' prefill grows faster than their linear FLOPs in Splitwise's profile).
+DEFAULT_ATTENTION_EFFICIENCY = 0.25
+#: Share of peak HBM bandwidth that decode's KV reads (paged attention over many short sequences)
+#: reach, below the weights' streaming. Calibrated (docs/calibration.md): lmdeploy's LLaMA2-70B
+#: decode on 4x A100 slows by about 0.38 ms per request of 3,072 tokens of context.
+DEFAULT_KV_READ_EFFICIENCY = 0.35
 #: Share of GPU memory left out of the KV cache (activations, CUDA graphs, fragmentation): vLLM's
 #: default ``gpu_memory_utilization`` is 0.9.
 DEFAULT_MEMORY_RESERVE = 0.1
@@ -202,8 +214,14 @@ class InstanceSpec:
     iteration_overhead_s: float = DEFAULT_ITERATION_OVERHEAD_S
     memory_efficiency: float = DEFAULT_MEMORY_EFFICIENCY
     memory_reserve: float = DEFAULT_MEMORY_RESERVE
+    attention_efficiency: float = DEFAULT_ATTENTION_EFFICIENCY
+    kv_read_efficiency: float = DEFAULT_KV_READ_EFFICIENCY
 
     def __post_init__(self):
+        for name in ("attention_efficiency", "kv_read_efficiency"):
+            v = getattr(self, name)
+            if not 0 < v <= 1:
+                raise ValueError(f"{name}: expected 0 < {name} <= 1, got {v!r}")
         if not isinstance(self.realistic, bool):
             raise ValueError(f"realistic: expected True or False, got {self.realistic!r}")
         if not (isinstance(self.chunk_tokens, int) and 1 <= self.chunk_tokens <= 10**7):
@@ -266,6 +284,7 @@ class CostModel:
         """The realistic model of an instance: chunked prefill with tensor-parallel all-reduces and
         iteration overhead, a per-request overhead of ``REALISTIC_PREFILL_OVERHEAD_S``."""
         kw.setdefault("prefill_overhead_s", REALISTIC_PREFILL_OVERHEAD_S)
+        kw.setdefault("mfu", REALISTIC_MFU)
         return cls.preset(model, gpu, n_gpus, realistic=True, **kw)
 
     # -- memory -----------------------------------------------------------------------------
@@ -311,7 +330,8 @@ class CostModel:
         linear_s = batch * self.model.flop_coefficients[0] * self.model.n_layers / inst.effective_flops
         ar_fixed, ar_token = self.allreduce_coefficients
         fixed = inst.iteration_overhead_s + (weights_s if weights_s > linear_s else linear_s) + ar_fixed + ar_token * batch
-        return fixed, self.model.kv_bytes_per_token / inst.memory_bandwidth
+        kv_bandwidth = inst.memory_bandwidth / inst.memory_efficiency * inst.kv_read_efficiency
+        return fixed, self.model.kv_bytes_per_token / kv_bandwidth
 
     def decode_step_s(self, batch: int, context_tokens: int) -> float:
         """Time of one decode iteration producing one token for each of ``batch`` requests whose
@@ -403,7 +423,7 @@ class PrefillTime:
     results are theirs to the last bit (tested)."""
 
     __slots__ = ("n_layers", "linear", "attention", "flops", "kv_bytes", "bandwidth", "loads", "overlap",
-                 "overhead_s", "realistic", "chunk", "weights_s", "step_fixed_s", "ar_token_s")
+                 "overhead_s", "realistic", "chunk", "weights_s", "step_fixed_s", "ar_token_s", "attention_efficiency")
 
     def __init__(self, cost: "CostModel", tier: str = "dram", overlap: bool = True):
         m = cost.model
@@ -421,11 +441,13 @@ class PrefillTime:
         self.weights_s = cost.weights_bytes / inst.memory_bandwidth
         ar_fixed, self.ar_token_s = cost.allreduce_coefficients
         self.step_fixed_s = inst.iteration_overhead_s + ar_fixed
+        self.attention_efficiency = inst.attention_efficiency
 
     def _chunked_compute(self, n: int, h: int) -> float:
         """Realistic model: tokens ``h..n`` in iterations of at most ``chunk`` tokens, each taking
         max(its compute, the weights' read) + its all-reduces + the iteration overhead."""
-        layers, linear, attention, flops, w = self.n_layers, self.linear, self.attention, self.flops, self.weights_s
+        layers, linear, flops, w = self.n_layers, self.linear, self.flops, self.weights_s
+        attention = self.attention / self.attention_efficiency
         busy = 0.0
         p = h
         while p < n:

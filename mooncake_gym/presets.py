@@ -89,9 +89,9 @@ PRESETS: dict[str, ClusterPreset] = {
         CostModel.realistic("llama2-70b", "A800"), CostModel.realistic("llama2-70b", "A800"),
         8, 8, 5800, 30.0, 0.1, "batching"),
     # Under this cost model the 8 + 8 testbed is prefill-bound on Mooncake's and the synthetic
-    # request mixes (long prompts, short outputs: the decode pool completes 8-17x what the prefill
+    # request mixes (long prompts, short outputs: the decode pool completes 6-17x what the prefill
     # pool does; ``conductor.saturation``). Mooncake §7's overload is a decode pool that saturates
-    # first: 16 prefill nodes + 1 decode node does on the synthetic mix (34 vs 16 requests/s).
+    # first: 16 prefill nodes + 1 decode node does on the synthetic mix (24 vs 8.5 requests/s).
     "mooncake-overload": ClusterPreset(
         "mooncake-overload",
         "Mooncake's hardware and model with 16 prefill + 1 decode nodes, so that the decode pool saturates "
