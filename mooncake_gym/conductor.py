@@ -482,7 +482,12 @@ class ClusterSimulator:
             return best if decode[best].accepts(tokens, t) else -1
         best, best_step = -1, math.inf
         check = self.check_tbt
+        idle_seen = False
         for j, inst in enumerate(decode):
+            if not inst.batch and not inst.pending_tokens:
+                if idle_seen:  # every idle instance predicts the same step: the first one wins ties
+                    continue
+                idle_seen = True
             s = inst.step_if_accepted(tokens, t, check)
             if s is not None and s < best_step:
                 best, best_step = j, s

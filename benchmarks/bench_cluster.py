@@ -1,0 +1,49 @@
+"""Cluster-simulator speed: routing decisions per second of ``conductor.ClusterSimulator`` on the
+shared trace (admit all, kvcentric, the decode pool's default rule), beside the prefill-only
+routing simulator in the same run, and the admission problem on the ``mooncake-overload`` preset.
+
+Target (issue 11): >= 20,000 routing decisions/s on the shared trace. Falls back to a synthetic
+trace at rate 8 when ../shared/traces is absent. Run: ``python benchmarks/bench_cluster.py`` or
+``mooncake-gym bench --only cluster``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from mooncake_gym import conductor, routing
+from mooncake_gym.baselines import make_policy
+from mooncake_gym.workload import read_trace, synthetic_trace
+
+SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "synthetic_trace.jsonl"
+
+
+def _rate(run_once, n: int, seconds: float) -> float:
+    decisions, start = 0, time.perf_counter()
+    while True:
+        run_once()
+        decisions += n
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds:
+            return decisions / elapsed
+
+
+def run(seconds: float = 2.0) -> dict:
+    trace = read_trace(SHARED).scaled(2) if SHARED.exists() else synthetic_trace(0, 8.0)
+    n = len(trace)
+    prefill_only = _rate(lambda: routing.simulate(trace, make_policy("routing", "kvcentric")), n, seconds)
+    cluster = _rate(lambda: conductor.simulate(trace, "mooncake", routing=make_policy("routing", "kvcentric")),
+                    n, seconds)
+    overload, _ = conductor.overload_workload(synthetic_trace(0, 4.0), 2.0, 3000, seed=1, preset="mooncake-overload")
+    admission = _rate(lambda: conductor.simulate(overload, "mooncake-overload",
+                                                 admission=make_policy("admission", "early")), len(overload), seconds)
+    print(f"routing simulator (prefill only)   {prefill_only:10,.0f} decisions/s  ({trace.name}, {n} requests)")
+    print(f"cluster simulator, mooncake        {cluster:10,.0f} decisions/s  ({cluster / prefill_only:.2f}x the above)")
+    print(f"cluster simulator, admission early {admission:10,.0f} decisions/s  (mooncake-overload, load 2)")
+    return {"prefill_only_per_s": prefill_only, "cluster_per_s": cluster, "ratio": cluster / prefill_only,
+            "admission_per_s": admission}
+
+
+if __name__ == "__main__":
+    run()
