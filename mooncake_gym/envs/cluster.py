@@ -119,7 +119,7 @@ END_DOC = """\
 INFO_DOC = """\
     ``reset`` returns ``{"requests", "load", "saturation_per_s", "sim_seed"}`` (``load`` is NaN
     when a trace is replayed). Each ``step`` returns ``index`` (the decided request's position in
-    the trace), ``admitted``, ``ttft_s`` (its TTFT, NaN if rejected), ``prefill_instance`` (-1 if
+    the trace), ``admitted``, ``ttft_s`` (its TTFT; only if admitted), ``prefill_instance`` (-1 if
     rejected), ``good_tokens`` (output tokens of requests completed within the TTFT SLO since the
     decision), ``wasted_s`` (prefill seconds wasted since the decision: rejected after prefill or
     preempted) and the running counts ``completed``, ``rejected_at_arrival``,
@@ -235,10 +235,11 @@ class ClusterEnv(gym.Env):
         wasted = sim.wasted_prefill_s - self._wasted
         self._good, self._wasted = sim.ttft_good_tokens, sim.wasted_prefill_s
         terminated = sim.done
-        info = {"index": i, "admitted": act.admit, "ttft_s": sim.ttft_s[i], "prefill_instance": sim.prefill_instance[i],
-                "good_tokens": good, "wasted_s": wasted, "completed": sim.completed,
+        info = {"index": i, "admitted": act.admit, "prefill_instance": sim.prefill_instance[i], "good_tokens": good, "wasted_s": wasted, "completed": sim.completed,
                 "rejected_at_arrival": sim.rejected_at_arrival, "rejected_after_prefill": sim.rejected_after_prefill,
                 "preempted": sim.preempted}
+        if act.admit:
+            info["ttft_s"] = sim.ttft_s[i]
         if terminated:
             info["metrics"] = sim.result("env").metrics
         return self._observe(), float(self._reward(info)), terminated, False, info
@@ -252,3 +253,29 @@ class ClusterEnv(gym.Env):
 
     def _reward(self, info: dict) -> float:
         raise NotImplementedError
+
+
+def doc_page(env_cls: type, env_id: str) -> str:
+    """The documentation page of a v1 environment (``docs/envs/*_v1.md``): a title and the class
+    docstring, which is the page's one source (``tests/test_envs_v1.py`` checks they agree)."""
+    import inspect
+
+    return f"# {env_id.split('/')[-1]}\n\n`gym.make(\"{env_id}\")`; source: `{env_cls.__module__}.{env_cls.__name__}` " \
+           f"(its docstring is this page).\n\n{inspect.cleandoc(env_cls.__doc__)}\n"
+
+
+#: (class name, env id, docs page) of the v1 environments; ``python -m mooncake_gym.envs.cluster``
+#: rewrites their docs pages from the docstrings.
+DOC_PAGES = (("PrefillRoutingV1Env", "mooncake_gym/PrefillRouting-v1", "docs/envs/prefill_routing_v1.md"),
+             ("OverloadAdmissionV1Env", "mooncake_gym/OverloadAdmission-v1", "docs/envs/overload_admission_v1.md"),
+             ("ConductorV1Env", "mooncake_gym/Conductor-v1", "docs/envs/conductor_v1.md"))
+
+
+if __name__ == "__main__":
+    import pathlib
+
+    from .. import envs
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    for name, env_id, page in DOC_PAGES:
+        (root / page).write_text(doc_page(getattr(envs, name), env_id))

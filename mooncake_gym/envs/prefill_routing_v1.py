@@ -79,6 +79,11 @@ class PrefillRoutingV1Env(ClusterEnv):
         self._n = n
         self._routes = [ClusterAction(True, Route(a % n, a >= n), None) for a in range(2 * n)]
 
+    def encode_action(self, route) -> int:
+        """The env action for a routing policy's answer (an instance or a ``Route``)."""
+        inst, pull = route if isinstance(route, tuple) else (route, False)
+        return int(inst) + (self._n if pull else 0)
+
     def _action(self, action) -> ClusterAction:
         if (type(action) in INTEGER_TYPES and 0 <= action < 2 * self._n) or self.action_space.contains(action):
             return self._routes[int(action)]
