@@ -233,3 +233,24 @@ def test_docs_page_is_the_docstring(name, env_id, page):
     for section in ("Description", "Action Space", "Observation Space", "Rewards", "Info", "Starting State",
                     "Episode End", "Arguments", "Version History"):
         assert f"## {section}\n" in text
+
+
+@pytest.mark.parametrize("preset", ["mooncake", "lecture"])
+def test_decode_features_are_the_views_fields(preset):
+    env = gym.make(CONDUCTOR_ENV_ID, preset=preset, load=1.5, episode_requests=300).unwrapped
+    obs, _ = env.reset(seed=2)
+    p = get_preset(preset)
+    start, busy = 5 * p.n_prefill + 2, 0
+    while True:
+        v = env.decision_view()
+        expected = []
+        for b, u, s, sw in zip(v.decode_batch, v.decode_used_per_instance, v.decode_step_s, v.decode_step_with_s):
+            expected += [b / 256, u / p.capacity_tokens, s / (2 * p.tbt_slo_s), sw / (2 * p.tbt_slo_s)]
+        expected = np.clip(np.asarray(expected, np.float32), 0, 1)
+        assert np.array_equal(obs[start:start + 4 * p.n_decode], expected)
+        assert obs[-3] == np.float32(min(1.0, v.predicted_ttft_s / 45.0))
+        busy += sum(b > 0 for b in v.decode_batch)
+        obs, _, term, _, _ = env.step([1, v.default_route[0], int(v.default_route[1]), p.n_decode])
+        if term:
+            break
+    assert busy > 100  # the decode side was observed busy, not only empty

@@ -193,9 +193,13 @@ class ClusterEnv(gym.Env):
         if v is None:
             return np.zeros(self.observation_space.shape, np.float32)
         vals = routing_features(v.routing, self._time_scale)
-        cap, step_den = v.decode_capacity_per_instance, self._step_den
-        for b, u, s, sw in zip(v.decode_batch, v.decode_used_per_instance, v.decode_step_s, v.decode_step_with_s):
-            vals += (b / BATCH_CAP, u / cap, s / step_den, sw / step_den)
+        # the view's decode_batch, decode_used_per_instance, decode_step_s and decode_step_with_s,
+        # read from the instances directly: the view computes them together with its mean decode
+        # time, which costs a third more and is not observed (tests/test_envs_v1.py checks they agree)
+        cap, step_den, now, tokens = v.decode_capacity_per_instance, self._step_den, v.now, v.input_tokens
+        for d in self.sim.decode:
+            vals += (d.batch / BATCH_CAP, d.used_tokens(now) / cap, d.step_s(now) / step_den,
+                     d.step_s(now, 1, tokens) / step_den)
         ttft = v.predicted_ttft_s
         vals += (ttft / self._ttft_den, 1.0 if ttft > v.ttft_slo_s else 0.0, v.requests_in_prefill / self._in_prefill_den)
         if self.oracle:
