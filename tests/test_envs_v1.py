@@ -19,22 +19,12 @@ from mooncake_gym.envs import (ADMISSION_V1_ENV_ID, CONDUCTOR_ENV_ID, ROUTING_V1
 from mooncake_gym.envs.cluster import DOC_PAGES, doc_page
 from mooncake_gym.presets import get_preset
 from mooncake_gym.routing import Route
-from mooncake_gym.workload import Trace
+from test_conductor import trace_of  # the hand-built traces of the simulator's tests
 
 IDS = [ROUTING_V1_ENV_ID, ADMISSION_V1_ENV_ID, CONDUCTOR_ENV_ID]
 SMALL = {"episode_requests": 60}
 ONE = get_preset("mooncake").with_(n_prefill=1, n_decode=1)
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-
-
-def trace_of(*requests):
-    """(arrival_s, input_tokens, output_tokens) tuples; distinct blocks, no sharing."""
-    blocks, nxt = [], 0
-    for _, n, _ in requests:
-        k = math.ceil(n / 512)
-        blocks.append(tuple(range(nxt, nxt + k)))
-        nxt += k
-    return Trace([r[0] for r in requests], [r[1] for r in requests], [r[2] for r in requests], blocks)
 
 
 def same(a: dict, b: dict) -> bool:

@@ -19,8 +19,8 @@ from gymnasium import spaces
 from ..conductor import ClusterAction, ClusterSimulator, saturation
 from ..overload import DEMO3_BASE_RATE
 from ..presets import ClusterPreset, get_preset
-from ..workload import resample_iid, synthetic_trace
-from .common import ValueOrRange, as_float32, as_trace, check_range
+from ..workload import synthetic_trace
+from .common import ValueOrRange, as_clipped_float32, as_trace, check_range, episode_workload
 from .prefill_routing import PER_INSTANCE_FEATURES, QUEUE_CAP_SLO, TIME_UNIT_S, routing_features
 
 #: Caps of the normalised decode and request features: a value at or above the cap reads 1.
@@ -204,20 +204,13 @@ class ClusterEnv(gym.Env):
         vals += (ttft / self._ttft_den, 1.0 if ttft > v.ttft_slo_s else 0.0, v.requests_in_prefill / self._in_prefill_den)
         if self.oracle:
             vals.append(v.output_tokens / OUTPUT_TOKENS_CAP)
-        return as_float32([0.0 if x < 0.0 else (1.0 if x > 1.0 else x) for x in vals])
+        return as_clipped_float32(vals)
 
     # -- Gymnasium API ------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        trace = as_trace("options['trace']", options["trace"]) if options and "trace" in options else self.trace
-        if trace is not None:
-            if self.speed != 1.0:
-                trace = trace.scaled(self.speed)
-            load = float("nan")
-        else:
-            load = self.load.draw(self.np_random)
-            trace = resample_iid(self.base, self.episode_requests, load * self.saturation.cluster_per_s,
-                                 self.np_random)
+        trace, load = episode_workload(self.np_random, options, self.trace, self.speed, self.base,
+                                       self.episode_requests, self.load, self.saturation.cluster_per_s)
         sim_seed = int(self.np_random.integers(2**31))
         self.sim = sim = _Simulator(trace, self.preset, oracle=self.oracle, seed=sim_seed)
         if sim.view is None:
