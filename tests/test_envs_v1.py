@@ -99,7 +99,8 @@ def test_make_vec_sync(env_id):
     (ADMISSION_V1_ENV_ID, 2), (ADMISSION_V1_ENV_ID, None),
     (CONDUCTOR_ENV_ID, [2, 0, 0, 0]), (CONDUCTOR_ENV_ID, [1, 8, 0, 0]), (CONDUCTOR_ENV_ID, [1, 0, 2, 0]),
     (CONDUCTOR_ENV_ID, [1, 0, 0, 9]), (CONDUCTOR_ENV_ID, [1, 0, 0]), (CONDUCTOR_ENV_ID, 3),
-    (CONDUCTOR_ENV_ID, [1, 0.5, 0, 0])])
+    (CONDUCTOR_ENV_ID, [1, 0.5, 0, 0]), (CONDUCTOR_ENV_ID, np.array([1.0, 0, 0, 0])), (CONDUCTOR_ENV_ID, "1000"),
+    (CONDUCTOR_ENV_ID, ["1", "0", "0", "0"]), (CONDUCTOR_ENV_ID, np.array([[1, 0, 0, 0]]))])
 def test_action_outside_the_space_is_a_value_error(env_id, bad):
     env = gym.make(env_id, **SMALL).unwrapped
     env.reset(seed=0)

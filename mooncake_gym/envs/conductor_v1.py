@@ -9,6 +9,7 @@ from ..conductor import ClusterAction
 from ..routing import Route
 from .cluster import (ARGUMENTS_DOC, DEFAULT_WASTE_PENALTY, END_DOC, GOODPUT_REWARD_DOC, INFO_DOC, OBSERVATION_DOC,
                       WORKLOAD_DOC, ClusterEnv)
+from .common import INTEGER_TYPES
 
 _REJECT = ClusterAction(False, None, None)
 
@@ -86,14 +87,17 @@ class ConductorV1Env(ClusterEnv):
         return np.array([1, int(inst), int(pull), decode], np.int64)
 
     def _action(self, action) -> ClusterAction:
-        try:
-            a = [int(x) for x in action] if len(action) == 4 and all(
-                type(x) is not bool and float(x) == int(x) for x in action) else None
-        except (TypeError, ValueError):
-            a = None
+        # an integer array of shape (4,) (what the space samples and SB3 gives), or a list or
+        # tuple of four integers; nothing else (as MultiDiscrete.contains: no floats, no strings)
+        a = None
+        if type(action) is np.ndarray:
+            if action.shape == (4,) and action.dtype.kind in "iu":
+                a = action.tolist()
+        elif isinstance(action, (list, tuple)) and len(action) == 4 and all(type(x) in INTEGER_TYPES for x in action):
+            a = [int(x) for x in action]
         if a is None or not all(0 <= x < n for x, n in zip(a, self._nvec)):
-            raise ValueError(f"action: expected (admit 0..1, prefill instance 0..{self._nvec[1] - 1}, pull 0..1, "
-                             f"decode instance 0..{self._nvec[3] - 1}), got {action!r}")
+            raise ValueError(f"action: expected 4 integers (admit 0..1, prefill instance 0..{self._nvec[1] - 1}, "
+                             f"pull 0..1, decode instance 0..{self._nvec[3] - 1}), got {action!r}")
         if not a[0]:
             return _REJECT
         return ClusterAction(True, Route(a[1], a[2] == 1), None if a[3] == self._nvec[3] - 1 else a[3])
