@@ -37,6 +37,9 @@ REFERENCE = ("CartPole-v1", {})
 ENV_CASES: list[tuple[str, dict]] = [
     ("mooncake_gym/PrefillRouting-v0", {}),
     ("mooncake_gym/OverloadAdmission-v0", {}),
+    ("mooncake_gym/PrefillRouting-v1", {}),
+    ("mooncake_gym/OverloadAdmission-v1", {}),
+    ("mooncake_gym/Conductor-v1", {}),
 ]
 #: The issue's target: every env at least this fraction of CartPole's steps per second.
 TARGET_RATIO = 0.25
@@ -44,10 +47,12 @@ _CHUNK = 1000  # steps between clock reads
 _POOL = 1 << 16  # pre-drawn actions, reused cyclically
 
 
-def _actions(space: gym.spaces.Discrete, seed: int) -> list[int]:
-    if not isinstance(space, gym.spaces.Discrete):
-        raise TypeError(f"action space: only Discrete spaces are benchmarked, got {space}")
+def _actions(space: gym.spaces.Discrete, seed: int) -> list:
     rng = np.random.default_rng(seed)
+    if isinstance(space, gym.spaces.MultiDiscrete):  # rows of uniformly random values
+        return list((rng.integers(0, space.nvec, size=(_POOL, len(space.nvec)))).astype(np.int64))
+    if not isinstance(space, gym.spaces.Discrete):
+        raise TypeError(f"action space: only Discrete and MultiDiscrete spaces are benchmarked, got {space}")
     return (int(space.start) + rng.integers(0, int(space.n), size=_POOL)).tolist()
 
 

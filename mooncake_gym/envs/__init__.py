@@ -4,9 +4,15 @@ import gymnasium as gym
 
 from .overload_admission import OverloadAdmissionEnv
 from .prefill_routing import PrefillRoutingEnv
+from .prefill_routing_v1 import PrefillRoutingV1Env
+from .overload_admission_v1 import OverloadAdmissionV1Env
+from .conductor_v1 import ConductorV1Env
 
 ROUTING_ENV_ID = "mooncake_gym/PrefillRouting-v0"
 ADMISSION_ENV_ID = "mooncake_gym/OverloadAdmission-v0"
+ROUTING_V1_ENV_ID = "mooncake_gym/PrefillRouting-v1"
+ADMISSION_V1_ENV_ID = "mooncake_gym/OverloadAdmission-v1"
+CONDUCTOR_ENV_ID = "mooncake_gym/Conductor-v1"
 
 
 def register_envs() -> None:
@@ -14,6 +20,13 @@ def register_envs() -> None:
         gym.register(ROUTING_ENV_ID, entry_point="mooncake_gym.envs.prefill_routing:PrefillRoutingEnv")
     if ADMISSION_ENV_ID not in gym.registry:
         gym.register(ADMISSION_ENV_ID, entry_point="mooncake_gym.envs.overload_admission:OverloadAdmissionEnv")
+    for env_id, entry_point in ((ROUTING_V1_ENV_ID, "mooncake_gym.envs.prefill_routing_v1:PrefillRoutingV1Env"),
+                                (ADMISSION_V1_ENV_ID, "mooncake_gym.envs.overload_admission_v1:OverloadAdmissionV1Env"),
+                                (CONDUCTOR_ENV_ID, "mooncake_gym.envs.conductor_v1:ConductorV1Env")):
+        if env_id not in gym.registry:
+            gym.register(env_id, entry_point=entry_point)
 
 
-__all__ = ["PrefillRoutingEnv", "OverloadAdmissionEnv", "ROUTING_ENV_ID", "ADMISSION_ENV_ID", "register_envs"]
+__all__ = ["PrefillRoutingEnv", "OverloadAdmissionEnv", "ROUTING_ENV_ID", "ADMISSION_ENV_ID", "register_envs",
+           "PrefillRoutingV1Env", "OverloadAdmissionV1Env", "ConductorV1Env", "ROUTING_V1_ENV_ID",
+           "ADMISSION_V1_ENV_ID", "CONDUCTOR_ENV_ID"]

@@ -9,7 +9,7 @@ import struct
 
 import numpy as np
 
-from ..workload import Trace, read_trace, synthetic_trace
+from ..workload import Trace, read_trace, resample_iid, synthetic_trace
 
 
 #: Exact types of the integer actions the environments' fast path accepts (Python's, and the numpy
@@ -106,6 +106,20 @@ class WorkloadSpec:
         return synthetic_trace(np_random, rate, duration_s=None, n_requests=self.episode_requests)
 
 
+def episode_workload(np_random: np.random.Generator, options: dict | None, trace: Trace | None, speed: float,
+                     base: Trace, episode_requests: int, load: ValueOrRange, rate_per_load: float) -> tuple[Trace, float]:
+    """The episode's trace and load in the admission environments: ``options['trace']`` or the
+    env's ``trace`` replayed whole at ``speed`` (load NaN), else ``episode_requests`` requests
+    drawn i.i.d. from ``base`` with Poisson arrivals at a ``load`` drawn from ``np_random`` times
+    ``rate_per_load`` requests/s."""
+    if options and "trace" in options:
+        trace = as_trace("options['trace']", options["trace"])
+    if trace is not None:
+        return (trace.scaled(speed) if speed != 1.0 else trace), float("nan")
+    x = load.draw(np_random)
+    return resample_iid(base, episode_requests, x * rate_per_load, np_random), x
+
+
 def is_range(value) -> bool:
     """Whether ``value`` is a pair ``(low, high)`` of finite numbers with ``0 < low <= high``
     (the check of ``rate_range`` and ``load_range``; never raises)."""
@@ -126,6 +140,11 @@ def as_float32(values: list[float]) -> np.ndarray:
     and wrapping them is about twice as fast as ``np.array(values, np.float32)`` for the few dozen
     features of an observation (the environments' hot path)."""
     return np.frombuffer(bytearray(_float32_packer(len(values))(*values)), np.float32)
+
+
+def as_clipped_float32(values: list[float]) -> np.ndarray:
+    """:func:`as_float32` of ``values`` each clipped to [0, 1]."""
+    return as_float32([0.0 if x < 0.0 else (1.0 if x > 1.0 else x) for x in values])
 
 
 @functools.cache

@@ -12,9 +12,9 @@ from gymnasium import spaces
 from ..costmodel import CostModel
 from ..overload import (DEMO3_BASE_RATE, REJECTED_AFTER_PREFILL, OverloadConfig, OverloadSimulator,
                         decode_capacity_rate)
-from ..workload import resample_iid, synthetic_trace
-from .common import (INTEGER_TYPES, RENDER_MODES, ValueOrRange, as_float32, as_trace, check_range, check_render_mode,
-                     render_frame)
+from ..workload import synthetic_trace
+from .common import (INTEGER_TYPES, RENDER_MODES, ValueOrRange, as_clipped_float32, as_trace, check_range,
+                     check_render_mode, episode_workload, render_frame)
 
 INPUT_TOKENS_CAP = 200_000
 LOG1P_INPUT_TOKENS_CAP = math.log1p(INPUT_TOKENS_CAP)  # request length feature: log1p(tokens) / this
@@ -222,19 +222,13 @@ class OverloadAdmissionEnv(gym.Env):
         ]
         if self._oracle:
             vals.append(v.output_tokens / OUTPUT_TOKENS_CAP)
-        return as_float32([0.0 if x < 0.0 else (1.0 if x > 1.0 else x) for x in vals])
+        return as_clipped_float32(vals)
 
     # -- Gymnasium API ------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        trace = as_trace("options['trace']", options["trace"]) if options and "trace" in options else self.trace
-        if trace is not None:
-            if self.speed != 1.0:
-                trace = trace.scaled(self.speed)
-            load = float("nan")
-        else:
-            load = self.load.draw(self.np_random)
-            trace = resample_iid(self.base, self.episode_requests, load * self.capacity_rate, self.np_random)
+        trace, load = episode_workload(self.np_random, options, self.trace, self.speed, self.base,
+                                       self.episode_requests, self.load, self.capacity_rate)
         self.sim = OverloadSimulator(trace, self.config, self.cost)
         self._view = self.sim.reset()
         self._granted = 0

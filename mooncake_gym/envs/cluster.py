@@ -1,0 +1,278 @@
+"""What the v1 environments share: the cluster, its workload, the observation and the episode loop.
+
+``mooncake_gym/PrefillRouting-v1``, ``OverloadAdmission-v1`` and ``Conductor-v1`` are one
+:class:`mooncake_gym.conductor.ClusterSimulator` each; they differ only in which of its three
+decisions the action sets (the others take the simulator's defaults) and in the reward.
+:class:`ClusterEnv` holds everything else; :data:`OBSERVATION_DOC` etc. are the parts of their
+documentation pages that are the same for all three.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from ..conductor import ClusterAction, ClusterSimulator, saturation
+from ..overload import DEMO3_BASE_RATE
+from ..presets import ClusterPreset, get_preset
+from ..workload import synthetic_trace
+from .common import ValueOrRange, as_clipped_float32, as_trace, check_range, episode_workload
+from .prefill_routing import PER_INSTANCE_FEATURES, QUEUE_CAP_SLO, TIME_UNIT_S, routing_features
+
+#: Caps of the normalised decode and request features: a value at or above the cap reads 1.
+BATCH_CAP = 256  # requests in one decode instance's batch
+STEP_CAP_SLO = 2.0  # iteration times, in multiples of the TBT SLO
+TTFT_CAP_SLO = 1.5  # the predicted TTFT, in multiples of the TTFT SLO
+IN_PREFILL_CAP_PER_INSTANCE = 20
+OUTPUT_TOKENS_CAP = 4096
+DECODE_FEATURES = 4
+REQUEST_FEATURES = 3  # after v0's two request features
+#: Default weight of wasted prefill in the goodput reward, per mean prefill time wasted.
+DEFAULT_WASTE_PENALTY = 0.1
+
+
+@functools.cache
+def default_base_trace():
+    """The base request mix when none is given: the synthetic trace of seed 0 at 4 sessions/s (one
+    object, so :func:`mooncake_gym.conductor.saturation`'s cache measures it once per preset)."""
+    return synthetic_trace(0, DEMO3_BASE_RATE)
+
+
+class _Simulator(ClusterSimulator):
+    """The cluster simulator plus one running sum the goodput reward needs: the output tokens of
+    requests completed with TTFT within the SLO (the simulator itself is unchanged)."""
+
+    def reset(self):
+        self.ttft_good_tokens = 0
+        return super().reset()
+
+    def _ended(self, completions) -> None:
+        super()._ended(completions)
+        slo, ttft, output = self.preset.ttft_slo_s, self.ttft_s, self._output
+        for c in completions:
+            if not c.preempted and ttft[c.r] <= slo:
+                self.ttft_good_tokens += output[c.r]
+
+
+def observation_size(preset: ClusterPreset, oracle: bool) -> int:
+    return (PER_INSTANCE_FEATURES * preset.n_prefill + 2 + DECODE_FEATURES * preset.n_decode + REQUEST_FEATURES
+            + (1 if oracle else 0))
+
+
+OBSERVATION_DOC = """\
+    ``Box(0, 1, (5 P + 2 + 4 D + 3,), float32)`` (one more with ``oracle=True``), P = the preset's
+    prefill instances, D = its decode instances (``mooncake``: 8 + 8, 77 features;
+    ``mooncake-overload``: 16 + 1, 89). The same observation in the three v1 environments: what
+    Mooncake's Conductor sees of both pools at an arrival. Every feature is clipped to [0, 1]: a value
+    at or above its cap reads 1. SLO = the preset's TTFT SLO (30 s), TBT SLO its TBT SLO (0.1 s).
+    Times of the prefill side are log-scaled as in ``PrefillRouting-v0``:
+    ``T(s) = min(1, log1p(s / 0.1) / log1p(10 SLO / 0.1))``.
+
+    | index | feature | unit, scaling | range |
+    |---|---|---|---|
+    | 5i | queued prefill work on prefill instance i | T(s) | [0, 1] |
+    | 5i+1 | requests on i not finished (queued or in service) | count / 50 | [0, 1] |
+    | 5i+2 | local prefix hit on i | hit tokens / input tokens | [0, 1] |
+    | 5i+3 | estimated TTFT on i without pull | T(s) | [0, 1] |
+    | 5i+4 | estimated TTFT on i after pulling the best prefix | T(s) | [0, 1] |
+    | 5P | request length | log1p(input tokens) / log1p(200,000) | [0, 1] |
+    | 5P+1 | longest prefix cached anywhere | hit tokens / input tokens | [0, 1] |
+    | 5P+2+4j | requests in decode instance j's batch | count / 256 | [0, 1] |
+    | 5P+3+4j | KV used on j | tokens / the instance's KV capacity | [0, 1] |
+    | 5P+4+4j | j's current iteration time (its TBT now; 0 when idle) | s / (2 TBT SLO) | [0, 1] |
+    | 5P+5+4j | j's predicted iteration time with this request added | s / (2 TBT SLO) | [0, 1] |
+    | 5P+2+4D | predicted TTFT on the default route (Algorithm 1's ``kvcentric``; exact) | s / (1.5 SLO) | [0, 1] |
+    | 5P+3+4D | Algorithm 1's TTFT check: 1 if that TTFT exceeds the SLO, else 0 | 0 or 1 | {0, 1} |
+    | 5P+4+4D | requests in prefill (queued or running) | count / (20 P) | [0, 1] |
+    | 5P+5+4D | (``oracle=True`` only) this request's output length | tokens / 4096 | [0, 1] |
+
+    The prefill features (indices below 5P+2) are ``PrefillRouting-v0``'s, from the same code. The
+    decode features are what a real router reads from the decode instances' load reports; the output
+    length is hidden unless ``oracle=True`` (a server does not know it at arrival). After the last
+    request the observation is all zeros."""
+
+WORKLOAD_DOC = """\
+    Empty pools and caches. The episode's workload is drawn at ``reset`` from the env's
+    ``np_random``: ``episode_requests`` requests drawn i.i.d. from the base trace with Poisson
+    arrivals at ``load`` x the cluster's measured saturation throughput
+    (``mooncake_gym.conductor.saturation``: the smaller of the prefill pool's and the decode pool's
+    requests/s on the base trace's mix), or at a load drawn uniformly from ``load_range``: the
+    workload of ``conductor.overload_workload``. The base trace is ``base_trace`` (a path or Trace)
+    or the synthetic trace of seed 0 at 4 sessions/s. ``trace=`` (or
+    ``reset(options={"trace": ...})``) replays a given trace whole at ``speed`` instead. The default
+    router's tie-breaks are seeded from ``np_random`` too (``info["sim_seed"]``)."""
+
+END_DOC = """\
+    ``terminated`` after the decision on the last request (the remaining prefills and decodes then
+    drain, and what they earn is in that step's reward); ``truncated`` only from a
+    ``max_episode_steps`` given to ``gym.make``. The final step's ``info["metrics"]`` holds the
+    cluster simulator's metrics: exactly what ``mooncake_gym.conductor.simulate`` returns for the
+    same trace, seed and decisions (TTFT and TBT percentiles and attainment, ``goodput`` and
+    ``goodput_tokens``: requests completed within both SLOs and their output tokens, rejections,
+    preemptions, wasted prefill seconds, hit ratio, load correlation). TBT is computed only there:
+    the simulator derives it from each request's token intervals at the end of the run."""
+
+INFO_DOC = """\
+    ``reset`` returns ``{"requests", "load", "saturation_per_s", "sim_seed"}`` (``load`` is NaN
+    when a trace is replayed). Each ``step`` returns ``index`` (the decided request's position in
+    the trace), ``admitted``, ``ttft_s`` (its TTFT; only if admitted), ``prefill_instance`` (-1 if
+    rejected), ``good_tokens`` (output tokens of requests completed within the TTFT SLO since the
+    decision), ``wasted_s`` (prefill seconds wasted since the decision: rejected after prefill or
+    preempted) and the running counts ``completed``, ``rejected_at_arrival``,
+    ``rejected_after_prefill`` and ``preempted``; the final step adds ``metrics``."""
+
+ARGUMENTS_DOC = """\
+    ``preset`` is any name of ``mooncake_gym.presets.PRESETS`` (``lecture``, ``mooncake``,
+    ``mooncake-overload``, ``h100``) or a ``ClusterPreset``. ``load`` (finite, > 0) is the arrival
+    rate as a multiple of the saturation throughput; ``load_range`` a pair ``(low, high)``, finite,
+    ``0 < low <= high``, not with ``load``. ``render_mode`` must be None (no picture yet). An
+    invalid argument raises ``ValueError`` naming it and its allowed range."""
+
+GOODPUT_REWARD_DOC = """\
+    The reward of a step is for the decision and for what happened between it and the next
+    arrival: the output tokens of every request that completed in that time with TTFT <= the TTFT
+    SLO, in units of the base trace's mean output length (an average request completing in time
+    earns about 1), minus ``waste_penalty`` (default 0.1) x the prefill seconds wasted in that time
+    (requests rejected after prefill by their decode instance, and requests preempted from decode),
+    in units of ``mean_prefill_s`` (the mean prefill time, without cache hits, of the base trace's
+    requests on the preset's prefill instance). A rejection costs 0. The return is therefore
+    ``TTFT-good output tokens / mean output - waste_penalty x wasted_prefill_s / mean_prefill_s``.
+    The TBT SLO is not in the reward: the simulator computes TBTs only at the end of the run;
+    ``info["metrics"]["goodput_tokens"]`` at the last step counts the tokens within both SLOs."""
+
+
+class ClusterEnv(gym.Env):
+    """The base of the v1 environments (see the module docstring); not registered itself.
+
+    Subclasses set ``action_space`` and implement :meth:`_action` (the env action to a
+    :class:`ClusterAction`, ``ValueError`` outside the space) and :meth:`_reward`."""
+
+    metadata = {"render_modes": [], "render_fps": 4}
+
+    def __init__(self, preset="mooncake", load=None, load_range=None, default_load: float = 1.0, base_trace=None,
+                 trace=None, speed: float = 1.0, episode_requests: int = 1000, oracle: bool = False,
+                 waste_penalty: float = DEFAULT_WASTE_PENALTY, render_mode=None):
+        self.preset = get_preset(preset)
+        self.load = ValueOrRange("load", load, load_range, default_load)
+        check_range("episode_requests", episode_requests, 1, None, integer=True)
+        check_range("speed", speed, 1e-6)
+        check_range("waste_penalty", waste_penalty, 0.0)
+        if not isinstance(oracle, bool):
+            raise ValueError(f"oracle: expected True or False, got {oracle!r}")
+        if render_mode is not None:
+            raise ValueError(f"render_mode: expected None (the v1 environments do not render), got {render_mode!r}")
+        self.render_mode = None
+        self.base = as_trace("base_trace", base_trace) if base_trace is not None else default_base_trace()
+        self.trace = as_trace("trace", trace) if trace is not None else None
+        self.speed = float(speed)
+        self.episode_requests = int(episode_requests)
+        self.oracle = oracle
+        self.waste_penalty = float(waste_penalty)
+        p = self.preset
+        self.saturation = saturation(self.base, p)
+        self.mean_output_tokens = float(self.base.output_tokens.mean())
+        self.mean_prefill_s = float(np.mean([p.prefill_cost.prefill_s(n, 0) for n in self.base.input_tokens.tolist()]))
+        self.observation_space = spaces.Box(0.0, 1.0, (observation_size(p, oracle),), np.float32)
+        self._time_scale = 1.0 / math.log1p(QUEUE_CAP_SLO * p.ttft_slo_s / TIME_UNIT_S)
+        self._step_den = STEP_CAP_SLO * p.tbt_slo_s
+        self._ttft_den = TTFT_CAP_SLO * p.ttft_slo_s
+        self._in_prefill_den = IN_PREFILL_CAP_PER_INSTANCE * p.n_prefill
+        self.sim: _Simulator | None = None
+
+    # -- the decision view --------------------------------------------------------------------------
+    def decision_view(self):
+        """The simulator's :class:`ClusterView` of the pending request (what baselines read)."""
+        return None if self.sim is None else self.sim.view
+
+    def _observe(self) -> np.ndarray:
+        v = self.sim.view
+        if v is None:
+            return np.zeros(self.observation_space.shape, np.float32)
+        vals = routing_features(v.routing, self._time_scale)
+        # the view's decode_batch, decode_used_per_instance, decode_step_s and decode_step_with_s,
+        # read from the instances directly: the view computes them together with its mean decode
+        # time, which costs a third more and is not observed (tests/test_envs_v1.py checks they agree)
+        cap, step_den, now, tokens = v.decode_capacity_per_instance, self._step_den, v.now, v.input_tokens
+        for d in self.sim.decode:
+            vals += (d.batch / BATCH_CAP, d.used_tokens(now) / cap, d.step_s(now) / step_den,
+                     d.step_s(now, 1, tokens) / step_den)
+        ttft = v.predicted_ttft_s
+        vals += (ttft / self._ttft_den, 1.0 if ttft > v.ttft_slo_s else 0.0, v.requests_in_prefill / self._in_prefill_den)
+        if self.oracle:
+            vals.append(v.output_tokens / OUTPUT_TOKENS_CAP)
+        return as_clipped_float32(vals)
+
+    # -- Gymnasium API ------------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        trace, load = episode_workload(self.np_random, options, self.trace, self.speed, self.base,
+                                       self.episode_requests, self.load, self.saturation.cluster_per_s)
+        sim_seed = int(self.np_random.integers(2**31))
+        self.sim = sim = _Simulator(trace, self.preset, oracle=self.oracle, seed=sim_seed)
+        if sim.view is None:
+            raise ValueError("trace: every request is too long for one decode instance; nothing to decide")
+        self._good, self._wasted = 0, 0.0
+        return self._observe(), {"requests": len(trace), "load": load,
+                                 "saturation_per_s": self.saturation.cluster_per_s, "sim_seed": sim_seed}
+
+    def step(self, action):
+        sim = self.sim
+        if sim is None:
+            raise RuntimeError("step: call reset() first")
+        act = self._action(action)
+        if sim.done:
+            raise RuntimeError("step: the episode has terminated; call reset()")
+        i = sim.view.index
+        sim.step(act)
+        good = sim.ttft_good_tokens - self._good
+        wasted = sim.wasted_prefill_s - self._wasted
+        self._good, self._wasted = sim.ttft_good_tokens, sim.wasted_prefill_s
+        terminated = sim.done
+        info = {"index": i, "admitted": act.admit, "prefill_instance": sim.prefill_instance[i], "good_tokens": good, "wasted_s": wasted, "completed": sim.completed,
+                "rejected_at_arrival": sim.rejected_at_arrival, "rejected_after_prefill": sim.rejected_after_prefill,
+                "preempted": sim.preempted}
+        if act.admit:
+            info["ttft_s"] = sim.ttft_s[i]
+        if terminated:
+            info["metrics"] = sim.result("env").metrics
+        return self._observe(), float(self._reward(info)), terminated, False, info
+
+    def goodput_reward(self, info: dict) -> float:
+        """The reward of ``OverloadAdmission-v1`` and ``Conductor-v1`` (:data:`GOODPUT_REWARD_DOC`)."""
+        return info["good_tokens"] / self.mean_output_tokens - self.waste_penalty * info["wasted_s"] / self.mean_prefill_s
+
+    def _action(self, action) -> ClusterAction:
+        raise NotImplementedError
+
+    def _reward(self, info: dict) -> float:
+        raise NotImplementedError
+
+
+def doc_page(env_cls: type, env_id: str) -> str:
+    """The documentation page of a v1 environment (``docs/envs/*_v1.md``): a title and the class
+    docstring, which is the page's one source (``tests/test_envs_v1.py`` checks they agree)."""
+    import inspect
+
+    return f"# {env_id.split('/')[-1]}\n\n`gym.make(\"{env_id}\")`; source: `{env_cls.__module__}.{env_cls.__name__}` " \
+           f"(its docstring is this page).\n\n{inspect.cleandoc(env_cls.__doc__)}\n"
+
+
+#: (class name, env id, docs page) of the v1 environments; ``python -m mooncake_gym.envs.cluster``
+#: rewrites their docs pages from the docstrings.
+DOC_PAGES = (("PrefillRoutingV1Env", "mooncake_gym/PrefillRouting-v1", "docs/envs/prefill_routing_v1.md"),
+             ("OverloadAdmissionV1Env", "mooncake_gym/OverloadAdmission-v1", "docs/envs/overload_admission_v1.md"),
+             ("ConductorV1Env", "mooncake_gym/Conductor-v1", "docs/envs/conductor_v1.md"))
+
+
+if __name__ == "__main__":
+    import pathlib
+
+    from .. import envs
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    for name, env_id, page in DOC_PAGES:
+        (root / page).write_text(doc_page(getattr(envs, name), env_id))

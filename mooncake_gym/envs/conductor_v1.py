@@ -1,0 +1,106 @@
+"""``mooncake_gym/Conductor-v1``: one agent makes all three of Mooncake's Conductor decisions."""
+
+from __future__ import annotations
+
+import numpy as np
+from gymnasium import spaces
+
+from ..conductor import ClusterAction
+from ..routing import Route
+from .cluster import (ARGUMENTS_DOC, DEFAULT_WASTE_PENALTY, END_DOC, GOODPUT_REWARD_DOC, INFO_DOC, OBSERVATION_DOC,
+                      WORKLOAD_DOC, ClusterEnv)
+from .common import INTEGER_TYPES
+
+_REJECT = ClusterAction(False, None, None)
+
+
+class ConductorV1Env(ClusterEnv):
+    __doc__ = f"""
+    ## Description
+
+    Mooncake's Conductor (arXiv 2407.00079, §5-§7, Algorithm 1) as one agent: at every arriving
+    request it decides admission, the prefill instance (and whether to pull the best cached prefix
+    there) and the decode instance, in a disaggregated cluster of a preset (default ``mooncake``: 8
+    prefill + 8 decode nodes of 8x A800 serving LLaMA2-70B, TTFT SLO 30 s, TBT SLO 100 ms). The
+    chosen decode instance double-checks at the prefill's end (room for the KV, iteration time
+    within the TBT SLO) and rejects the request after prefill if it fails, wasting the prefill. The
+    simulation is ``mooncake_gym.conductor.ClusterSimulator``; ``PrefillRouting-v1`` and
+    ``OverloadAdmission-v1`` are this environment with two of the decisions left to its defaults.
+
+    ## Action Space
+
+    ``MultiDiscrete([2, P, 2, D + 1])``, P / D = the preset's prefill / decode instances: (admit,
+    prefill instance, pull, decode instance). ``admit`` 0 rejects the request at arrival (the other
+    three are then ignored), 1 admits it; ``pull`` 1 pulls the best prefix to the prefill instance
+    first (nothing where it holds it already); decode instance ``D`` (the last value) means "the
+    default rule at the prefill's end" (the shortest predicted iteration time among the instances
+    that accept the request), ``j < D`` asks instance ``j``. An action not of shape (4,) or outside
+    the space raises ``ValueError``.
+
+    ## Observation Space
+
+{OBSERVATION_DOC}
+
+    ## Rewards
+
+{GOODPUT_REWARD_DOC}
+
+    ## Info
+
+{INFO_DOC}
+
+    ## Starting State
+
+{WORKLOAD_DOC}
+
+    ## Episode End
+
+{END_DOC}
+
+    ## Arguments
+
+    ``gym.make("mooncake_gym/Conductor-v1", preset="mooncake", load=None, load_range=None,
+    base_trace=None, trace=None, speed=1.0, episode_requests=1000, oracle=False, waste_penalty=0.1,
+    render_mode=None)``. With neither ``load`` nor ``load_range`` the load is 1.5.
+{ARGUMENTS_DOC}
+
+    ## Version History
+
+    * v1: initial version.
+    """
+
+    def __init__(self, preset="mooncake", load=None, load_range=None, base_trace=None, trace=None,
+                 speed: float = 1.0, episode_requests: int = 1000, oracle: bool = False,
+                 waste_penalty: float = DEFAULT_WASTE_PENALTY, render_mode=None):
+        super().__init__(preset, load, load_range, 1.5, base_trace, trace, speed, episode_requests, oracle,
+                         waste_penalty, render_mode)
+        p = self.preset
+        self.action_space = spaces.MultiDiscrete([2, p.n_prefill, 2, p.n_decode + 1])
+        self._nvec = (2, p.n_prefill, 2, p.n_decode + 1)
+
+    def encode_action(self, action: ClusterAction) -> np.ndarray:
+        """The env action of a :class:`ClusterAction` (a route None is not expressible: give one)."""
+        if not action.admit:
+            return np.array([0, 0, 0, self._nvec[3] - 1], np.int64)
+        inst, pull = action.route if isinstance(action.route, tuple) else (action.route, False)
+        decode = self._nvec[3] - 1 if action.decode is None else action.decode
+        return np.array([1, int(inst), int(pull), decode], np.int64)
+
+    def _action(self, action) -> ClusterAction:
+        # an integer array of shape (4,) (what the space samples and SB3 gives), or a list or
+        # tuple of four integers; nothing else (as MultiDiscrete.contains: no floats, no strings)
+        a = None
+        if type(action) is np.ndarray:
+            if action.shape == (4,) and action.dtype.kind in "iu":
+                a = action.tolist()
+        elif isinstance(action, (list, tuple)) and len(action) == 4 and all(type(x) in INTEGER_TYPES for x in action):
+            a = [int(x) for x in action]
+        if a is None or not all(0 <= x < n for x, n in zip(a, self._nvec)):
+            raise ValueError(f"action: expected 4 integers (admit 0..1, prefill instance 0..{self._nvec[1] - 1}, "
+                             f"pull 0..1, decode instance 0..{self._nvec[3] - 1}), got {action!r}")
+        if not a[0]:
+            return _REJECT
+        return ClusterAction(True, Route(a[1], a[2] == 1), None if a[3] == self._nvec[3] - 1 else a[3])
+
+    def _reward(self, info: dict) -> float:
+        return self.goodput_reward(info)
