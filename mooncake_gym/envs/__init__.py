@@ -1,5 +1,7 @@
 """The Gymnasium environments; importing :mod:`mooncake_gym` registers their ids."""
 
+import warnings
+
 import gymnasium as gym
 
 from .overload_admission import OverloadAdmissionEnv
@@ -13,6 +15,12 @@ ADMISSION_ENV_ID = "mooncake_gym/OverloadAdmission-v0"
 ROUTING_V1_ENV_ID = "mooncake_gym/PrefillRouting-v1"
 ADMISSION_V1_ENV_ID = "mooncake_gym/OverloadAdmission-v1"
 CONDUCTOR_ENV_ID = "mooncake_gym/Conductor-v1"
+
+
+# v0 and v1 are different problems on different clusters (the lecture's toy and the realistic
+# presets), both maintained: gymnasium's "v0 is out of date, consider upgrading to v1" advice is
+# wrong for them, so it is silenced for these ids only.
+warnings.filterwarnings("ignore", message=r".*mooncake_gym/(PrefillRouting|OverloadAdmission)-v0 is out of date")
 
 
 def register_envs() -> None:
