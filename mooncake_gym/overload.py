@@ -57,6 +57,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .cluster import PrefillInstance
+from .limits import MAX_LOAD_SAMPLES, check, check_bound
 from .costmodel import CostModel
 from .policy import policy_name, reset_policy
 from .workload import Trace, resample_iid, synthetic_trace
@@ -79,8 +80,20 @@ def _check(name: str, ok: bool, expected: str, value: Any) -> None:
         raise ValueError(f"{name}: expected {expected}, got {value!r}")
 
 
-def _is_int(x: Any) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+def check_admit(answer) -> bool:
+    """The one check of an admission answer (simulator, ``evaluate`` and the env alike): ``True``
+    / ``False`` (or numpy bools) or the integer 1 / 0 (Python or numpy). ``TypeError`` for any other
+    type (a string such as ``'reject'``, a float, NaN, None), ``ValueError`` for another integer
+    (``-1``). Nothing is coerced with ``bool()``."""
+    if answer is True or answer is False:
+        return answer
+    if isinstance(answer, np.bool_):
+        return bool(answer)
+    if isinstance(answer, (int, np.integer)):
+        if answer == 0 or answer == 1:
+            return answer == 1
+        raise ValueError(f"admit: expected True or False (or 1 or 0), got {answer!r}")
+    raise TypeError(f"admit: expected True or False (or 1 or 0), got {type(answer).__name__} {answer!r}")
 
 
 @dataclass(frozen=True)
@@ -111,17 +124,10 @@ class OverloadConfig:
     warmup_s: float = 30.0
 
     def __post_init__(self):
-        for name in ("n_prefill", "n_decode", "decode_capacity_tokens"):
-            v = getattr(self, name)
-            _check(name, _is_int(v) and v >= 1, "an integer >= 1", v)
-        for name in ("tbt_s", "ttft_slo_s", "sample_period_s", "recent_window_s"):
-            v = getattr(self, name)
-            _check(name, isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0,
-                   "a finite number > 0", v)
+        for name in ("n_prefill", "n_decode", "decode_capacity_tokens", "tbt_s", "ttft_slo_s", "sample_period_s",
+                     "recent_window_s", "warmup_s"):
+            check(name, getattr(self, name))  # the ranges of mooncake_gym.limits
         _check("oracle", isinstance(self.oracle, bool), "True or False", self.oracle)
-        w = self.warmup_s
-        _check("warmup_s", isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) and w >= 0,
-               "a finite number >= 0", w)
 
     @property
     def pool_capacity_tokens(self) -> int:
@@ -316,6 +322,11 @@ class OverloadSimulator:
             self._survival = [0.0]
         self._quantile_tables: dict[float, list[int]] = {}
         self._horizon = self._arrival[-1] if n else 0.0
+        # the load series has one sample per sample_period_s up to the last arrival: bound it
+        # before the run (the decode-time tables above are bounded by the output-length limit)
+        check_bound("trace", self._horizon / c.sample_period_s + 1, MAX_LOAD_SAMPLES,
+                    f"load-series samples (its span of {self._horizon:.3g} s / sample_period_s {c.sample_period_s:g})",
+                    "raise sample_period_s, or use a shorter trace (a higher rate or load, fewer requests)")
         self._reset_state()
 
     # -- state ----------------------------------------------------------------------------------
@@ -377,11 +388,14 @@ class OverloadSimulator:
 
     def step(self, admit: bool) -> AdmissionView | None:
         """Admit (True) or reject (False) the current request; the view of the next arrival, or
-        None once the workload is exhausted (all remaining events then drained)."""
+        None once the workload is exhausted (all remaining events then drained). ``admit`` is
+        checked by :func:`check_admit` (1 and 0 are accepted; ``'no'``, -1 or NaN are errors)."""
         if not self._started:
             raise RuntimeError("step() before reset()")
         if self._done:
             raise RuntimeError("step() after the workload is exhausted; call reset()")
+        if admit is not True and admit is not False:
+            admit = check_admit(admit)
         i = self._i
         now = self._arrival[i]
         if admit:
@@ -742,7 +756,7 @@ def simulate(trace: Trace, policy: Callable, config: OverloadConfig | None = Non
     view = sim.reset()
     step = sim.step
     while view is not None:
-        view = step(bool(policy(view)))
+        view = step(policy(view))  # step checks the answer (check_admit)
     return sim.result(policy_name(policy))
 
 
@@ -774,10 +788,8 @@ def overload_workload(base: Trace | None = None, n_requests: int = DEMO3_REQUEST
     """Demo 3's workload: ``n_requests`` drawn i.i.d. from ``base`` (default: the synthetic trace with
     seed ``seed`` at 4 sessions/s) with stationary Poisson arrivals at ``load`` x the decode pool's
     capacity rate. Returns (trace, capacity rate in requests/s)."""
-    if not (isinstance(load, (int, float)) and math.isfinite(load) and load > 0):
-        raise ValueError(f"load: expected a finite number > 0 (multiple of the decode capacity), got {load!r}")
-    if not (_is_int(n_requests) and n_requests >= 1):
-        raise ValueError(f"requests: expected an integer >= 1, got {n_requests!r}")
+    check("load", load)  # a multiple of the decode capacity rate
+    check("requests", n_requests)
     if base is None:
         base = synthetic_trace(seed, rate=DEMO3_BASE_RATE)
     capacity = decode_capacity_rate(base, config, cost)

@@ -32,6 +32,7 @@ import numpy as np
 
 from .cluster import PrefillInstance
 from .costmodel import CostModel
+from .limits import check
 from .policy import policy_name, reset_policy
 from .prefixcache import match_all
 from .workload import Trace
@@ -51,12 +52,8 @@ class RoutingConfig:
     ttft_slo_s: float = 5.0
 
     def __post_init__(self):
-        if not isinstance(self.n_instances, (int, np.integer)) or not 1 <= self.n_instances <= 1024:
-            raise ValueError(f"n_instances: expected an integer in 1..1024, got {self.n_instances!r}")
-        if not isinstance(self.cache_blocks, (int, np.integer)) or self.cache_blocks < 0:
-            raise ValueError(f"cache_blocks: expected an integer >= 0, got {self.cache_blocks!r}")
-        if not self.ttft_slo_s > 0:
-            raise ValueError(f"ttft_slo_s: expected > 0 seconds, got {self.ttft_slo_s!r}")
+        for name in ("n_instances", "cache_blocks", "ttft_slo_s"):
+            check(name, getattr(self, name))  # the ranges of mooncake_gym.limits
 
 
 class Route(NamedTuple):
@@ -64,6 +61,31 @@ class Route(NamedTuple):
 
     instance: int
     pull: bool = False
+
+
+def check_route(action, n_instances: int) -> tuple[int, bool]:
+    """The one check of a routing answer (simulator, ``evaluate`` and the env alike): an instance
+    ``0 <= i < n_instances`` (a Python or numpy integer, not a bool) or ``Route(i, pull)`` / a pair
+    ``(i, pull)`` with ``pull`` a bool, numpy bool or the integer 0 or 1. Returns ``(i, pull)``;
+    ``TypeError`` for a wrong type, ``ValueError`` for a value out of range. Nothing is coerced:
+    ``Route(1, 'no')`` is an error, not a pull."""
+    if isinstance(action, tuple):  # Route or (instance, pull)
+        if len(action) != 2:
+            raise ValueError(f"action: expected an instance or (instance, pull), got {action!r}")
+        inst, pull = action
+        if isinstance(pull, (bool, np.bool_)):
+            pull = bool(pull)
+        elif isinstance(pull, (int, np.integer)) and (pull == 0 or pull == 1):
+            pull = pull == 1
+        else:
+            raise TypeError(f"action: pull must be True or False (or 0 or 1), got {type(pull).__name__} {pull!r}")
+    else:
+        inst, pull = action, False
+    if isinstance(inst, (bool, np.bool_)) or not isinstance(inst, (int, np.integer)):
+        raise TypeError(f"action: instance must be an integer, got {type(inst).__name__} {inst!r}")
+    if not 0 <= inst < n_instances:
+        raise ValueError(f"action: instance must be in 0..{n_instances - 1}, got {inst}")
+    return int(inst), pull
 
 
 class RoutingView:
@@ -228,17 +250,7 @@ class RoutingSimulator:
         return v
 
     def _parse(self, action) -> tuple[int, bool]:
-        if isinstance(action, tuple):  # Route or (instance, pull)
-            if len(action) != 2:
-                raise ValueError(f"action: expected an instance or (instance, pull), got {action!r}")
-            inst, pull = action
-        else:
-            inst, pull = action, False
-        if isinstance(inst, (bool, np.bool_)) or not isinstance(inst, (int, np.integer)):
-            raise TypeError(f"action: instance must be an integer, got {type(inst).__name__} {inst!r}")
-        if not 0 <= inst < len(self.instances):
-            raise ValueError(f"action: instance must be in 0..{len(self.instances) - 1}, got {inst}")
-        return int(inst), bool(pull)
+        return check_route(action, len(self.instances))
 
     def step(self, action) -> RoutingView | None:
         """Dispatch the pending request to ``action`` (an instance, or ``Route(instance, pull)``)."""

@@ -9,35 +9,13 @@ import struct
 
 import numpy as np
 
+from ..limits import check, check_range  # noqa: F401  (check_range: the environments' argument check)
 from ..workload import Trace, read_trace, synthetic_trace
 
 
 #: Exact types of the integer actions the environments' fast path accepts (Python's, and the numpy
 #: scalars an SB3 model or ``action_space.sample()`` returns); others go through the space's check.
 INTEGER_TYPES = frozenset({int, np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint16, np.uint8})
-
-
-def check_range(name: str, value, lo=None, hi=None, integer: bool = False, allow_none: bool = False):
-    """Raise ``ValueError`` naming ``name`` unless ``lo <= value <= hi`` (and an integer if asked).
-
-    The value must be finite: an infinite rate or duration would make the workload generator loop
-    forever."""
-    if value is None and allow_none:
-        return value
-    ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool) if integer else \
-        isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-    if ok and not math.isfinite(value):
-        ok = False
-    if ok and lo is not None and not value >= lo:
-        ok = False
-    if ok and hi is not None and not value <= hi:
-        ok = False
-    if not ok:
-        kind = "an integer" if integer else "a finite number"
-        bounds = f" in [{lo}, {hi}]" if lo is not None and hi is not None else \
-            f" in [{lo}, inf)" if lo is not None else f" in (-inf, {hi}]" if hi is not None else ""
-        raise ValueError(f"{name}: expected {kind}{bounds}, got {value!r}")
-    return value
 
 
 def as_trace(name: str, value) -> Trace:

@@ -10,7 +10,7 @@ import numpy as np
 from gymnasium import spaces
 
 from ..costmodel import CostModel
-from ..overload import (DEMO3_BASE_RATE, REJECTED_AFTER_PREFILL, OverloadConfig, OverloadSimulator,
+from ..overload import (DEMO3_BASE_RATE, REJECTED_AFTER_PREFILL, OverloadConfig, OverloadSimulator, check_admit,
                         decode_capacity_rate)
 from ..workload import resample_iid, synthetic_trace
 from .common import (INTEGER_TYPES, RENDER_MODES, ValueOrRange, as_float32, as_trace, check_range, check_render_mode,
@@ -192,7 +192,8 @@ class OverloadAdmissionEnv(gym.Env):
         return self._view
 
     def encode_action(self, admit) -> int:
-        return 1 if admit else 0
+        """The env action for a baseline's answer, checked by ``overload.check_admit``."""
+        return 1 if check_admit(admit) else 0
 
     def _observe(self) -> np.ndarray:
         # The hot path of ``step``: plain Python floats into one list, one float32 array at the end

@@ -9,7 +9,7 @@ import numpy as np
 from gymnasium import spaces
 
 from ..costmodel import CostModel
-from ..routing import RoutingConfig, RoutingSimulator, RoutingView
+from ..routing import RoutingConfig, RoutingSimulator, RoutingView, check_route
 from .common import (INTEGER_TYPES, RENDER_MODES, WorkloadSpec, as_float32, check_range, check_render_mode, clip01,
                      render_frame)
 
@@ -155,8 +155,8 @@ class PrefillRoutingEnv(gym.Env):
         """The env action for a baseline's answer (an instance or a ``Route``). With
         ``allow_pull=False`` the env cannot express a pull, so a ``Route(i, True)`` becomes plain
         instance ``i``: kvcentric through such an env runs without its transfer branch."""
-        inst, pull = (route if isinstance(route, tuple) else (route, False))
-        return int(inst) + (self.config.n_instances if pull and self.allow_pull else 0)
+        inst, pull = check_route(route, self.config.n_instances)
+        return inst + (self.config.n_instances if pull and self.allow_pull else 0)
 
     def _observe(self) -> np.ndarray:
         # The hot path of ``step``: plain Python floats into one list, one float32 array at the end
