@@ -50,8 +50,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import deque
-from dataclasses import dataclass, field
+from collections import deque, namedtuple
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -134,11 +134,21 @@ class OverloadConfig:
         return self.n_decode * self.decode_capacity_tokens
 
 
-@dataclass(slots=True)
-class AdmissionView:
-    """What an admission policy sees at one arrival (read-only by convention, like ``RoutingView``:
-    not frozen, because a frozen dataclass of this many fields costs about 2 us to build, a tenth
-    of the Gym environment's step).
+#: The fields of :class:`AdmissionView`, in order (then the simulator, whose projections the
+#: view's methods call).
+ADMISSION_VIEW_FIELDS = ("now", "index", "input_tokens", "output_tokens", "decode_used_tokens",
+                         "decode_capacity_tokens", "decode_used_per_instance", "decode_capacity_per_instance",
+                         "prefill_queue_s", "prefill_instance", "prefill_s", "predicted_prefill_finish",
+                         "predicted_ttft_s", "ttft_slo_s", "recent_rejected", "recent_rejected_after_prefill",
+                         "recent_wasted_s", "requests_in_prefill", "requests_in_decode", "mean_decode_s",
+                         "mean_output_tokens")
+
+
+class AdmissionView(namedtuple("AdmissionViewFields", ADMISSION_VIEW_FIELDS + ("simulator",))):
+    """What an admission policy sees at one arrival: read-only, like ``RoutingView``. A named tuple,
+    so a policy cannot change what the simulator recorded (setting a field raises
+    ``AttributeError``) and building one costs one tuple allocation (a frozen dataclass of this many
+    fields costs about 2 us, a tenth of the Gym environment's step).
 
     Fields:
     - ``now``: the arrival time (s); ``index``: the request's position in the trace.
@@ -154,33 +164,17 @@ class AdmissionView:
     - ``requests_in_prefill`` and ``requests_in_decode``: counts.
     - ``mean_decode_s`` and ``mean_output_tokens``: the workload's mean decode time and output
       length (statistics a production system takes from its logs; not this request's).
+    - ``simulator``: the simulator whose projections the methods below compute (left out of the
+      repr; a policy reads the view, it does not drive the simulator).
 
     The projection methods look at the requests in prefill and in decode without revealing any
     individual output length (except in oracle mode); the predictive baselines use them.
     """
 
-    now: float
-    index: int
-    input_tokens: int
-    output_tokens: int | None
-    decode_used_tokens: int
-    decode_capacity_tokens: int
-    decode_used_per_instance: tuple
-    decode_capacity_per_instance: int
-    prefill_queue_s: tuple
-    prefill_instance: int
-    prefill_s: float
-    predicted_prefill_finish: float
-    predicted_ttft_s: float
-    ttft_slo_s: float
-    recent_rejected: int
-    recent_rejected_after_prefill: int
-    recent_wasted_s: float
-    requests_in_prefill: int
-    requests_in_decode: int
-    mean_decode_s: float
-    mean_output_tokens: float
-    _sim: "OverloadSimulator" = field(repr=False, compare=False, default=None)
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "AdmissionView(" + ", ".join(f"{k}={v!r}" for k, v in zip(ADMISSION_VIEW_FIELDS, self)) + ")"
 
     @property
     def decode_load(self) -> float:
@@ -212,7 +206,7 @@ class AdmissionView:
 
         Individual output lengths are never used (in oracle mode too), only the workload's statistics.
         """
-        return self._sim.project_decode(at_s, decode_s, quantile, output_tokens)
+        return self.simulator.project_decode(at_s, decode_s, quantile, output_tokens)
 
     def project_decode_tokens(self, at_s: float, decode_s: float | None = None,
                               output_tokens: float | None = None) -> float:
@@ -222,18 +216,18 @@ class AdmissionView:
         and whose finish + ``decode_s`` is after it (``input + output_tokens`` each, default the mean
         output). No capacity limit is applied (so it can exceed the pool); this request not included.
         """
-        return self._sim.project_decode_tokens(at_s, decode_s, output_tokens)
+        return self.simulator.project_decode_tokens(at_s, decode_s, output_tokens)
 
     def expected_decode_tokens(self, at_s: float, output_tokens: float | None = None) -> float:
         """Expected decode-pool tokens at ``at_s`` under the workload's decode-time distribution: a
         request decoding since d is still there with probability S(at_s - d) / S(now - d) (S the
         survival function of decode times, conditioned on its having run until now); a request in
         prefill finishing at f <= at_s with probability S(at_s - f). No capacity limit applied."""
-        return self._sim.expected_decode_tokens(at_s, output_tokens)
+        return self.simulator.expected_decode_tokens(at_s, output_tokens)
 
     def decode_survival(self, x_s: float) -> float:
         """P(decode time > ``x_s``) over the workload."""
-        return self._sim.decode_survival(x_s)
+        return self.simulator.decode_survival(x_s)
 
 
 @dataclass
@@ -263,6 +257,9 @@ class OverloadResult:
                 break
             rows.append({"time_s": t, "prefill_load": p, "decode_load": d})
         return rows
+
+
+_new_tuple = tuple.__new__
 
 
 def load_correlation(prefill_load, decode_load) -> float:
@@ -539,14 +536,14 @@ class OverloadSimulator:
         if not waste:
             self._recent_waste_sum = 0.0
         c = self.config
-        return AdmissionView(
+        return _new_tuple(AdmissionView, (
             now, i, self._input[i], self._output[i] if c.oracle else None,
             self._used_total, c.pool_capacity_tokens, tuple(self._decode_used), c.decode_capacity_tokens,
             tuple(queues), best, ps, finish, finish - now, c.ttft_slo_s,
             len(rej), len(waste), self._recent_waste_sum,
             self.admitted - self.completed - self.rejected_after_prefill, len(self._in_decode),
             self.mean_decode_s, self.mean_output_tokens, self,
-        )
+        ))
 
     # -- projections used by the predictive policies (read-only) --------------------------------
     def decode_survival(self, x_s: float) -> float:

@@ -25,6 +25,7 @@ Since service is FIFO and deterministic, each request's TTFT is known at dispatc
 
 from __future__ import annotations
 
+from collections import namedtuple
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
@@ -88,8 +89,17 @@ def check_route(action, n_instances: int) -> tuple[int, bool]:
     return int(inst), pull
 
 
-class RoutingView:
+#: The fields of :class:`RoutingView`, in order.
+ROUTING_VIEW_FIELDS = ("now", "index", "input_tokens", "output_tokens", "block_ids", "n_instances", "queue_s",
+                       "queued_requests", "hit_tokens", "prefill_s", "best_hit_tokens", "best_instance",
+                       "transfer_s", "pull_prefill_s")
+
+
+class RoutingView(namedtuple("RoutingViewFields", ROUTING_VIEW_FIELDS)):
     """What a routing policy sees at one arrival (read-only; tuples are indexed by instance).
+
+    A named tuple: a policy cannot change what the simulator recorded (setting a field raises
+    ``AttributeError``), and building one is a single tuple allocation on the hot path.
 
     now: current time (s), the request's arrival.
     index: the request's position in the trace.
@@ -103,9 +113,7 @@ class RoutingView:
     pull_prefill_s: prefill time on each instance after such a pull (with the best hit).
     """
 
-    __slots__ = ("now", "index", "input_tokens", "output_tokens", "block_ids", "n_instances", "queue_s",
-                 "queued_requests", "hit_tokens", "prefill_s", "best_hit_tokens", "best_instance",
-                 "transfer_s", "pull_prefill_s")
+    __slots__ = ()
 
     def ttft_s(self, instance: int, pull: bool = False) -> float:
         """Estimated TTFT on ``instance`` (exact in this simulator): queue + transfer + prefill."""
@@ -116,6 +124,9 @@ class RoutingView:
     def __repr__(self) -> str:
         return (f"RoutingView(now={self.now:.3f}, index={self.index}, input={self.input_tokens}, "
                 f"hits={self.hit_tokens}, queue_s={tuple(round(q, 3) for q in self.queue_s)})")
+
+
+_new_tuple = tuple.__new__
 
 
 class RoutingResult:
@@ -235,19 +246,17 @@ class RoutingSimulator:
                 h = hit_tokens(k, n_in)
                 p = prefill_s(n_in, h)
                 by_hit[k] = (h, p, cost.transfer_s(best - h), pull_prefill) if h < best else (h, p, 0.0, p)
-        v = RoutingView()
-        v.now, v.index, v.input_tokens, v.output_tokens, v.block_ids = now, i, n_in, self._output[i], ids
-        v.n_instances = len(ks)
+        n = len(ks)
         if len(by_hit) == 1:  # every instance holds the same prefix (often: the system prompt, or none)
             h, p, t, pp = by_hit[best_blocks]
-            n = len(ks)
-            v.hit_tokens, v.prefill_s, v.transfer_s, v.pull_prefill_s = (h,) * n, (p,) * n, (t,) * n, (pp,) * n
+            hits, prefills, transfers, pulls = (h,) * n, (p,) * n, (t,) * n, (pp,) * n
         else:
-            v.hit_tokens, v.prefill_s, v.transfer_s, v.pull_prefill_s = zip(*[by_hit[k] for k in ks])
-        v.queue_s = queue = tuple([inst.busy_until - now if inst.busy_until > now else 0.0 for inst in instances])
-        v.queued_requests = tuple([inst.queued_requests(now) if q else 0 for inst, q in zip(instances, queue)])
-        v.best_hit_tokens, v.best_instance = best, ks.index(best_blocks) if best_blocks else -1
-        return v
+            hits, prefills, transfers, pulls = zip(*[by_hit[k] for k in ks])
+        queue = tuple([inst.busy_until - now if inst.busy_until > now else 0.0 for inst in instances])
+        queued = tuple([inst.queued_requests(now) if q else 0 for inst, q in zip(instances, queue)])
+        # the fields in the order of ROUTING_VIEW_FIELDS, as one tuple (read-only for the policy)
+        return _new_tuple(RoutingView, (now, i, n_in, self._output[i], ids, n, queue, queued, hits, prefills, best,
+                                        ks.index(best_blocks) if best_blocks else -1, transfers, pulls))
 
     def _parse(self, action) -> tuple[int, bool]:
         return check_route(action, len(self.instances))
