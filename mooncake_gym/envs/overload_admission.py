@@ -13,7 +13,7 @@ from ..costmodel import CostModel
 from ..overload import (DEMO3_BASE_RATE, REJECTED_AFTER_PREFILL, OverloadConfig, OverloadSimulator, check_admit,
                         decode_capacity_rate)
 from ..workload import resample_iid, synthetic_trace
-from .common import (INTEGER_TYPES, RENDER_MODES, ValueOrRange, as_float32, as_trace, check_range, check_render_mode,
+from .common import (INTEGER_TYPES, RENDER_MODES, ValueOrRange, as_float32, as_trace, check, check_render_mode,
                      render_frame)
 
 INPUT_TOKENS_CAP = 200_000
@@ -158,9 +158,9 @@ class OverloadAdmissionEnv(gym.Env):
                  oracle: bool = False, waste_penalty: float = DEFAULT_WASTE_PENALTY, model: str = "llama2-70b",
                  render_mode: str | None = None):
         self.load = ValueOrRange("load", load, load_range, DEFAULT_LOAD)
-        check_range("episode_requests", episode_requests, 1, None, integer=True)
-        check_range("speed", speed, 1e-6)
-        check_range("waste_penalty", waste_penalty, 0.0)
+        check("requests", episode_requests, "episode_requests")
+        check("speed", speed)
+        check("waste_penalty", waste_penalty)
         if not isinstance(oracle, bool):
             raise ValueError(f"oracle: expected True or False, got {oracle!r}")
         check_render_mode(render_mode)
@@ -173,6 +173,14 @@ class OverloadAdmissionEnv(gym.Env):
         self.trace = as_trace("trace", trace) if trace is not None else None
         self.capacity_rate = decode_capacity_rate(self.base, self.config, self.cost)
         self.mean_prefill_s = float(np.mean([self.cost.prefill_s(n, 0) for n in self.base.input_tokens.tolist()]))
+        # degenerate base traces, refused here rather than failing at every step: the waste penalty
+        # is in units of the mean prefill time, and resampling draws at load x the capacity rate
+        if not self.mean_prefill_s > 0:
+            raise ValueError("base_trace: every request has input_length 0, so the mean prefill time (the unit "
+                             "of the waste penalty) is 0; give a base trace with prompts")
+        high = self.load.value if self.load.range is None else self.load.range[1]
+        check("rate", high * self.capacity_rate,
+              f"load x capacity rate of base_trace ({high:g} x {self.capacity_rate:.4g} requests/s)")
         self.speed = float(speed)
         self.episode_requests = int(episode_requests)
         self.waste_penalty = float(waste_penalty)
