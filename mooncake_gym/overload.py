@@ -91,7 +91,7 @@ def check_admit(answer) -> bool:
         return bool(answer)
     if isinstance(answer, (int, np.integer)):
         if answer == 0 or answer == 1:
-            return answer == 1
+            return bool(answer == 1)
         raise ValueError(f"admit: expected True or False (or 1 or 0), got {answer!r}")
     raise TypeError(f"admit: expected True or False (or 1 or 0), got {type(answer).__name__} {answer!r}")
 

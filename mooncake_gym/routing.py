@@ -77,7 +77,7 @@ def check_route(action, n_instances: int) -> tuple[int, bool]:
         if isinstance(pull, (bool, np.bool_)):
             pull = bool(pull)
         elif isinstance(pull, (int, np.integer)) and (pull == 0 or pull == 1):
-            pull = pull == 1
+            pull = bool(pull == 1)
         else:
             raise TypeError(f"action: pull must be True or False (or 0 or 1), got {type(pull).__name__} {pull!r}")
     else:
