@@ -66,7 +66,7 @@ LIMITS: dict[str, Limit] = {
     "n_instances": Limit(1, 1024, True, "instances"),
     "cache_blocks": Limit(0, 10**9, True, "blocks"),
     "ttft_slo_s": Limit(1e-6, 1e6, False, "s"),
-    "threshold": Limit(0, 1e6, False, "s"),
+    "threshold": Limit(0, 1e6, False, "ratio (kvcentric's kvcache_balancing_threshold)"),
     # admission cluster
     "n_prefill": Limit(1, 1024, True, "instances"),
     "n_decode": Limit(1, 1024, True, "instances"),

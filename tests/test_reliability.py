@@ -322,3 +322,11 @@ def test_trace_generate_refuses_to_write_an_empty_trace(tmp_path):
 ])
 def test_cli_failures_are_one_line_and_exit_2(argv, match):
     assert match in one_line_error(run_cli(*argv))
+
+
+def test_every_range_is_documented():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "reliability.md").read_text()
+    missing = [name for name in limits.LIMITS if f"| `{name}`" not in doc]
+    assert not missing, f"docs/reliability.md does not list the ranges of {missing}"
