@@ -96,9 +96,9 @@ def check_range(name: str, value, lo=None, hi=None, integer: bool = False, allow
         return value
     ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool) if integer else \
         isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-    if ok and not integer and isinstance(value, int) and not -2**1023 < value < 2**1023:
-        ok = False  # an int beyond float range (math.isfinite would raise OverflowError)
-    if ok and not math.isfinite(value):
+    if ok and isinstance(value, int):  # exact: math.isfinite would raise OverflowError beyond float range
+        ok = integer or -2**1023 < value < 2**1023
+    elif ok and not math.isfinite(value):
         ok = False
     if ok and lo is not None and not value >= lo:
         ok = False
@@ -108,7 +108,8 @@ def check_range(name: str, value, lo=None, hi=None, integer: bool = False, allow
         kind = "an integer" if integer else "a finite number"
         bounds = f" in [{lo}, {hi}]" if lo is not None and hi is not None else \
             f" in [{lo}, inf)" if lo is not None else f" in (-inf, {hi}]" if hi is not None else ""
-        raise ValueError(f"{name}: expected {kind}{bounds}, got {value!r}")
+        got = repr(value)
+        raise ValueError(f"{name}: expected {kind}{bounds}, got {got if len(got) <= 40 else got[:37] + '...'}")
     return value
 
 
