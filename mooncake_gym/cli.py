@@ -255,6 +255,8 @@ def check_args(args) -> None:
             raise _no_effect("rates", "with --env admission or --trace: it sets the synthetic routing workloads")
         if args.loads is not None and args.env == "routing":
             raise _no_effect("loads", "with --env routing: it sets the admission workloads")
+        if args.json and args.no_progress:
+            raise _no_effect("no_progress", "with --json: --json never shows a progress bar")
         args.speed = 1.0 if args.speed is None else args.speed
         args.rates = [4.0, 8.0] if args.rates is None else args.rates
         args.loads = [2.0] if args.loads is None else args.loads

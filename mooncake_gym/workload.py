@@ -93,6 +93,8 @@ class Trace:
         )
 
     def _set(self, arrival_s, input_tokens, output_tokens, block_ids, session_ids, name, renamed_blocks=0):
+        for column in (arrival_s, input_tokens, output_tokens, session_ids):
+            column.flags.writeable = False  # validated once: the columns cannot be changed afterwards
         self.arrival_s, self.input_tokens, self.output_tokens = arrival_s, input_tokens, output_tokens
         self.block_ids, self.session_ids, self.name = block_ids, session_ids, name
         self.renamed_blocks = renamed_blocks
@@ -208,7 +210,7 @@ def _length(values) -> int:
 def _float_column(name: str, values) -> np.ndarray:
     """``values`` as a float64 array of finite arrival times in the range of ``LIMITS['arrival_s']``."""
     try:
-        a = np.asarray(values, dtype=np.float64)
+        a = np.array(values, dtype=np.float64)  # a copy: the caller's array stays writable
     except (TypeError, ValueError, OverflowError):
         raise ValueError(f"{name}: expected a sequence of numbers (seconds)") from None
     if a.ndim != 1:

@@ -211,6 +211,16 @@ def test_trace_validates_at_construction(columns, match):
         Trace([0.0], [1], [1], [[0]], session_ids=["a"])
 
 
+def test_trace_columns_cannot_be_changed_after_validation():
+    arrivals = np.array([0.0, 1.0])
+    trace = Trace(arrivals, [512, 512], [5, 5], [[0], [1]])
+    for column in (trace.arrival_s, trace.input_tokens, trace.output_tokens, trace.session_ids):
+        with pytest.raises(ValueError, match="read-only"):
+            column[0] = 10**9
+    arrivals[0] = 0.5  # the caller's own array is copied, not frozen
+    assert trace.arrival_s[0] == 0.0 and trace.take([1, 0], arrival_s=[0.0, 2.0]).output_tokens.tolist() == [5, 5]
+
+
 def test_write_trace_never_writes_a_line_the_reader_refuses(tmp_path):
     path = tmp_path / "out.jsonl"
     with pytest.raises(ValueError, match="no requests"):
@@ -289,7 +299,8 @@ def test_compare_checks_its_arguments_before_any_work(tmp_path, monkeypatch, cap
                         (["--env", "routing", "--loads", "3"], "--loads: has no effect with --env routing"),
                         (["--env", "admission", "--rates", "3"], "--rates: has no effect"),
                         (["--seeds", "0"], "--seeds:"),
-                        (["--agent-env", "routing"], "--agent-env: has no effect without --agent")]:
+                        (["--agent-env", "routing"], "--agent-env: has no effect without --agent"),
+                        (["--json", "--no-progress"], "--no-progress: has no effect with --json")]:
         assert main(["compare", *argv]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1
