@@ -209,9 +209,10 @@ _OPTION_LIMITS = {"rate": "rate", "seed": "seed", "duration": "duration_s", "req
                   "instances": "n_instances", "cache_blocks": "cache_blocks", "ttft_slo": "ttft_slo_s",
                   "speed": "speed", "threshold": "threshold", "load": "load", "timesteps": "timesteps",
                   "threads": "threads", "seeds": "seeds", "seconds": "seconds", "rates": "rate", "loads": "load"}
-#: Options that only apply to a synthetic trace (per command), and their defaults.
+#: Options that only apply to a synthetic trace (per command), and their defaults (overload's rate:
+#: ``overload.DEMO3_BASE_RATE``, filled in ``check_args``).
 _SYNTHETIC_ONLY = {"trace stats": {"rate": 4.0, "seed": 0}, "cache": {"rate": 4.0, "seed": 0},
-                   "replay": {"rate": 4.0}, "overload": {"rate": 4.0}}
+                   "replay": {"rate": 4.0}, "overload": {"rate": None}}
 
 
 def _option(dest: str) -> str:
@@ -227,6 +228,7 @@ def check_args(args) -> None:
     plot paths writable, and no argument that would have no effect. Fills the defaults of the
     options whose presence matters. ``ValueError`` naming the option otherwise."""
     from .limits import check
+    from .overload import DEMO3_BASE_RATE
 
     for dest, kind in _OPTION_LIMITS.items():
         value = getattr(args, dest, None)
@@ -237,7 +239,7 @@ def check_args(args) -> None:
     synthetic_only = _SYNTHETIC_ONLY.get(command, {})
     for dest, default in synthetic_only.items():
         if getattr(args, dest) is None:
-            setattr(args, dest, default)
+            setattr(args, dest, DEMO3_BASE_RATE if default is None else default)
         elif args.trace != "synthetic":
             raise _no_effect(dest, f"with a trace file ({args.trace}): it sets up the synthetic trace")
     if getattr(args, "seed", 0) is None:  # replay: the seed also drives the random baseline's tie-breaks
