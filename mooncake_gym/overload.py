@@ -262,6 +262,14 @@ class OverloadResult:
 _new_tuple = tuple.__new__
 
 
+def check_load_samples(name: str, span_s: float, config: OverloadConfig) -> None:
+    """Refuse (``ValueError`` naming ``name``) a workload spanning ``span_s`` seconds whose load series
+    would hold more than ``MAX_LOAD_SAMPLES`` samples of ``config.sample_period_s``."""
+    check_bound(name, span_s / config.sample_period_s + 1, MAX_LOAD_SAMPLES,
+                f"load-series samples (a span of {span_s:.3g} s / sample_period_s {config.sample_period_s:g})",
+                "raise sample_period_s, or use a shorter workload (a higher rate or load, fewer requests)")
+
+
 def load_correlation(prefill_load, decode_load) -> float:
     """Pearson correlation of two load series (NaN when one is constant or too short)."""
     p = np.asarray(prefill_load, dtype=np.float64)
@@ -321,9 +329,7 @@ class OverloadSimulator:
         self._horizon = self._arrival[-1] if n else 0.0
         # the load series has one sample per sample_period_s up to the last arrival: bound it
         # before the run (the decode-time tables above are bounded by the output-length limit)
-        check_bound("trace", self._horizon / c.sample_period_s + 1, MAX_LOAD_SAMPLES,
-                    f"load-series samples (its span of {self._horizon:.3g} s / sample_period_s {c.sample_period_s:g})",
-                    "raise sample_period_s, or use a shorter trace (a higher rate or load, fewer requests)")
+        check_load_samples("trace", self._horizon, c)
         self._reset_state()
 
     # -- state ----------------------------------------------------------------------------------

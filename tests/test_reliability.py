@@ -108,6 +108,10 @@ def test_environment_workloads_are_bounded():
         gym.make(ROUTING, rate_range=(1.0, 1e9))
     with pytest.raises(ValueError, match="^load:"):
         gym.make(ADMISSION, load=1e-7)
+    # a decode pool of one token per instance at one token per second: the episodes' arrivals would
+    # span millions of seconds; refused at construction, not at the first reset (found by make fuzz)
+    with pytest.raises(ValueError, match="^episode_requests: this would make .* load-series samples"):
+        gym.make(ADMISSION, tbt_s=1, decode_capacity_tokens=1, episode_requests=30)
 
 
 # --- 2. numbers the reader accepts but cannot store ---------------------------------------------------

@@ -11,7 +11,7 @@ from gymnasium import spaces
 
 from ..costmodel import CostModel
 from ..overload import (DEMO3_BASE_RATE, REJECTED_AFTER_PREFILL, OverloadConfig, OverloadSimulator, check_admit,
-                        decode_capacity_rate)
+                        check_load_samples, decode_capacity_rate)
 from ..workload import resample_iid, synthetic_trace
 from .common import (INTEGER_TYPES, RENDER_MODES, ValueOrRange, as_float32, as_trace, check, check_render_mode,
                      render_frame)
@@ -181,6 +181,14 @@ class OverloadAdmissionEnv(gym.Env):
         high = self.load.value if self.load.range is None else self.load.range[1]
         check("rate", high * self.capacity_rate,
               f"load x capacity rate of base_trace ({high:g} x {self.capacity_rate:.4g} requests/s)")
+        # the load series of an episode is bounded before any episode: a replayed trace's span, or
+        # the span of episode_requests Poisson arrivals at the lowest load (mean + 20 sd, which a
+        # draw exceeds with negligible probability)
+        if self.trace is not None:
+            check_load_samples("trace", float(self.trace.arrival_s[-1]) / speed, self.config)
+        else:
+            low, n = (self.load.value if self.load.range is None else self.load.range[0]), episode_requests
+            check_load_samples("episode_requests", (n + 20 * math.sqrt(n)) / (low * self.capacity_rate), self.config)
         self.speed = float(speed)
         self.episode_requests = int(episode_requests)
         self.waste_penalty = float(waste_penalty)
