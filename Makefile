@@ -41,3 +41,9 @@ results: $(STAMP)
 	  echo "## Mooncake's public synthetic trace at speed 2 (\`mooncake-gym compare --env routing --trace $(SHARED_TRACE) --speed 2 --seeds 1 --markdown\`)"; echo; \
 	  $(BIN)/mooncake-gym compare --env routing --trace $(SHARED_TRACE) --speed 2 --seeds 1 --markdown --no-progress; \
 	} > docs/results.md
+
+# The long profile of the property-based tests (tests/test_fuzz.py): many more random examples and
+# 10^6 checked environment steps over both environments (about 10-20 minutes on two cores).
+.PHONY: fuzz
+fuzz: $(STAMP)
+	MOONCAKE_FUZZ=long $(BIN)/python -m pytest -q tests/test_fuzz.py --hypothesis-show-statistics

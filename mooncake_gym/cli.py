@@ -13,8 +13,8 @@ def _add_trace_args(p: argparse.ArgumentParser, positional: bool = False) -> Non
         p.add_argument("trace", help="a Mooncake JSONL trace file, or 'synthetic'")
     else:
         p.add_argument("--trace", default="synthetic", help="a Mooncake JSONL trace file, or 'synthetic' (default)")
-    p.add_argument("--rate", type=float, default=4.0, help="synthetic trace: session arrivals per second (default 4)")
-    p.add_argument("--seed", type=int, default=0, help="synthetic trace: random seed (default 0)")
+    p.add_argument("--rate", type=float, default=None, help="synthetic trace: session arrivals per second (default 4)")
+    p.add_argument("--seed", type=int, default=None, help="synthetic trace: random seed (default 0)")
 
 
 def _cmd_trace_stats(args) -> int:
@@ -197,8 +197,83 @@ def _floats(text: str) -> list[float]:
     return values
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its usage errors on one line of stderr (exit code 2, as argparse's own)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+#: Numeric options and the range of ``mooncake_gym.limits`` each is checked against (lists: each item).
+_OPTION_LIMITS = {"rate": "rate", "seed": "seed", "duration": "duration_s", "requests": "requests",
+                  "instances": "n_instances", "cache_blocks": "cache_blocks", "ttft_slo": "ttft_slo_s",
+                  "speed": "speed", "threshold": "threshold", "load": "load", "timesteps": "timesteps",
+                  "threads": "threads", "seeds": "seeds", "seconds": "seconds", "rates": "rate", "loads": "load"}
+#: Options that only apply to a synthetic trace (per command), and their defaults (overload's rate:
+#: ``overload.DEMO3_BASE_RATE``, filled in ``check_args``).
+_SYNTHETIC_ONLY = {"trace stats": {"rate": 4.0, "seed": 0}, "cache": {"rate": 4.0, "seed": 0},
+                   "replay": {"rate": 4.0}, "overload": {"rate": None}}
+
+
+def _option(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def _no_effect(dest: str, why: str) -> ValueError:
+    return ValueError(f"{_option(dest)}: has no effect {why}; leave it out")
+
+
+def check_args(args) -> None:
+    """Every argument checked before any work starts: numbers in their ranges (``mooncake_gym.limits``),
+    plot paths writable, and no argument that would have no effect. Fills the defaults of the
+    options whose presence matters. ``ValueError`` naming the option otherwise."""
+    from .limits import check
+    from .overload import DEMO3_BASE_RATE
+
+    for dest, kind in _OPTION_LIMITS.items():
+        value = getattr(args, dest, None)
+        for v in (value if isinstance(value, list) else [value]):
+            if v is not None:
+                check(kind, v, _option(dest))
+    command = args.command + (f" {args.trace_command}" if args.command == "trace" else "")
+    synthetic_only = _SYNTHETIC_ONLY.get(command, {})
+    for dest, default in synthetic_only.items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, DEMO3_BASE_RATE if default is None else default)
+        elif args.trace != "synthetic":
+            raise _no_effect(dest, f"with a trace file ({args.trace}): it sets up the synthetic trace")
+    if getattr(args, "seed", 0) is None:  # replay: the seed also drives the random baseline's tie-breaks
+        args.seed = 0
+    if command == "replay" and args.threshold is not None and args.policy not in ("kvcentric", "all"):
+        raise _no_effect("threshold", f"with --policy {args.policy}: it is kvcentric's")
+    if command == "lecture" and args.plot is not None and args.demo not in (None, 3):
+        raise _no_effect("plot", f"with --demo {args.demo}: only demo 3 draws a figure")
+    if command == "compare":
+        if args.speed is not None and not args.trace:
+            raise _no_effect("speed", "without --trace: it is the replay speed of a trace")
+        if args.agent_env is not None and not args.agent:
+            raise _no_effect("agent_env", "without --agent")
+        if args.rates is not None and (args.env == "admission" or args.trace):
+            raise _no_effect("rates", "with --env admission or --trace: it sets the synthetic routing workloads")
+        if args.loads is not None and args.env == "routing":
+            raise _no_effect("loads", "with --env routing: it sets the admission workloads")
+        if args.json and args.no_progress:
+            raise _no_effect("no_progress", "with --json: --json never shows a progress bar")
+        args.speed = 1.0 if args.speed is None else args.speed
+        args.rates = [4.0, 8.0] if args.rates is None else args.rates
+        args.loads = [2.0] if args.loads is None else args.loads
+    if getattr(args, "plot", None) is not None:
+        from .plots import check_plot_path
+
+        check_plot_path(args.plot, "--plot")
+    if getattr(args, "plot_dir", None) is not None:
+        from .plots import check_plot_dir
+
+        check_plot_dir(args.plot_dir, "--plot-dir")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mooncake-gym", description=__doc__)
+    parser = _Parser(prog="mooncake-gym", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     # --- trace -------------------------------------------------------------------------------
@@ -246,7 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="admission baseline, or 'all' for one table of every baseline (default all)")
     p.add_argument("--trace", default="synthetic",
                    help="base trace: a Mooncake JSONL file, or 'synthetic' (default); requests are drawn from it i.i.d.")
-    p.add_argument("--rate", type=float, default=DEMO3_BASE_RATE,
+    p.add_argument("--rate", type=float, default=None,
                    help=f"synthetic base trace: session arrivals per second (default {DEMO3_BASE_RATE:g})")
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic base trace and of the i.i.d. draw (default 0)")
     p.add_argument("--requests", type=int, default=DEMO3_REQUESTS, help=f"requests drawn (default {DEMO3_REQUESTS:,})")
@@ -262,8 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("cache", help="hit rate versus capacity of one global cache (LRU, FIFO, optimal)")
     p.add_argument("trace", help="a Mooncake JSONL trace file, or 'synthetic'")
-    p.add_argument("--rate", type=float, default=4.0, help="synthetic trace: session arrivals per second (default 4)")
-    p.add_argument("--seed", type=int, default=0, help="synthetic trace: random seed (default 0)")
+    p.add_argument("--rate", type=float, default=None, help="synthetic trace: session arrivals per second (default 4)")
+    p.add_argument("--seed", type=int, default=None, help="synthetic trace: random seed (default 0)")
     cap = p.add_mutually_exclusive_group()
     cap.add_argument("--blocks", default=None,
                      help=f"comma-separated capacities in blocks (default {','.join(map(str, DEFAULT_BLOCKS))})")
@@ -292,10 +367,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="every baseline and trained agent on the same workloads (the main job)")
     p.add_argument("--env", choices=["routing", "admission", "all"], default="all", help="which problem (default all)")
     p.add_argument("--seeds", type=int, default=5, help="held-out seeds per setting (default 5)")
-    p.add_argument("--rates", type=_floats, default=[4.0, 8.0], help="routing session rates (default 4,8)")
-    p.add_argument("--loads", type=_floats, default=[2.0], help="admission loads, x decode capacity (default 2)")
+    p.add_argument("--rates", type=_floats, default=None, help="routing session rates (default 4,8)")
+    p.add_argument("--loads", type=_floats, default=None, help="admission loads, x decode capacity (default 2)")
     p.add_argument("--trace", default=None, help="compare on this JSONL trace (routing: replayed; admission: base)")
-    p.add_argument("--speed", type=float, default=1.0, help="replay speed of --trace (default 1)")
+    p.add_argument("--speed", type=float, default=None, help="replay speed of --trace (default 1)")
     p.add_argument("--agent", default=None, help="also evaluate this SB3 zip of your own (it is unpickled: trust it)")
     p.add_argument("--agent-env", choices=["routing", "admission"], default=None,
                    help="the problem --agent solves (default: found from its observation and action spaces)")
@@ -318,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        check_args(args)
         return int(args.func(args) or 0)
     except (ValueError, OSError) as e:  # bad input or path: a clear one-line error, no traceback
         print(f"mooncake-gym {args.command}: error: {e}", file=sys.stderr)

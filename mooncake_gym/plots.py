@@ -40,13 +40,35 @@ def text_image(text: str, lines: int, columns: int) -> np.ndarray:
     return np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
 
 
-def _save(fig, path: str | os.PathLike) -> str:
+def check_plot_path(path: str | os.PathLike, name: str = "plot") -> str:
+    """``path`` if a figure can be written there: a ``.png`` name whose folder exists or can be
+    created and is writable (``ValueError``/``OSError`` naming ``name`` otherwise). Commands call
+    it before their run, so a bad path fails at once, not after the work."""
     path = os.fspath(path)
     if not path.lower().endswith(".png"):
-        raise ValueError(f"plot: expected a .png file name, got {path!r}")
-    folder = os.path.dirname(path)
-    if folder:
+        raise ValueError(f"{name}: expected a .png file name, got {path!r}")
+    check_plot_dir(os.path.dirname(path) or ".", name)
+    if os.path.isdir(path):
+        raise ValueError(f"{name}: {path!r} is a directory")
+    return path
+
+
+def check_plot_dir(folder: str | os.PathLike, name: str = "plot_dir") -> str:
+    """``folder``, created if missing; ``ValueError`` naming ``name`` unless it is a writable directory."""
+    folder = os.fspath(folder)
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise ValueError(f"{name}: {folder!r} exists and is not a directory")
+    try:
         os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"{name}: cannot create the directory {folder!r} ({e.strerror})") from None
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"{name}: the directory {folder!r} is not writable")
+    return folder
+
+
+def _save(fig, path: str | os.PathLike) -> str:
+    path = check_plot_path(path)
     fig.savefig(path)
     return path
 

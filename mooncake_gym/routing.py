@@ -25,6 +25,7 @@ Since service is FIFO and deterministic, each request's TTFT is known at dispatc
 
 from __future__ import annotations
 
+from collections import namedtuple
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
@@ -32,6 +33,7 @@ import numpy as np
 
 from .cluster import PrefillInstance
 from .costmodel import CostModel
+from .limits import check
 from .policy import policy_name, reset_policy
 from .prefixcache import match_all
 from .workload import Trace
@@ -51,12 +53,8 @@ class RoutingConfig:
     ttft_slo_s: float = 5.0
 
     def __post_init__(self):
-        if not isinstance(self.n_instances, (int, np.integer)) or not 1 <= self.n_instances <= 1024:
-            raise ValueError(f"n_instances: expected an integer in 1..1024, got {self.n_instances!r}")
-        if not isinstance(self.cache_blocks, (int, np.integer)) or self.cache_blocks < 0:
-            raise ValueError(f"cache_blocks: expected an integer >= 0, got {self.cache_blocks!r}")
-        if not self.ttft_slo_s > 0:
-            raise ValueError(f"ttft_slo_s: expected > 0 seconds, got {self.ttft_slo_s!r}")
+        for name in ("n_instances", "cache_blocks", "ttft_slo_s"):
+            check(name, getattr(self, name))  # the ranges of mooncake_gym.limits
 
 
 class Route(NamedTuple):
@@ -66,8 +64,42 @@ class Route(NamedTuple):
     pull: bool = False
 
 
-class RoutingView:
+def check_route(action, n_instances: int) -> tuple[int, bool]:
+    """The one check of a routing answer (simulator, ``evaluate`` and the env alike): an instance
+    ``0 <= i < n_instances`` (a Python or numpy integer, not a bool) or ``Route(i, pull)`` / a pair
+    ``(i, pull)`` with ``pull`` a bool, numpy bool or the integer 0 or 1. Returns ``(i, pull)``;
+    ``TypeError`` for a wrong type, ``ValueError`` for a value out of range. Nothing is coerced:
+    ``Route(1, 'no')`` is an error, not a pull."""
+    if isinstance(action, tuple):  # Route or (instance, pull)
+        if len(action) != 2:
+            raise ValueError(f"action: expected an instance or (instance, pull), got {action!r}")
+        inst, pull = action
+        if isinstance(pull, (bool, np.bool_)):
+            pull = bool(pull)
+        elif isinstance(pull, (int, np.integer)) and (pull == 0 or pull == 1):
+            pull = bool(pull == 1)
+        else:
+            raise TypeError(f"action: pull must be True or False (or 0 or 1), got {type(pull).__name__} {pull!r}")
+    else:
+        inst, pull = action, False
+    if isinstance(inst, (bool, np.bool_)) or not isinstance(inst, (int, np.integer)):
+        raise TypeError(f"action: instance must be an integer, got {type(inst).__name__} {inst!r}")
+    if not 0 <= inst < n_instances:
+        raise ValueError(f"action: instance must be in 0..{n_instances - 1}, got {inst}")
+    return int(inst), pull
+
+
+#: The fields of :class:`RoutingView`, in order.
+ROUTING_VIEW_FIELDS = ("now", "index", "input_tokens", "output_tokens", "block_ids", "n_instances", "queue_s",
+                       "queued_requests", "hit_tokens", "prefill_s", "best_hit_tokens", "best_instance",
+                       "transfer_s", "pull_prefill_s")
+
+
+class RoutingView(namedtuple("RoutingViewFields", ROUTING_VIEW_FIELDS)):
     """What a routing policy sees at one arrival (read-only; tuples are indexed by instance).
+
+    A named tuple: a policy cannot change what the simulator recorded (setting a field raises
+    ``AttributeError``), and building one is a single tuple allocation on the hot path.
 
     now: current time (s), the request's arrival.
     index: the request's position in the trace.
@@ -81,9 +113,7 @@ class RoutingView:
     pull_prefill_s: prefill time on each instance after such a pull (with the best hit).
     """
 
-    __slots__ = ("now", "index", "input_tokens", "output_tokens", "block_ids", "n_instances", "queue_s",
-                 "queued_requests", "hit_tokens", "prefill_s", "best_hit_tokens", "best_instance",
-                 "transfer_s", "pull_prefill_s")
+    __slots__ = ()
 
     def ttft_s(self, instance: int, pull: bool = False) -> float:
         """Estimated TTFT on ``instance`` (exact in this simulator): queue + transfer + prefill."""
@@ -94,6 +124,9 @@ class RoutingView:
     def __repr__(self) -> str:
         return (f"RoutingView(now={self.now:.3f}, index={self.index}, input={self.input_tokens}, "
                 f"hits={self.hit_tokens}, queue_s={tuple(round(q, 3) for q in self.queue_s)})")
+
+
+_new_tuple = tuple.__new__
 
 
 class RoutingResult:
@@ -213,32 +246,20 @@ class RoutingSimulator:
                 h = hit_tokens(k, n_in)
                 p = prefill_s(n_in, h)
                 by_hit[k] = (h, p, cost.transfer_s(best - h), pull_prefill) if h < best else (h, p, 0.0, p)
-        v = RoutingView()
-        v.now, v.index, v.input_tokens, v.output_tokens, v.block_ids = now, i, n_in, self._output[i], ids
-        v.n_instances = len(ks)
+        n = len(ks)
         if len(by_hit) == 1:  # every instance holds the same prefix (often: the system prompt, or none)
             h, p, t, pp = by_hit[best_blocks]
-            n = len(ks)
-            v.hit_tokens, v.prefill_s, v.transfer_s, v.pull_prefill_s = (h,) * n, (p,) * n, (t,) * n, (pp,) * n
+            hits, prefills, transfers, pulls = (h,) * n, (p,) * n, (t,) * n, (pp,) * n
         else:
-            v.hit_tokens, v.prefill_s, v.transfer_s, v.pull_prefill_s = zip(*[by_hit[k] for k in ks])
-        v.queue_s = queue = tuple([inst.busy_until - now if inst.busy_until > now else 0.0 for inst in instances])
-        v.queued_requests = tuple([inst.queued_requests(now) if q else 0 for inst, q in zip(instances, queue)])
-        v.best_hit_tokens, v.best_instance = best, ks.index(best_blocks) if best_blocks else -1
-        return v
+            hits, prefills, transfers, pulls = zip(*[by_hit[k] for k in ks])
+        queue = tuple([inst.busy_until - now if inst.busy_until > now else 0.0 for inst in instances])
+        queued = tuple([inst.queued_requests(now) if q else 0 for inst, q in zip(instances, queue)])
+        # the fields in the order of ROUTING_VIEW_FIELDS, as one tuple (read-only for the policy)
+        return _new_tuple(RoutingView, (now, i, n_in, self._output[i], ids, n, queue, queued, hits, prefills, best,
+                                        ks.index(best_blocks) if best_blocks else -1, transfers, pulls))
 
     def _parse(self, action) -> tuple[int, bool]:
-        if isinstance(action, tuple):  # Route or (instance, pull)
-            if len(action) != 2:
-                raise ValueError(f"action: expected an instance or (instance, pull), got {action!r}")
-            inst, pull = action
-        else:
-            inst, pull = action, False
-        if isinstance(inst, (bool, np.bool_)) or not isinstance(inst, (int, np.integer)):
-            raise TypeError(f"action: instance must be an integer, got {type(inst).__name__} {inst!r}")
-        if not 0 <= inst < len(self.instances):
-            raise ValueError(f"action: instance must be in 0..{len(self.instances) - 1}, got {inst}")
-        return int(inst), bool(pull)
+        return check_route(action, len(self.instances))
 
     def step(self, action) -> RoutingView | None:
         """Dispatch the pending request to ``action`` (an instance, or ``Route(instance, pull)``)."""

@@ -10,10 +10,10 @@ import numpy as np
 from gymnasium import spaces
 
 from ..costmodel import CostModel
-from ..overload import (DEMO3_BASE_RATE, REJECTED_AFTER_PREFILL, OverloadConfig, OverloadSimulator,
-                        decode_capacity_rate)
+from ..overload import (DEMO3_BASE_RATE, REJECTED_AFTER_PREFILL, OverloadConfig, OverloadSimulator, check_admit,
+                        check_load_samples, decode_capacity_rate)
 from ..workload import resample_iid, synthetic_trace
-from .common import (INTEGER_TYPES, RENDER_MODES, ValueOrRange, as_float32, as_trace, check_range, check_render_mode,
+from .common import (INTEGER_TYPES, RENDER_MODES, ValueOrRange, as_float32, as_trace, check, check_render_mode,
                      render_frame)
 
 INPUT_TOKENS_CAP = 200_000
@@ -158,9 +158,9 @@ class OverloadAdmissionEnv(gym.Env):
                  oracle: bool = False, waste_penalty: float = DEFAULT_WASTE_PENALTY, model: str = "llama2-70b",
                  render_mode: str | None = None):
         self.load = ValueOrRange("load", load, load_range, DEFAULT_LOAD)
-        check_range("episode_requests", episode_requests, 1, None, integer=True)
-        check_range("speed", speed, 1e-6)
-        check_range("waste_penalty", waste_penalty, 0.0)
+        check("requests", episode_requests, "episode_requests")
+        check("speed", speed)
+        check("waste_penalty", waste_penalty)
         if not isinstance(oracle, bool):
             raise ValueError(f"oracle: expected True or False, got {oracle!r}")
         check_render_mode(render_mode)
@@ -173,6 +173,22 @@ class OverloadAdmissionEnv(gym.Env):
         self.trace = as_trace("trace", trace) if trace is not None else None
         self.capacity_rate = decode_capacity_rate(self.base, self.config, self.cost)
         self.mean_prefill_s = float(np.mean([self.cost.prefill_s(n, 0) for n in self.base.input_tokens.tolist()]))
+        # degenerate base traces, refused here rather than failing at every step: the waste penalty
+        # is in units of the mean prefill time, and resampling draws at load x the capacity rate
+        if not self.mean_prefill_s > 0:
+            raise ValueError("base_trace: every request has input_length 0, so the mean prefill time (the unit "
+                             "of the waste penalty) is 0; give a base trace with prompts")
+        high = self.load.value if self.load.range is None else self.load.range[1]
+        check("rate", high * self.capacity_rate,
+              f"load x capacity rate of base_trace ({high:g} x {self.capacity_rate:.4g} requests/s)")
+        # the load series of an episode is bounded before any episode: a replayed trace's span, or
+        # the span of episode_requests Poisson arrivals at the lowest load (mean + 20 sd, which a
+        # draw exceeds with negligible probability)
+        if self.trace is not None:
+            check_load_samples("trace", float(self.trace.arrival_s[-1]) / speed, self.config)
+        else:
+            low, n = (self.load.value if self.load.range is None else self.load.range[0]), episode_requests
+            check_load_samples("episode_requests", (n + 20 * math.sqrt(n)) / (low * self.capacity_rate), self.config)
         self.speed = float(speed)
         self.episode_requests = int(episode_requests)
         self.waste_penalty = float(waste_penalty)
@@ -192,7 +208,8 @@ class OverloadAdmissionEnv(gym.Env):
         return self._view
 
     def encode_action(self, admit) -> int:
-        return 1 if admit else 0
+        """The env action for a baseline's answer, checked by ``overload.check_admit``."""
+        return 1 if check_admit(admit) else 0
 
     def _observe(self) -> np.ndarray:
         # The hot path of ``step``: plain Python floats into one list, one float32 array at the end

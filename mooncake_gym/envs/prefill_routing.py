@@ -9,8 +9,8 @@ import numpy as np
 from gymnasium import spaces
 
 from ..costmodel import CostModel
-from ..routing import RoutingConfig, RoutingSimulator, RoutingView
-from .common import (INTEGER_TYPES, RENDER_MODES, WorkloadSpec, as_float32, check_range, check_render_mode, clip01,
+from ..routing import RoutingConfig, RoutingSimulator, RoutingView, check_route
+from .common import (INTEGER_TYPES, RENDER_MODES, WorkloadSpec, as_float32, check, check_render_mode, clip01,
                      render_frame)
 
 #: Caps of the normalised features: a value at or above the cap reads 1.
@@ -126,9 +126,9 @@ class PrefillRoutingEnv(gym.Env):
                  rate_range=None, trace=None, speed: float = 1.0, episode_requests: int | None = 1000,
                  duration_s: float = 600.0, allow_pull: bool = True, reward: str = "ttft",
                  model: str = "llama2-70b", render_mode: str | None = None):
-        check_range("n_instances", n_instances, 1, 1024, integer=True)
-        check_range("cache_blocks", cache_blocks, 0, None, integer=True)
-        check_range("ttft_slo_s", ttft_slo_s, 1e-6)
+        check("n_instances", n_instances)
+        check("cache_blocks", cache_blocks)
+        check("ttft_slo_s", ttft_slo_s)
         if reward not in ("ttft", "slo"):
             raise ValueError(f"reward: expected 'ttft' or 'slo', got {reward!r}")
         check_render_mode(render_mode)
@@ -155,8 +155,8 @@ class PrefillRoutingEnv(gym.Env):
         """The env action for a baseline's answer (an instance or a ``Route``). With
         ``allow_pull=False`` the env cannot express a pull, so a ``Route(i, True)`` becomes plain
         instance ``i``: kvcentric through such an env runs without its transfer branch."""
-        inst, pull = (route if isinstance(route, tuple) else (route, False))
-        return int(inst) + (self.config.n_instances if pull and self.allow_pull else 0)
+        inst, pull = check_route(route, self.config.n_instances)
+        return inst + (self.config.n_instances if pull and self.allow_pull else 0)
 
     def _observe(self) -> np.ndarray:
         # The hot path of ``step``: plain Python floats into one list, one float32 array at the end
