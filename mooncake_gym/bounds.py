@@ -83,27 +83,30 @@ def min_service_s(trace: Trace, cost: CostModel | None = None) -> np.ndarray:
 
 def srpt_flow_times(arrival_s: np.ndarray, work_s: np.ndarray, speed: float) -> np.ndarray:
     """Flow times (completion - arrival) of SRPT on one preemptive machine of ``speed``; ``work_s``
-    in seconds at speed 1, ``arrival_s`` non-decreasing."""
+    in seconds at speed 1, ``arrival_s`` non-decreasing. Times are kept relative to the start of
+    each busy period, so a request served alone gets exactly ``work / speed``."""
     n = len(arrival_s)
     flow = np.empty(n, dtype=np.float64)
     heap: list[tuple[float, int]] = []  # (remaining work, request)
-    t = 0.0
     arrivals = arrival_s.tolist()
     works = work_s.tolist()
+    origin = arrivals[0] if n else 0.0  # start of the current busy period
+    t = 0.0  # time since origin
     for j in range(n + 1):
-        horizon = arrivals[j] if j < n else float("inf")
+        horizon = arrivals[j] - origin if j < n else float("inf")
         while heap and t < horizon:  # serve the shortest remaining job until the next arrival
             rem, i = heap[0]
             done = t + rem / speed
             if done <= horizon:
                 heapq.heappop(heap)
                 t = done
-                flow[i] = t - arrivals[i]
+                flow[i] = t - (arrivals[i] - origin)
             else:
                 heapq.heapreplace(heap, (rem - (horizon - t) * speed, i))
                 t = horizon
         if j < n:
-            t = max(t, horizon)
+            if not heap:  # idle until this arrival: a new busy period starts
+                origin, t = arrivals[j], 0.0
             heapq.heappush(heap, (works[j], j))
     return flow
 
