@@ -410,11 +410,14 @@ class PrebleE2(_Picker):
         if self._history is None or len(self._load) != view.n_instances:
             self._history = deque()  # (time, instance, prefill s) of each dispatch in the window
             self._load = [0.0] * view.n_instances
+            self._count = [0] * view.n_instances
         start = view.now - self.window_s
         h = self._history
         while h and h[0][0] <= start:
             _, i, s = h.popleft()
-            self._load[i] -= s
+            self._count[i] -= 1
+            # an instance with nothing left in the window has load 0 exactly (no rounding residue)
+            self._load[i] = self._load[i] - s if self._count[i] else 0.0
         return self._load
 
     def __call__(self, view: RoutingView) -> Route:
@@ -430,6 +433,7 @@ class PrebleE2(_Picker):
             i = self._argmin([w + p for w, p in zip(load, view.prefill_s)])
         self._history.append((view.now, i, view.prefill_s[i]))
         load[i] += view.prefill_s[i]
+        self._count[i] += 1
         return Route(i)
 
 
