@@ -13,10 +13,12 @@ docstring states its mapping. The common ones:
   including the one in service);
 * waiting (queued, not running) requests -> ``queued_requests - 1`` on a busy instance, else 0;
 * active prefill tokens -> ``view.queued_tokens`` (computed prompt tokens of those requests);
-* active KV blocks ("decode blocks") -> ``view.queued_blocks`` (prompt blocks of those requests: a
-  prefill instance holds no decoding sequence, its KV memory in use is its in-flight prompts);
-* KV-cache utilisation -> ``queued_blocks / cache_blocks`` (vLLM counts only blocks referenced by
-  requests as used, cached-but-free blocks as free);
+* active KV blocks ("decode blocks") -> the distinct prompt blocks of the requests the router sent
+  to an instance that have not finished (:class:`ActiveBlocks`: a prefill instance holds no
+  decoding sequence, its KV memory in use is its in-flight prompts; requests sharing a prefix
+  share its blocks, as in Dynamo's active-sequence tracker and vLLM's block pool);
+* KV-cache utilisation -> those active blocks / ``cache_blocks`` (vLLM counts only blocks
+  referenced by requests as used, cached-but-free blocks as free);
 * prefix match -> ``view.hit_blocks`` / ``view.hit_tokens`` (the exact local hit: what a router
   with KV events from the instances sees; approximate indexes are an observation-mode question).
 
@@ -28,6 +30,7 @@ policy's seeded generator (:class:`baselines.routing._Seeded`), as the routers d
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from collections import deque
 
@@ -42,9 +45,47 @@ def _waiting(view: RoutingView) -> list[int]:
     return [n - 1 if n > 0 else 0 for n in view.queued_requests]
 
 
-def _kv_usage(view: RoutingView) -> list[float]:
-    """KV-cache utilisation in [0, 1]: blocks of in-flight prompts over the cache capacity."""
-    return [min(1.0, b / c) if c > 0 else (1.0 if b else 0.0) for b, c in zip(view.queued_blocks, view.cache_blocks)]
+class ActiveBlocks:
+    """The distinct prompt blocks of the requests a router dispatched to each instance that have
+    not finished, kept by the router itself as Dynamo's active-sequence tracker does (freed on
+    completion): a block shared by several in-flight requests counts once. A request sent to
+    instance ``i`` finishes at ``now + queue_s[i] + prefill_s[i]`` (exact in this simulator; none
+    of these routers pulls)."""
+
+    def __init__(self, n_instances: int):
+        self.n_instances = n_instances
+        self.refs: list[dict[int, int]] = [{} for _ in range(n_instances)]  # block -> in-flight requests
+        self._finishing: list[tuple[float, int, int, tuple]] = []  # heap of (finish, order, instance, blocks)
+        self._order = 0
+
+    def expire(self, now: float) -> None:
+        """Free the blocks of the requests finished by ``now``."""
+        heap = self._finishing
+        while heap and heap[0][0] <= now:
+            _, _, i, ids = heapq.heappop(heap)
+            refs = self.refs[i]
+            for b in ids:
+                if refs[b] == 1:
+                    del refs[b]
+                else:
+                    refs[b] -= 1
+
+    def add(self, view: RoutingView, i: int) -> None:
+        """Record the view's request as sent to instance ``i``."""
+        refs = self.refs[i]
+        for b in view.block_ids:
+            refs[b] = refs.get(b, 0) + 1
+        heapq.heappush(self._finishing, (view.now + view.queue_s[i] + view.prefill_s[i], self._order, i,
+                                         view.block_ids))
+        self._order += 1
+
+    def blocks(self) -> list[int]:
+        """Distinct active blocks of each instance."""
+        return [len(r) for r in self.refs]
+
+    def new_blocks(self, block_ids) -> list[int]:
+        """How many of ``block_ids`` each instance does not yet hold active."""
+        return [sum(1 for b in block_ids if b not in r) for r in self.refs]
 
 
 class _Picker(_Seeded):
@@ -61,6 +102,18 @@ class _Picker(_Seeded):
         idx = range(len(values)) if among is None else among
         best = min(values[i] for i in idx)
         return self._pick([i for i in idx if values[i] == best])
+
+    def _active(self, view: RoutingView) -> ActiveBlocks:
+        """This router's :class:`ActiveBlocks`, with what finished by ``view.now`` freed."""
+        active = getattr(self, "_active_blocks", None)
+        if active is None or active.n_instances != view.n_instances:
+            active = self._active_blocks = ActiveBlocks(view.n_instances)
+        active.expire(view.now)
+        return active
+
+    def reset(self, rng) -> None:
+        super().reset(rng)
+        self._active_blocks = None
 
     def __repr__(self) -> str:
         knobs = getattr(type(self), "KNOBS", {})
@@ -90,13 +143,14 @@ class DynamoKV(_Picker):
     (``decode_active_request_weight``) default 0; temperature default 0.
 
     Mapping: active prefill tokens = ``queued_tokens``; cached blocks = ``hit_tokens / B`` (the
-    local hit, B = 512); decode blocks = ``queued_blocks`` (the incoming request's own blocks, the
-    same on every instance, are left out: they change neither the argmin nor the softmax); active
-    requests = ``queued_requests``.
+    local hit, B = 512); decode blocks = the worker's distinct active blocks plus the request's
+    blocks it does not hold active yet (:class:`ActiveBlocks`, Dynamo's "active blocks + blocks
+    projected for the incoming request"); active requests = ``queued_requests``.
 
     Dynamo's docs (``docs/components/router``, "Example calculation with overlap_score_weight =
     1.0") route a 10-block request among workers with 2/5/8 cached blocks and 10/5/9 decode blocks
-    to worker 2 (costs 18, 10, 11); the unit tests replay it.
+    to worker 2 (costs 18, 10, 11); the unit tests replay it through :meth:`costs` and
+    :meth:`choose`.
     """
 
     name = "dynamo"
@@ -111,21 +165,21 @@ class DynamoKV(_Picker):
         self.active_request_weight = _check("active_request_weight", active_request_weight,
                                             active_request_weight >= 0, "a weight >= 0")
 
-    def costs(self, view: RoutingView) -> list[float]:
+    def costs(self, view: RoutingView, decode_blocks) -> list[float]:
+        """Each worker's cost given its decode blocks."""
         b = BLOCK_TOKENS
         isl = view.input_tokens
-        return [self.overlap_weight * max(0.0, (qt + isl) / b - self.credit * h / b) + qb
+        return [self.overlap_weight * max(0.0, (qt + isl) / b - self.credit * h / b) + d
                 + self.active_request_weight * nq
-                for qt, h, qb, nq in zip(view.queued_tokens, view.hit_tokens, view.queued_blocks,
-                                         view.queued_requests)]
+                for qt, h, d, nq in zip(view.queued_tokens, view.hit_tokens, decode_blocks, view.queued_requests)]
 
-    def __call__(self, view: RoutingView) -> Route:
-        costs = self.costs(view)
+    def choose(self, costs: list[float]) -> int:
+        """The lowest cost (ties at random), or a softmax sample when ``temperature > 0``."""
         if self.temperature == 0:
-            return Route(self._argmin(costs))
+            return self._argmin(costs)
         lo, hi = min(costs), max(costs)
         if hi == lo:
-            return Route(int(self.rng.integers(len(costs))))
+            return int(self.rng.integers(len(costs)))
         scale = (hi - lo) * self.temperature
         weights = [math.exp(-(c - lo) / scale) for c in costs]
         u = self.rng.random() * sum(weights)
@@ -133,8 +187,15 @@ class DynamoKV(_Picker):
         for i, w in enumerate(weights):
             acc += w
             if u < acc:
-                return Route(i)
-        return Route(len(weights) - 1)
+                return i
+        return len(weights) - 1
+
+    def __call__(self, view: RoutingView) -> Route:
+        active = self._active(view)
+        decode = [a + new for a, new in zip(active.blocks(), active.new_blocks(view.block_ids))]
+        i = self.choose(self.costs(view, decode))
+        active.add(view, i)
+        return Route(i)
 
 
 class LlmD(_Picker):
@@ -148,8 +209,9 @@ class LlmD(_Picker):
     when all queues are equal).
 
     Mapping: Q = waiting requests (``queued_requests - 1`` on a busy instance, the scorer reads
-    vLLM's waiting-queue size); KV% = ``queued_blocks / cache_blocks``; matched blocks =
-    ``hit_blocks`` (the default scorer's own index is approximate; here it is exact).
+    vLLM's waiting-queue size); KV% = distinct blocks of the instance's in-flight requests
+    (:class:`ActiveBlocks`) / ``cache_blocks``; matched blocks = ``hit_blocks`` (the default
+    scorer's own index is approximate; here it is exact).
     """
 
     name = "llmd"
@@ -160,18 +222,22 @@ class LlmD(_Picker):
         for key, w in (("prefix_weight", prefix_weight), ("queue_weight", queue_weight), ("kv_weight", kv_weight)):
             setattr(self, key, _check(key, w, w >= 0, "a weight >= 0"))
 
-    def scores(self, view: RoutingView) -> list[float]:
+    def scores(self, view: RoutingView, kv_usage) -> list[float]:
+        """Each instance's weighted score given its KV-cache utilisation in [0, 1]."""
         q = _waiting(view)
         qmax, qmin = max(q), min(q)
         queue = [1.0] * len(q) if qmax == qmin else [(qmax - x) / (qmax - qmin) for x in q]
         total = len(view.block_ids)
         prefix = [k / total if total else 0.0 for k in view.hit_blocks]
-        kv = _kv_usage(view)
         return [self.prefix_weight * p + self.queue_weight * s + self.kv_weight * (1.0 - u)
-                for p, s, u in zip(prefix, queue, kv)]
+                for p, s, u in zip(prefix, queue, kv_usage)]
 
     def __call__(self, view: RoutingView) -> Route:
-        return Route(self._argmax(self.scores(view)))
+        active = self._active(view)
+        kv = [min(1.0, a / c) if c > 0 else float(a > 0) for a, c in zip(active.blocks(), view.cache_blocks)]
+        i = self._argmax(self.scores(view, kv))
+        active.add(view, i)
+        return Route(i)
 
 
 class LlmDPrecise(LlmD):

@@ -15,14 +15,12 @@ class PrefillInstance:
     already dispatched (Algorithm 1's T_queue). ``cache`` is the instance's local prefix cache
     (``None`` when the simulation does not model caching).
 
-    ``queued_tokens`` and ``queued_blocks`` sum the computed (uncached) prompt tokens and the prompt
-    blocks of the requests counted by :meth:`queued_requests` (what production routers call active
-    prefill tokens and active KV blocks); they are current after a call to ``queued_requests(now)``
-    on a busy instance (an idle one holds none).
+    ``queued_tokens`` sums the computed (uncached) prompt tokens of the requests counted by
+    :meth:`queued_requests` (what production routers call active prefill tokens); it is current
+    after a call to ``queued_requests(now)`` on a busy instance (an idle one holds none).
     """
 
-    __slots__ = ("index", "busy_until", "cache", "_finishes", "busy_s", "requests", "_loads", "queued_tokens",
-                 "queued_blocks")
+    __slots__ = ("index", "busy_until", "cache", "_finishes", "busy_s", "requests", "_tokens", "queued_tokens")
 
     def __init__(self, index: int, cache_blocks: int | None = None, cached: bool = True):
         self.index = index
@@ -31,9 +29,8 @@ class PrefillInstance:
         self._finishes: deque[float] = deque()
         self.busy_s = 0.0
         self.requests = 0
-        self._loads: deque[tuple[int, int]] = deque()  # (tokens, blocks) of each request in _finishes
+        self._tokens: deque[int] = deque()  # computed tokens of each request in _finishes
         self.queued_tokens = 0
-        self.queued_blocks = 0
 
     def queue_s(self, now: float) -> float:
         """Seconds of work queued ahead of a request dispatched at ``now``."""
@@ -45,30 +42,27 @@ class PrefillInstance:
         f = self._finishes
         while f and f[0] <= now:
             f.popleft()
-            tokens, blocks = self._loads.popleft()
-            self.queued_tokens -= tokens
-            self.queued_blocks -= blocks
+            self.queued_tokens -= self._tokens.popleft()
         return len(f)
 
     def busy(self, now: float) -> bool:
         return self.busy_until > now
 
-    def dispatch(self, now: float, service_s: float, tokens: int = 0, blocks: int = 0) -> tuple[float, float]:
-        """Queue a request of ``service_s`` seconds at ``now`` (``tokens`` computed prompt tokens,
-        ``blocks`` prompt blocks); returns its (start, finish) times."""
+    def dispatch(self, now: float, service_s: float, tokens: int = 0) -> tuple[float, float]:
+        """Queue a request of ``service_s`` seconds at ``now`` (``tokens`` computed prompt tokens);
+        returns its (start, finish) times."""
         if self.busy_until > now:
             start = self.busy_until
         else:  # idle: everything dispatched before has finished
             start = now
             self._finishes.clear()
-            self._loads.clear()
-            self.queued_tokens = self.queued_blocks = 0
+            self._tokens.clear()
+            self.queued_tokens = 0
         finish = start + service_s
         self.busy_until = finish
         self._finishes.append(finish)
-        self._loads.append((tokens, blocks))
+        self._tokens.append(tokens)
         self.queued_tokens += tokens
-        self.queued_blocks += blocks
         self.busy_s += service_s
         self.requests += 1
         return start, finish

@@ -75,7 +75,6 @@ class RoutingView:
     queue_s: work queued on each instance (s), Algorithm 1's T_queue.
     queued_requests: requests dispatched to each instance and not finished (including the one in service).
     queued_tokens: computed (uncached) prompt tokens of those requests (Dynamo's "active prefill tokens").
-    queued_blocks: prompt blocks of those requests (the KV blocks they occupy; Dynamo's "active blocks").
     cache_blocks: each instance's prefix-cache capacity in blocks.
     hit_tokens: each instance's local prefix hit for this request (tokens).
     hit_blocks: each instance's local prefix hit in blocks (leading blocks of ``block_ids`` it holds).
@@ -87,8 +86,7 @@ class RoutingView:
 
     __slots__ = ("now", "index", "input_tokens", "output_tokens", "block_ids", "n_instances", "queue_s",
                  "queued_requests", "hit_tokens", "prefill_s", "best_hit_tokens", "best_instance",
-                 "transfer_s", "pull_prefill_s", "queued_tokens", "queued_blocks", "cache_blocks",
-                 "hit_blocks")
+                 "transfer_s", "pull_prefill_s", "queued_tokens", "cache_blocks", "hit_blocks")
 
     def ttft_s(self, instance: int, pull: bool = False) -> float:
         """Estimated TTFT on ``instance`` (exact in this simulator): queue + transfer + prefill."""
@@ -150,7 +148,7 @@ class RoutingResult:
         }
 
 
-_IDLE_LOAD = (0, 0, 0)  # queued requests, tokens and blocks of an idle instance
+_IDLE_LOAD = (0, 0)  # queued requests and tokens of an idle instance
 
 _ARRAYS = ("arrival_s", "input_tokens", "instance", "ttft_s", "queue_s", "transfer_s", "prefill_s",
            "hit_tokens", "fetched_tokens")
@@ -232,9 +230,8 @@ class RoutingSimulator:
         else:
             v.hit_tokens, v.prefill_s, v.transfer_s, v.pull_prefill_s = zip(*[by_hit[k] for k in ks])
         v.queue_s = queue = tuple([inst.busy_until - now if inst.busy_until > now else 0.0 for inst in instances])
-        v.queued_requests, v.queued_tokens, v.queued_blocks = zip(*[
-            (inst.queued_requests(now), inst.queued_tokens, inst.queued_blocks) if q else _IDLE_LOAD
-            for inst, q in zip(instances, queue)])
+        v.queued_requests, v.queued_tokens = zip(*[
+            (inst.queued_requests(now), inst.queued_tokens) if q else _IDLE_LOAD for inst, q in zip(instances, queue)])
         v.cache_blocks = self._cache_blocks
         v.best_hit_tokens, v.best_instance = best, ks.index(best_blocks) if best_blocks else -1
         return v
@@ -273,7 +270,7 @@ class RoutingSimulator:
         else:
             prefill = v.prefill_s[i]
         queue = v.queue_s[i]
-        inst.dispatch(v.now, transfer + prefill, v.input_tokens - hit, len(v.block_ids))
+        inst.dispatch(v.now, transfer + prefill, v.input_tokens - hit)
         inst.cache.insert(v.block_ids)
         ttft = queue + transfer + prefill  # = finish - arrival, without the rounding of absolute times
         self._rows.append((v.now, v.input_tokens, i, ttft, queue, transfer, prefill, hit, fetched))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from mooncake_gym.baselines import ROUTING_POLICIES, make_policy
-from mooncake_gym.baselines.production import (PRODUCTION_ROUTING_POLICIES, AIBrixPrefixCache,
+from mooncake_gym.baselines.production import (PRODUCTION_ROUTING_POLICIES, ActiveBlocks, AIBrixPrefixCache,
                                                ConsistentHashBoundedLoad, DynamoKV, LlmD, LlmDPrecise, LMetric,
                                                PowerOfTwoChoices, PrebleE2, SGLangCacheAware, VLLMKVAware,
                                                VLLMPrefix)
@@ -29,7 +29,7 @@ def view(n: int = 3, input_tokens: int = 10 * B, blocks: int | None = None, now:
     v.n_instances = n
     zeros = (0,) * n
     v.queue_s = v.prefill_s = v.transfer_s = v.pull_prefill_s = (0.0,) * n
-    v.queued_requests = v.queued_tokens = v.queued_blocks = v.hit_tokens = v.hit_blocks = zeros
+    v.queued_requests = v.queued_tokens = v.hit_tokens = v.hit_blocks = zeros
     v.cache_blocks = (3000,) * n
     for key, value in fields.items():
         setattr(v, key, tuple(value) if isinstance(value, (list, tuple)) else value)
@@ -52,39 +52,67 @@ def choices(policy, v: RoutingView, seeds=range(40)) -> set[int]:
 
 
 # -- NVIDIA Dynamo -------------------------------------------------------------------------------
+#: Dynamo's docs: a 10-block request; workers with 2/5/8 cached blocks (so 8/5/2 to prefill) and
+#: 10/5/9 decode blocks; with overlap_score_weight 1 worker 2 is selected.
+DOCS_DECODE = (10, 5, 9)
+
+
 def dynamo_docs_example(**kw) -> RoutingView:
-    """Dynamo's docs: a 10-block request; workers with 2/5/8 cached blocks (so 8/5/2 to prefill)
-    and 10/5/9 decode blocks; with overlap_score_weight 1 worker 2 is selected."""
-    return view(input_tokens=10 * B, hit_blocks=(2, 5, 8), queued_blocks=(10, 5, 9), **kw)
+    return view(input_tokens=10 * B, hit_blocks=(2, 5, 8), **kw)
 
 
 def test_dynamo_replays_the_three_worker_example_of_its_docs():
     p = seeded(DynamoKV())
-    assert p.costs(dynamo_docs_example()) == [18.0, 10.0, 11.0]
-    assert p(dynamo_docs_example()).instance == 1
+    costs = p.costs(dynamo_docs_example(), DOCS_DECODE)
+    assert costs == [18.0, 10.0, 11.0] and p.choose(costs) == 1
 
 
 def test_dynamo_overlap_weight_active_prefill_and_request_weight():
     # weight 2: 2*8+10 = 26, 2*5+5 = 15, 2*2+9 = 13 -> worker 3
-    assert seeded(DynamoKV(overlap_weight=2.0))(dynamo_docs_example()).instance == 2
+    p = seeded(DynamoKV(overlap_weight=2.0))
+    assert p.choose(p.costs(dynamo_docs_example(), DOCS_DECODE)) == 2
     # 6 blocks of active prefill on worker 2: 18, 16, 11 -> worker 3
-    v = dynamo_docs_example(queued_tokens=(0, 6 * B, 0))
-    assert DynamoKV().costs(v) == [18.0, 16.0, 11.0] and seeded(DynamoKV())(v).instance == 2
+    assert DynamoKV().costs(dynamo_docs_example(queued_tokens=(0, 6 * B, 0)), DOCS_DECODE) == [18.0, 16.0, 11.0]
     # the credit never makes the prefill term negative; active requests weigh in when asked
     v = dynamo_docs_example(queued_requests=(0, 3, 0))
-    assert DynamoKV(credit=10.0).costs(v) == [10.0, 5.0, 9.0]
-    assert DynamoKV(active_request_weight=1.0).costs(v) == [18.0, 13.0, 11.0]
+    assert DynamoKV(credit=10.0).costs(v, DOCS_DECODE) == [10.0, 5.0, 9.0]
+    assert DynamoKV(active_request_weight=1.0).costs(v, DOCS_DECODE) == [18.0, 13.0, 11.0]
 
 
 def test_dynamo_temperature_samples_the_softmax_of_normalised_costs():
-    v = dynamo_docs_example()  # costs 18, 10, 11: p ~ exp(-(c - 10) / (8 T))
+    costs = [18.0, 10.0, 11.0]  # p ~ exp(-(c - 10) / (8 T))
     p = seeded(DynamoKV(temperature=1.0), 7)
-    counts = np.bincount([p(v).instance for _ in range(20000)], minlength=3) / 20000
-    expected = np.exp(-(np.array([18.0, 10.0, 11.0]) - 10.0) / 8.0)
+    counts = np.bincount([p.choose(costs) for _ in range(20000)], minlength=3) / 20000
+    expected = np.exp(-(np.array(costs) - 10.0) / 8.0)
     assert np.allclose(counts, expected / expected.sum(), atol=0.01)
     # equal costs: uniform; ties at temperature 0: random among the tied
     assert choices(DynamoKV(temperature=0.5), view()) == {0, 1, 2}
     assert choices(DynamoKV(), view(hit_blocks=(4, 4, 0))) == {0, 1}
+
+
+def test_active_blocks_count_shared_blocks_once_until_the_requests_finish():
+    active = ActiveBlocks(2)
+    active.add(view(n=2, input_tokens=4 * B, now=0.0, queue_s=(0.0, 0.0), prefill_s=(1.0, 1.0)), 0)
+    active.add(view(n=2, input_tokens=4 * B, now=0.5, blocks=4, block_ids=(1, 2, 7, 8), queue_s=(0.5, 0.0),
+                    prefill_s=(1.0, 1.0)), 0)  # finishes at 0.5 + 0.5 + 1 = 2
+    assert active.blocks() == [6, 0]  # 1, 2, 3, 4, 7, 8
+    assert active.new_blocks((1, 2, 3, 9)) == [1, 4]
+    active.expire(1.0)  # the first request finished at 1.0
+    assert active.blocks() == [4, 0] and active.new_blocks((1, 2, 3, 9)) == [2, 4]
+    active.expire(2.0)
+    assert active.blocks() == [0, 0]
+
+
+def test_dynamo_decode_blocks_come_from_its_own_dispatches():
+    # a 4-block request goes to an idle instance; a different 4-block prompt at t=0.1 costs 4
+    # prefill blocks everywhere plus 4 decode blocks on the idle instance and 4 + 4 on the one
+    # still holding the first request's blocks -> the idle one
+    p = seeded(DynamoKV())
+    first = p(view(n=2, input_tokens=4 * B, prefill_s=(1.0, 1.0))).instance
+    busy = [0.9 if i == first else 0.0 for i in range(2)]
+    other = p(view(n=2, input_tokens=4 * B, now=0.1, blocks=4, block_ids=(11, 12, 13, 14), queue_s=busy,
+                   prefill_s=(1.0, 1.0))).instance
+    assert other != first
 
 
 # -- llm-d ---------------------------------------------------------------------------------------
@@ -92,19 +120,26 @@ def test_llmd_weighted_scorers_and_the_precise_profile():
     # 8 blocks; instance 0 holds 5 of them but has 2 waiting requests, instance 1 none and nothing
     # cached; equal KV use. default 3/2/2: 3*5/8 = 1.875 + 0 < 0 + 2 -> instance 1;
     # precise 2/1/1: 2*5/8 = 1.25 > 1 -> instance 0.
-    v = view(n=2, input_tokens=8 * B, hit_blocks=(5, 0), queued_requests=(3, 1), queued_blocks=(300, 300))
-    assert LlmD().scores(v) == pytest.approx([3 * 5 / 8 + 2 * 0.9, 2 + 2 * 0.9])
-    assert seeded(LlmD())(v).instance == 1
-    assert seeded(LlmDPrecise())(v).instance == 0
+    v = view(n=2, input_tokens=8 * B, hit_blocks=(5, 0), queued_requests=(3, 1))
+    kv = (0.1, 0.1)
+    assert LlmD().scores(v, kv) == pytest.approx([3 * 5 / 8 + 2 * 0.9, 2 + 2 * 0.9])
+    assert seeded(LlmD())._argmax(LlmD().scores(v, kv)) == 1
+    assert seeded(LlmD())._argmax(LlmDPrecise().scores(v, kv)) == 0
+    # through __call__ (no active blocks yet: KV use 0 everywhere)
+    assert seeded(LlmD())(v).instance == 1 and seeded(LlmDPrecise())(v).instance == 0
 
 
 def test_llmd_queue_and_kv_scores():
-    # all queues equal: queue score 1 everywhere; KV use 0.1 / 0 / 0.5 of 3,000 blocks
-    v = view(hit_blocks=(0, 0, 0), queued_requests=(1, 1, 1), queued_blocks=(300, 0, 1500))
-    assert LlmD().scores(v) == pytest.approx([2 + 2 * 0.9, 2 + 2 * 1.0, 2 + 2 * 0.5])
+    # all queues equal: queue score 1 everywhere; KV use 0.1 / 0 / 0.5
+    v = view(hit_blocks=(0, 0, 0), queued_requests=(1, 1, 1))
+    assert LlmD().scores(v, (0.1, 0.0, 0.5)) == pytest.approx([2 + 2 * 0.9, 2 + 2 * 1.0, 2 + 2 * 0.5])
     # waiting = in flight - 1: (3, 2, 1) in flight -> (2, 1, 0) waiting -> scores 0, 0.5, 1
     v = view(queued_requests=(3, 2, 1))
-    assert LlmD(prefix_weight=0, kv_weight=0).scores(v) == pytest.approx([0.0, 1.0, 2.0])
+    assert LlmD(prefix_weight=0, kv_weight=0).scores(v, (0, 0, 0)) == pytest.approx([0.0, 1.0, 2.0])
+    # KV use from its own dispatches: 1,500 distinct active blocks of a 3,000-block cache = 0.5
+    p = seeded(LlmD(prefix_weight=0, queue_weight=0))
+    first = p(view(n=2, input_tokens=1500 * B, prefill_s=(5.0, 5.0))).instance
+    assert p(view(n=2, input_tokens=B, now=1.0, blocks=1, block_ids=(99999,))).instance != first
 
 
 # -- SGLang --------------------------------------------------------------------------------------
@@ -247,9 +282,9 @@ def test_view_load_fields_follow_the_instances():
     trace = Trace([0.0, 0.0, 100.0], [4 * B, 4 * B, 3 * B], [1, 1, 1], [(1, 2, 3, 4), (1, 2, 5, 6), (7, 8, 9)])
     sim = RoutingSimulator(trace, RoutingConfig(n_instances=2, cache_blocks=50))
     v = sim.view
-    assert v.queued_tokens == (0, 0) and v.queued_blocks == (0, 0) and v.cache_blocks == (50, 50)
+    assert v.queued_tokens == (0, 0) and v.cache_blocks == (50, 50)
     v = sim.step(0)
     assert v.hit_blocks == (2, 0) and v.hit_tokens == (2 * B, 0)
-    assert v.queued_requests == (1, 0) and v.queued_tokens == (4 * B, 0) and v.queued_blocks == (4, 0)
+    assert v.queued_requests == (1, 0) and v.queued_tokens == (4 * B, 0)
     v = sim.step(0)
-    assert v.queued_requests == (0, 0) and v.queued_tokens == (0, 0) and v.queued_blocks == (0, 0)  # t=100: done
+    assert v.queued_requests == (0, 0) and v.queued_tokens == (0, 0)  # t=100: done
