@@ -129,8 +129,8 @@ def _check(name: str, value, ok: bool, expected: str):
 
 class DynamoKV(_Picker):
     """``dynamo``: NVIDIA Dynamo's KV router (``ai-dynamo/dynamo``,
-    ``lib/kv-router/src/scheduling/selector/default.rs``, ``DefaultWorkerScorer::worker_logit``;
-    defaults in ``lib/kv-router/src/scheduling/config.rs``; read at commit 07a6c9ce).
+    ``lib/kv-router/src/scheduling/selector/default.rs``, ``DefaultWorkerScorer::worker_logit``, read
+    at commit 07a6c9ce; defaults in ``lib/kv-router/src/scheduling/config.rs``, read at 0243c51b).
 
     For each worker, in blocks: ``cost = overlap_weight * max(0, (active_prefill_tokens + ISL) / B
     - credit * cached_blocks) + decode_blocks + active_request_weight * active_requests``; the
@@ -138,9 +138,11 @@ class DynamoKV(_Picker):
     proportional to ``exp(-(cost - min) / ((max - min) * temperature))`` (uniform when all costs are
     equal), Dynamo's softmax over normalised costs. ``overlap_weight`` is the ``prefill_load_scale``
     (formerly ``--kv-overlap-score-weight``), default 1; ``credit`` the device-hit credit
-    ``overlap_score_credit``, default 1 (host/disk tiers and shared caches carry no extra credit
-    here: every cached block is on the instance); ``active_request_weight``
-    (``decode_active_request_weight``) default 0; temperature default 0.
+    ``overlap_score_credit``, default 1, in [0, 1] as Dynamo validates it (host/disk tiers and
+    shared caches carry no extra credit here: every cached block is on the instance);
+    ``active_request_weight`` (``decode_active_request_weight``) default 0; temperature default 0.
+    Dynamo's router-side queue (``router_queue_threshold``: hold requests while every worker is
+    busy) is not modelled: every request is dispatched on arrival, as the simulator requires.
 
     Mapping: active prefill tokens = ``queued_tokens``; cached blocks = ``hit_tokens / B`` (the
     local hit, B = 512); decode blocks = the worker's distinct active blocks plus the request's
@@ -161,7 +163,7 @@ class DynamoKV(_Picker):
         super().__init__()
         self.overlap_weight = _check("overlap_weight", overlap_weight, overlap_weight >= 0, "a weight >= 0")
         self.temperature = _check("temperature", temperature, temperature >= 0, "a temperature >= 0")
-        self.credit = _check("credit", credit, credit >= 0, "a credit >= 0")
+        self.credit = _check("credit", credit, 0 <= credit <= 1, "a credit in [0, 1]")
         self.active_request_weight = _check("active_request_weight", active_request_weight,
                                             active_request_weight >= 0, "a weight >= 0")
 
@@ -200,8 +202,8 @@ class DynamoKV(_Picker):
 
 class LlmD(_Picker):
     """``llmd``: the llm-d inference scheduler's default profile (``llm-d/llm-d-inference-scheduler``,
-    ``pkg/epp/config/loader/defaults.go``: queue-scorer weight 2, kv-cache-utilization-scorer 2,
-    prefix-cache-scorer 3, max-score-picker; scorers described in
+    ``pkg/epp/config/loader/defaults.go``, read at commit 159e739b: queue-scorer weight 2,
+    kv-cache-utilization-scorer 2, prefix-cache-scorer 3, max-score-picker; scorers described in
     ``pkg/epp/framework/plugins/scheduling/scorer/{queuedepth,kvcacheutilization,prefix}/README.md``).
 
     Score = ``prefix_weight * matched/total blocks + queue_weight * (Qmax - Q)/(Qmax - Qmin) +
@@ -242,7 +244,8 @@ class LlmD(_Picker):
 
 class LlmDPrecise(LlmD):
     """``llmd_precise``: llm-d's "precise prefix-cache aware" profile (``llm-d/llm-d``,
-    ``guides/precise-prefix-cache-aware/scheduler/precise-prefix-cache-aware.values.yaml``:
+    ``guides/precise-prefix-cache-aware/scheduler/precise-prefix-cache-aware.values.yaml``, read at
+    commit 019a3f3f:
     precise-prefix-cache-scorer weight 2, kv-cache-utilization-scorer 1, queue-scorer 1). Same
     scorers and mapping as :class:`LlmD`; the precise scorer reads the instances' KV events, which
     is what the exact view gives."""
@@ -442,7 +445,8 @@ class AIBrixPrefixCache(_Picker):
 class PrebleE2(_Picker):
     """``preble``: Preble's E2 scheduling (Srivatsa et al., "Preble: Efficient Distributed Prompt
     Scheduling for LLM Serving", ICLR 2025, §3; ``WukLab/preble``,
-    ``multi_node/global_scheduler_with_time.py``, ``GlobalSchedulerWithTime.runtime_selector``).
+    ``multi_node/global_scheduler_with_time.py``, ``GlobalSchedulerWithTime.runtime_selector``, read
+    at commit 0c962c4c).
 
     Exploit: if the longest cached prefix of the request is longer than its uncached rest, the
     request goes to an instance holding that prefix (the least loaded holder). Explore: otherwise
@@ -506,7 +510,7 @@ class PrebleE2(_Picker):
 class LMetric(_Picker):
     """``lmetric``: the hyper-parameter-free LMetric rule as AIBrix implements it
     (``vllm-project/aibrix``, ``pkg/plugins/gateway/algorithms/l_metric_local.go``, router
-    ``l-metric-local``; Dynamo offers the same product as a cost option).
+    ``l-metric-local``, read at commit 2519ad59).
 
     ``score = (pending uncached tokens + this request's uncached tokens) * (pending requests + 1)``,
     lowest wins, ties at random.

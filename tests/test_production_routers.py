@@ -73,9 +73,9 @@ def test_dynamo_overlap_weight_active_prefill_and_request_weight():
     assert p.choose(p.costs(dynamo_docs_example(), DOCS_DECODE)) == 2
     # 6 blocks of active prefill on worker 2: 18, 16, 11 -> worker 3
     assert DynamoKV().costs(dynamo_docs_example(queued_tokens=(0, 6 * B, 0)), DOCS_DECODE) == [18.0, 16.0, 11.0]
-    # the credit never makes the prefill term negative; active requests weigh in when asked
+    # credit 0 ignores the cache (10 prefill blocks everywhere); active requests weigh in when asked
     v = dynamo_docs_example(queued_requests=(0, 3, 0))
-    assert DynamoKV(credit=10.0).costs(v, DOCS_DECODE) == [10.0, 5.0, 9.0]
+    assert DynamoKV(credit=0.0).costs(v, DOCS_DECODE) == [20.0, 15.0, 19.0]
     assert DynamoKV(active_request_weight=1.0).costs(v, DOCS_DECODE) == [18.0, 13.0, 11.0]
 
 
@@ -253,6 +253,7 @@ def test_registered_and_knobs_span_the_published_defaults():
 
 @pytest.mark.parametrize("cls, kwargs, param", [
     (DynamoKV, {"temperature": -1}, "temperature"),
+    (DynamoKV, {"credit": 1.5}, "credit"),
     (LlmD, {"queue_weight": -1}, "queue_weight"),
     (SGLangCacheAware, {"cache_threshold": 2}, "cache_threshold"),
     (AIBrixPrefixCache, {"std_factor": -0.5}, "std_factor"),
