@@ -58,6 +58,9 @@ class Setting:
     env_kwargs: dict
     rows: list = field(default_factory=list)
     episodes: dict = field(default_factory=dict)
+    #: routing only: the lower bound on mean TTFT over the same seeds (``routing_bound``), shown as
+    #: the table's last row ``bound``
+    bound: dict | None = None
 
 
 def routing_settings(rates=(4.0, 8.0), trace=None, speed=1.0, episode_requests=ROUTING_EPISODE_REQUESTS):
@@ -109,10 +112,34 @@ def run_setting(setting: Setting, policies: dict, seeds, keep_results: bool = Fa
     return setting
 
 
+def routing_bound(setting: Setting, seeds) -> dict:
+    """The lower bound on mean TTFT (:func:`mooncake_gym.bounds.ttft_lower_bound`) of each seed's
+    episode of a routing setting, as a row: mean and 95 % CI over the seeds."""
+    import gymnasium as gym
+
+    from .bounds import ttft_lower_bound
+
+    env = gym.make(setting.env_id, **setting.env_kwargs)
+    try:
+        values = []
+        for seed in seeds:
+            env.reset(seed=seed)  # the episode every policy of the setting saw with this seed
+            base = env.unwrapped
+            values.append(ttft_lower_bound(base.sim.trace, base.config, base.cost).mean_ttft_s)
+    finally:
+        env.close()
+    mean, ci = mean_ci95(values)
+    return {"policy": "bound", "episodes": len(values), "mean_ttft_s": mean, "mean_ttft_s_ci95": ci}
+
+
 def format_setting(setting: Setting, markdown: bool = False) -> str:
     columns, _ = columns_of(setting.problem)
     cells = []
-    for row in setting.rows:
+    rows = setting.rows
+    if setting.bound is not None:  # the bound defines mean TTFT only: '-' elsewhere
+        rows = rows + [{**{k: float("nan") for k, _, _ in columns[1:]},
+                        **{k + "_ci95": float("nan") for k, _, _ in columns[1:]}, **setting.bound}]
+    for row in rows:
         cell = {"policy": row["policy"]}
         for key, _, fmt in columns[1:]:
             mean, ci = row[key], row[key + "_ci95"]
@@ -155,6 +182,8 @@ def compare(env: str = "all", seeds: int = 5, rates=(4.0, 8.0), loads=(2.0,), tr
             if bar is not None:
                 bar.set_postfix_str(s.label.split(",")[0])
             run_setting(s, pols, seed_list, keep_results=plot_dir is not None, progress=bar)
+            if s.problem == "routing":
+                s.bound = routing_bound(s, seed_list)
     finally:
         if bar is not None:
             bar.close()
@@ -199,4 +228,5 @@ def settings_json(settings: list[Setting], seeds: int) -> dict:
             "settings": [{"problem": s.problem, "label": s.label, "env_id": s.env_id,
                           "env_kwargs": {k: (v if isinstance(v, (int, float, str)) else str(v))
                                          for k, v in s.env_kwargs.items()},
-                          "rows": s.rows} for s in settings]}
+                          "rows": s.rows, **({"bound": s.bound} if s.bound is not None else {})}
+                         for s in settings]}

@@ -92,7 +92,7 @@ def check_route(action, n_instances: int) -> tuple[int, bool]:
 #: The fields of :class:`RoutingView`, in order.
 ROUTING_VIEW_FIELDS = ("now", "index", "input_tokens", "output_tokens", "block_ids", "n_instances", "queue_s",
                        "queued_requests", "hit_tokens", "prefill_s", "best_hit_tokens", "best_instance",
-                       "transfer_s", "pull_prefill_s")
+                       "transfer_s", "pull_prefill_s", "queued_tokens", "cache_blocks", "hit_blocks")
 
 
 class RoutingView(namedtuple("RoutingViewFields", ROUTING_VIEW_FIELDS)):
@@ -105,8 +105,11 @@ class RoutingView(namedtuple("RoutingViewFields", ROUTING_VIEW_FIELDS)):
     index: the request's position in the trace.
     input_tokens, output_tokens, block_ids: the request.
     queue_s: work queued on each instance (s), Algorithm 1's T_queue.
-    queued_requests: requests dispatched to each instance and not finished.
+    queued_requests: requests dispatched to each instance and not finished (including the one in service).
+    queued_tokens: computed (uncached) prompt tokens of those requests (Dynamo's "active prefill tokens").
+    cache_blocks: each instance's prefix-cache capacity in blocks.
     hit_tokens: each instance's local prefix hit for this request (tokens).
+    hit_blocks: each instance's local prefix hit in blocks (leading blocks of ``block_ids`` it holds).
     prefill_s: estimated prefill time on each instance given its local hit.
     best_hit_tokens, best_instance: the longest prefix held anywhere and who holds it (-1 if none).
     transfer_s: time to pull the part of the best prefix each instance lacks (0 where none is missing).
@@ -178,6 +181,8 @@ class RoutingResult:
         }
 
 
+_IDLE_LOAD = (0, 0)  # queued requests and tokens of an idle instance
+
 _ARRAYS = ("arrival_s", "input_tokens", "instance", "ttft_s", "queue_s", "transfer_s", "prefill_s",
            "hit_tokens", "fetched_tokens")
 
@@ -207,6 +212,7 @@ class RoutingSimulator:
         c = self.config
         self.instances = [PrefillInstance(i, c.cache_blocks) for i in range(c.n_instances)]
         self._caches = [inst.cache for inst in self.instances]
+        self._cache_blocks = (c.cache_blocks,) * c.n_instances
         self._i = 0
         self._rows: list[tuple] = []  # one outcome per dispatched request (fields of _ARRAYS)
         self.last: dict | None = None
@@ -253,10 +259,12 @@ class RoutingSimulator:
         else:
             hits, prefills, transfers, pulls = zip(*[by_hit[k] for k in ks])
         queue = tuple([inst.busy_until - now if inst.busy_until > now else 0.0 for inst in instances])
-        queued = tuple([inst.queued_requests(now) if q else 0 for inst, q in zip(instances, queue)])
+        queued, queued_tokens = zip(*[
+            (inst.queued_requests(now), inst.queued_tokens) if q else _IDLE_LOAD for inst, q in zip(instances, queue)])
         # the fields in the order of ROUTING_VIEW_FIELDS, as one tuple (read-only for the policy)
         return _new_tuple(RoutingView, (now, i, n_in, self._output[i], ids, n, queue, queued, hits, prefills, best,
-                                        ks.index(best_blocks) if best_blocks else -1, transfers, pulls))
+                                        ks.index(best_blocks) if best_blocks else -1, transfers, pulls,
+                                        queued_tokens, self._cache_blocks, tuple(ks)))
 
     def _parse(self, action) -> tuple[int, bool]:
         return check_route(action, len(self.instances))
@@ -282,7 +290,7 @@ class RoutingSimulator:
         else:
             prefill = v.prefill_s[i]
         queue = v.queue_s[i]
-        inst.dispatch(v.now, transfer + prefill)
+        inst.dispatch(v.now, transfer + prefill, v.input_tokens - hit)
         inst.cache.insert(v.block_ids)
         ttft = queue + transfer + prefill  # = finish - arrival, without the rounding of absolute times
         self._rows.append((v.now, v.input_tokens, i, ttft, queue, transfer, prefill, hit, fetched))
