@@ -25,13 +25,14 @@ Since service is FIFO and deterministic, each request's TTFT is known at dispatc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, NamedTuple
+import re
+from dataclasses import dataclass, replace
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
 from .cluster import PrefillInstance
-from .costmodel import CostModel
+from .costmodel import CostModel, InstanceSpec
 from .policy import policy_name, reset_policy
 from .prefixcache import match_all
 from .workload import Trace
@@ -41,22 +42,93 @@ from .workload import Trace
 class RoutingConfig:
     """Cluster shape and SLO of the routing problem.
 
-    n_instances: prefill instances (default 8, as in lecture demo 2 and Mooncake Figure 8).
-    cache_blocks: capacity of each instance's local prefix cache in 512-token blocks (default 3,000).
+    n_instances: prefill instances (default 8, as in lecture demo 2 and Mooncake Figure 8; with
+        ``instances``, their number).
+    cache_blocks: capacity of each instance's local prefix cache in 512-token blocks (default 3,000),
+        or one capacity per instance (a heterogeneous pool).
     ttft_slo_s: TTFT service-level objective for attainment (default 5 s, as in the lecture).
+    instances: None (default: every instance is the cost model's own ``InstanceSpec``) or one
+        :class:`~mooncake_gym.costmodel.InstanceSpec` per instance, for a heterogeneous pool: a GPU
+        name (``"H800"``) stands for ``InstanceSpec(gpu=name)`` (8 GPUs at 60 % MFU), and a string
+        such as ``"4xH800+4xA800"`` for that list. Each instance then prefills at its own speed
+        (``CostModel`` with that instance); the served model, block size and RDMA are the cluster's.
     """
 
-    n_instances: int = 8
-    cache_blocks: int = 3000
+    n_instances: int | None = None
+    cache_blocks: int | tuple[int, ...] = 3000
     ttft_slo_s: float = 5.0
+    instances: tuple[InstanceSpec, ...] | None = None
 
     def __post_init__(self):
-        if not isinstance(self.n_instances, (int, np.integer)) or not 1 <= self.n_instances <= 1024:
-            raise ValueError(f"n_instances: expected an integer in 1..1024, got {self.n_instances!r}")
-        if not isinstance(self.cache_blocks, (int, np.integer)) or self.cache_blocks < 0:
-            raise ValueError(f"cache_blocks: expected an integer >= 0, got {self.cache_blocks!r}")
+        if self.instances is not None:
+            object.__setattr__(self, "instances", parse_instances(self.instances))
+        n = self.n_instances
+        if n is None:
+            n = 8 if self.instances is None else len(self.instances)
+            object.__setattr__(self, "n_instances", n)
+        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or not 1 <= n <= 1024:
+            raise ValueError(f"n_instances: expected an integer in 1..1024, got {n!r}")
+        if self.instances is not None and len(self.instances) != n:
+            raise ValueError(f"n_instances: expected len(instances) = {len(self.instances)} (or leave it out), got {n}")
+        blocks = self.cache_blocks
+        if isinstance(blocks, (list, tuple, np.ndarray)):
+            blocks = tuple(blocks)
+            if len(blocks) != n:
+                raise ValueError(f"cache_blocks: expected one integer per instance ({n}), got {len(blocks)}")
+            object.__setattr__(self, "cache_blocks", blocks)
+        else:
+            blocks = (blocks,)
+        for b in blocks:
+            if not isinstance(b, (int, np.integer)) or isinstance(b, bool) or b < 0:
+                raise ValueError(f"cache_blocks: expected an integer >= 0 (or one per instance), got {b!r}")
         if not self.ttft_slo_s > 0:
             raise ValueError(f"ttft_slo_s: expected > 0 seconds, got {self.ttft_slo_s!r}")
+
+    def instance_cache_blocks(self) -> tuple[int, ...]:
+        """Each instance's prefix-cache capacity in blocks."""
+        b = self.cache_blocks
+        return tuple(int(x) for x in b) if isinstance(b, tuple) else (int(b),) * self.n_instances
+
+    def instance_costs(self, cost: CostModel) -> tuple[CostModel, ...]:
+        """Each instance's cost model: ``cost`` itself, or ``cost`` with that instance's ``InstanceSpec``."""
+        if self.instances is None:
+            return (cost,) * self.n_instances
+        return tuple(replace(cost, instance=spec) for spec in self.instances)
+
+
+_POOL_PART = re.compile(r"^\s*(?:(\d+)\s*[xX*]\s*)?([A-Za-z0-9]+)\s*$")
+
+
+def parse_instances(instances) -> tuple[InstanceSpec, ...]:
+    """One ``InstanceSpec`` per instance from ``"4xH800+4xA800"``, or a sequence of GPU names and
+    ``InstanceSpec`` objects (a GPU name is ``InstanceSpec(gpu=name)``). ``ValueError`` names
+    ``instances`` otherwise."""
+    if isinstance(instances, str):
+        items = []
+        for part in instances.split("+"):
+            m = _POOL_PART.match(part)
+            if not m or (m.group(1) is not None and int(m.group(1)) < 1):
+                raise ValueError(f"instances: expected e.g. '4xH800+4xA800' (COUNTxGPU joined by '+'), got {instances!r}")
+            items += [m.group(2).upper()] * int(m.group(1) or 1)
+    elif isinstance(instances, (list, tuple)):
+        items = list(instances)
+    else:
+        raise ValueError(f"instances: expected a string like '4xH800+4xA800' or a list of GPU names / InstanceSpec, "
+                         f"got {type(instances).__name__}")
+    if not items:
+        raise ValueError("instances: expected at least one instance")
+    specs = []
+    for i, item in enumerate(items):
+        if isinstance(item, InstanceSpec):
+            specs.append(item)
+        elif isinstance(item, str):
+            try:
+                specs.append(InstanceSpec(gpu=item.upper()))
+            except ValueError as e:
+                raise ValueError(f"instances[{i}]: {e}") from None
+        else:
+            raise ValueError(f"instances[{i}]: expected a GPU name or an InstanceSpec, got {item!r}")
+    return tuple(specs)
 
 
 class Route(NamedTuple):
@@ -94,6 +166,64 @@ class RoutingView:
     def __repr__(self) -> str:
         return (f"RoutingView(now={self.now:.3f}, index={self.index}, input={self.input_tokens}, "
                 f"hits={self.hit_tokens}, queue_s={tuple(round(q, 3) for q in self.queue_s)})")
+
+
+class PrefixEstimates:
+    """The view fields that follow from each instance's prefix hit, through the cost model.
+
+    ``fill(view, hit_blocks, input_tokens)`` sets ``hit_tokens``, ``prefill_s``, ``transfer_s``,
+    ``pull_prefill_s``, ``best_hit_tokens`` and ``best_instance`` of ``view`` from ``hit_blocks[i]``,
+    the leading blocks of the request held by instance ``i``. The simulator fills its exact view with
+    the caches' true hits, and the observation layer (``mooncake_gym.observation``) a router's view
+    with the hits its prefix index believes in: one formula for both. Each instance prefills at the
+    speed of its own cost model (``costs[i]``); the block size and the RDMA transfer are the first's
+    (the same for every instance of a cluster).
+    """
+
+    __slots__ = ("hit_tokens", "transfer_s", "prefill", "group", "homogeneous")
+
+    def __init__(self, costs: Sequence[CostModel]):
+        kinds: dict[CostModel, int] = {}
+        self.group = tuple(kinds.setdefault(c, len(kinds)) for c in costs)  # instance -> index of its cost model
+        self.prefill = [c.prefill_time() for c in kinds]  # cost.prefill_s(n, h), constants bound (h <= n - 1 here)
+        self.homogeneous = len(kinds) == 1
+        self.hit_tokens, self.transfer_s = costs[0].hit_tokens, costs[0].transfer_s
+
+    def fill(self, v: "RoutingView", ks: list[int], n_in: int) -> None:
+        # The hot path of every decision. Everything about an instance but its queue follows from
+        # its hit length (and its speed), and most instances share a hit (0, or the system prompt),
+        # so the cost model is called once per distinct hit (and kind of instance).
+        hit_tokens, transfer_s = self.hit_tokens, self.transfer_s
+        best_blocks = max(ks)
+        best = hit_tokens(best_blocks, n_in)
+        if self.homogeneous:
+            prefill_s = self.prefill[0]
+            pull_prefill = prefill_s(n_in, best)
+            by_hit = {best_blocks: (best, pull_prefill, 0.0, pull_prefill)}  # blocks -> hit, prefill, transfer, after pull
+            for k in ks:
+                if k not in by_hit:
+                    h = hit_tokens(k, n_in)
+                    p = prefill_s(n_in, h)
+                    by_hit[k] = (h, p, transfer_s(best - h), pull_prefill) if h < best else (h, p, 0.0, p)
+            if len(by_hit) == 1:  # every instance holds the same prefix (often: the system prompt, or none)
+                h, p, t, pp = by_hit[best_blocks]
+                n = len(ks)
+                v.hit_tokens, v.prefill_s, v.transfer_s, v.pull_prefill_s = (h,) * n, (p,) * n, (t,) * n, (pp,) * n
+            else:
+                v.hit_tokens, v.prefill_s, v.transfer_s, v.pull_prefill_s = zip(*[by_hit[k] for k in ks])
+        else:  # a heterogeneous pool: the same, per kind of instance
+            pull = [f(n_in, best) for f in self.prefill]
+            by_hit = {}
+            rows = []
+            for k, g in zip(ks, self.group):
+                row = by_hit.get((k, g))
+                if row is None:
+                    h = hit_tokens(k, n_in)
+                    p = self.prefill[g](n_in, h)
+                    row = by_hit[k, g] = (h, p, transfer_s(best - h), pull[g]) if h < best else (h, p, 0.0, p)
+                rows.append(row)
+            v.hit_tokens, v.prefill_s, v.transfer_s, v.pull_prefill_s = zip(*rows)
+        v.best_hit_tokens, v.best_instance = best, ks.index(best_blocks) if best_blocks else -1
 
 
 class RoutingResult:
@@ -157,7 +287,10 @@ class RoutingSimulator:
     ``last`` holds the dispatched request's outcome (``ttft_s``, ``hit_tokens``, ...).
     """
 
-    def __init__(self, trace: Trace, config: RoutingConfig | None = None, cost: CostModel | None = None):
+    def __init__(self, trace: Trace, config: RoutingConfig | None = None, cost: CostModel | None = None,
+                 observation=None, rng: np.random.Generator | None = None):
+        from .observation import as_observation
+
         if not isinstance(trace, Trace):
             raise ValueError(f"trace: expected a mooncake_gym.workload.Trace, got {type(trace).__name__}")
         if len(trace) == 0:
@@ -165,19 +298,25 @@ class RoutingSimulator:
         self.trace = trace
         self.config = config or RoutingConfig()
         self.cost = cost or CostModel()
+        self.costs = self.config.instance_costs(self.cost)  # each instance's cost model
+        self.observation = as_observation(observation)
+        self._rng = rng if rng is not None else np.random.default_rng(0)  # the observation's noise only
         self._arrival, self._input, self._output, self._blocks = trace.columns()
-        self._prefill_s = self.cost.prefill_time()  # cost.prefill_s(n, h), constants bound (h <= n - 1 here)
+        self._estimates = PrefixEstimates(self.costs)
         self.reset()
 
     # -- stepping -------------------------------------------------------------------------------
     def reset(self) -> RoutingView:
-        c = self.config
-        self.instances = [PrefillInstance(i, c.cache_blocks) for i in range(c.n_instances)]
+        from .observation import Observer
+
+        self.instances = [PrefillInstance(i, b) for i, b in enumerate(self.config.instance_cache_blocks())]
         self._caches = [inst.cache for inst in self.instances]
         self._i = 0
         self._rows: list[tuple] = []  # one outcome per dispatched request (fields of _ARRAYS)
         self.last: dict | None = None
-        self._view = self._make_view()
+        exact = self.observation.exact
+        self._observer = None if exact else Observer(self.observation, self.instances, self._estimates, self._rng)
+        self._next_view()
         return self._view
 
     @property
@@ -186,45 +325,43 @@ class RoutingSimulator:
 
     @property
     def view(self) -> RoutingView | None:
-        """The pending decision's view (None when the trace is exhausted)."""
+        """The pending decision's view (None when the trace is exhausted): what the policy sees,
+        the exact state unless an ``observation`` mode says otherwise."""
         return self._view
 
+    @property
+    def exact_view(self) -> RoutingView | None:
+        """The pending decision's exact view (the simulator's truth; the same object as ``view``
+        with the default exact observation)."""
+        return self._exact
+
+    def _next_view(self) -> None:
+        """Make the next decision's exact view and, through the observer if any, the policy's."""
+        obs = self._observer
+        if obs is None:
+            self._exact = self._view = self._make_view()
+            return
+        if self._i < len(self._arrival):
+            obs.scrape(self._arrival[self._i])  # before anything reads the instances at the new time
+        self._exact = v = self._make_view()
+        self._view = None if v is None else obs.observe(v)
+
     def _make_view(self) -> RoutingView | None:
-        # The hot path of every decision. Everything about an instance but its queue follows from
-        # its hit length, and most instances share a hit (0, or the system prompt), so the cost
-        # model is called once per distinct hit; an idle instance's queue is not walked.
+        # The hot path of every decision: the prefix fields come from PrefixEstimates (one cost-model
+        # call per distinct hit); an idle instance's queue is not walked.
         i = self._i
         if i >= len(self._arrival):
             return None
         now = self._arrival[i]
-        n_in = self._input[i]
         ids = self._blocks[i]
-        cost = self.cost
-        hit_tokens = cost.hit_tokens
         instances = self.instances
         ks = match_all(self._caches, ids)
-        best_blocks = max(ks)
-        best = hit_tokens(best_blocks, n_in)
-        prefill_s = self._prefill_s
-        pull_prefill = prefill_s(n_in, best)
-        by_hit = {best_blocks: (best, pull_prefill, 0.0, pull_prefill)}  # blocks -> hit, prefill, transfer, after pull
-        for k in ks:
-            if k not in by_hit:
-                h = hit_tokens(k, n_in)
-                p = prefill_s(n_in, h)
-                by_hit[k] = (h, p, cost.transfer_s(best - h), pull_prefill) if h < best else (h, p, 0.0, p)
         v = RoutingView()
-        v.now, v.index, v.input_tokens, v.output_tokens, v.block_ids = now, i, n_in, self._output[i], ids
+        v.now, v.index, v.input_tokens, v.output_tokens, v.block_ids = now, i, self._input[i], self._output[i], ids
         v.n_instances = len(ks)
-        if len(by_hit) == 1:  # every instance holds the same prefix (often: the system prompt, or none)
-            h, p, t, pp = by_hit[best_blocks]
-            n = len(ks)
-            v.hit_tokens, v.prefill_s, v.transfer_s, v.pull_prefill_s = (h,) * n, (p,) * n, (t,) * n, (pp,) * n
-        else:
-            v.hit_tokens, v.prefill_s, v.transfer_s, v.pull_prefill_s = zip(*[by_hit[k] for k in ks])
+        self._estimates.fill(v, ks, v.input_tokens)
         v.queue_s = queue = tuple([inst.busy_until - now if inst.busy_until > now else 0.0 for inst in instances])
         v.queued_requests = tuple([inst.queued_requests(now) if q else 0 for inst, q in zip(instances, queue)])
-        v.best_hit_tokens, v.best_instance = best, ks.index(best_blocks) if best_blocks else -1
         return v
 
     def _parse(self, action) -> tuple[int, bool]:
@@ -248,7 +385,7 @@ class RoutingSimulator:
 
     def dispatch(self, i: int, pull: bool) -> RoutingView | None:
         """``step`` for an already valid action: instance ``i`` (0 <= i < n), pull or not."""
-        v = self._view
+        v = self._exact  # the real service follows the exact state, whatever the policy saw
         inst = self.instances[i]
         hit = v.hit_tokens[i]
         transfer = 0.0
@@ -268,8 +405,10 @@ class RoutingSimulator:
         self.last = {"index": v.index, "instance": i, "pull": fetched > 0, "ttft_s": ttft, "queue_s": queue,
                      "transfer_s": transfer, "prefill_s": prefill, "hit_tokens": hit, "fetched_tokens": fetched,
                      "input_tokens": v.input_tokens}
+        if self._observer is not None:
+            self._observer.dispatched(i, pull)
         self._i += 1
-        self._view = self._make_view()
+        self._next_view()
         return self._view
 
     def result(self, policy: str = "?") -> RoutingResult:
@@ -277,9 +416,14 @@ class RoutingSimulator:
 
 
 def simulate(trace: Trace, policy: Callable, config: RoutingConfig | None = None, cost: CostModel | None = None,
-             seed: int = 0) -> RoutingResult:
-    """Route every request of ``trace`` with ``policy`` (``policy(view) -> action``) and return the metrics."""
-    sim = RoutingSimulator(trace, config, cost)
+             seed: int = 0, observation=None) -> RoutingResult:
+    """Route every request of ``trace`` with ``policy`` (``policy(view) -> action``) and return the metrics.
+
+    ``observation``: what the policy sees (``mooncake_gym.observation``; default exact). Its noise,
+    if any, is drawn from a generator spawned from ``seed``, apart from the policy's own."""
+    from .observation import observation_rng
+
+    sim = RoutingSimulator(trace, config, cost, observation, observation_rng(seed))
     reset_policy(policy, seed)
     view = sim.view
     while view is not None:
@@ -288,10 +432,12 @@ def simulate(trace: Trace, policy: Callable, config: RoutingConfig | None = None
 
 
 def run_routing_baselines(trace: Trace, names=None, config: RoutingConfig | None = None,
-                          cost: CostModel | None = None, seed: int = 0, threshold: float | None = None) -> dict:
+                          cost: CostModel | None = None, seed: int = 0, threshold: float | None = None,
+                          observation=None) -> dict:
     """Run routing baselines (all by default) on the same trace: ``{name: RoutingResult}``.
 
-    ``threshold`` sets kvcentric's ``kvcache_balancing_threshold`` (its default otherwise).
+    ``threshold`` sets kvcentric's ``kvcache_balancing_threshold`` (its default otherwise);
+    ``observation`` what the baselines see (default exact).
     """
     from mooncake_gym.baselines import ROUTING_POLICIES, make_policy
 
@@ -299,5 +445,5 @@ def run_routing_baselines(trace: Trace, names=None, config: RoutingConfig | None
     results = {}
     for name in names:
         kwargs = {"threshold": threshold} if name == "kvcentric" and threshold is not None else {}
-        results[name] = simulate(trace, make_policy("routing", name, **kwargs), config, cost, seed)
+        results[name] = simulate(trace, make_policy("routing", name, **kwargs), config, cost, seed, observation)
     return results
