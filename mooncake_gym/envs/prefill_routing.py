@@ -9,6 +9,7 @@ import numpy as np
 from gymnasium import spaces
 
 from ..costmodel import CostModel
+from ..observation import as_observation
 from ..routing import RoutingConfig, RoutingSimulator, RoutingView
 from .common import (INTEGER_TYPES, RENDER_MODES, WorkloadSpec, as_float32, check_range, check_render_mode, clip01,
                      render_frame)
@@ -122,17 +123,21 @@ class PrefillRoutingEnv(gym.Env):
 
     metadata = {"render_modes": list(RENDER_MODES), "render_fps": 4}
 
-    def __init__(self, n_instances: int = 8, cache_blocks: int = 3000, ttft_slo_s: float = 5.0, rate=None,
+    def __init__(self, n_instances: int | None = None, cache_blocks=3000, ttft_slo_s: float = 5.0, rate=None,
                  rate_range=None, trace=None, speed: float = 1.0, episode_requests: int | None = 1000,
                  duration_s: float = 600.0, allow_pull: bool = True, reward: str = "ttft",
-                 model: str = "llama2-70b", render_mode: str | None = None):
-        check_range("n_instances", n_instances, 1, 1024, integer=True)
-        check_range("cache_blocks", cache_blocks, 0, None, integer=True)
+                 model: str = "llama2-70b", render_mode: str | None = None, observation=None, instances=None):
+        check_range("n_instances", n_instances, 1, 1024, integer=True, allow_none=True)
+        if not isinstance(cache_blocks, (list, tuple, np.ndarray)):
+            check_range("cache_blocks", cache_blocks, 0, None, integer=True)
         check_range("ttft_slo_s", ttft_slo_s, 1e-6)
         if reward not in ("ttft", "slo"):
             raise ValueError(f"reward: expected 'ttft' or 'slo', got {reward!r}")
         check_render_mode(render_mode)
-        self.config = RoutingConfig(n_instances=n_instances, cache_blocks=cache_blocks, ttft_slo_s=ttft_slo_s)
+        self.config = RoutingConfig(n_instances=n_instances, cache_blocks=cache_blocks, ttft_slo_s=ttft_slo_s,
+                                    instances=instances)
+        n_instances = self.config.n_instances
+        self.observation = as_observation(observation)
         self.cost = CostModel.preset(model)
         self.workload = WorkloadSpec(rate, rate_range, trace, speed, episode_requests, duration_s)
         self.allow_pull = bool(allow_pull)
@@ -195,9 +200,11 @@ class PrefillRoutingEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         trace = self.workload.draw(self.np_random, options)
-        self.sim = RoutingSimulator(trace, self.config, self.cost)
+        # the observation's noise, if any, from a generator spawned from np_random (its stream untouched)
+        rng = self.np_random.spawn(1)[0] if self.observation.noisy else None
+        self.sim = RoutingSimulator(trace, self.config, self.cost, self.observation, rng)
         self._last_info: dict = {}
-        return self._observe(), {"requests": len(trace), "rate_per_s": trace.rate}
+        return self._observe(), {"requests": len(trace), "rate_per_s": trace.rate, "action_mask": self._mask()}
 
     def step(self, action):
         sim = self.sim
@@ -222,8 +229,25 @@ class PrefillRoutingEnv(gym.Env):
             reward = 1.0 if ttft <= self._slo else 0.0
         if terminated:
             info["metrics"] = sim.result("env").metrics
+        info["action_mask"] = self._mask()
         self._last_info = info
         return self._observe(), reward, terminated, False, info
+
+    def action_masks(self) -> np.ndarray:
+        """Which actions of the pending decision do something different (sb3-contrib ``MaskablePPO``'s
+        protocol): every instance, and a pull only to an instance whose prefix hit, as the policy
+        sees it, is shorter than the longest one anywhere. Bool, ``action_space.n`` long."""
+        return self._mask().astype(bool)
+
+    def _mask(self) -> np.ndarray:
+        n = self._n_instances
+        v = None if self.sim is None else self.sim.view
+        if not self.allow_pull:
+            return np.ones(n, np.int8)
+        if v is None:  # no decision pending (before reset, after the last request)
+            return np.ones(2 * n, np.int8)
+        best = v.best_hit_tokens
+        return np.frombuffer(bytearray([1] * n + [h < best for h in v.hit_tokens]), np.int8)
 
     def render(self):
         if self.render_mode is None or self.sim is None:
@@ -240,7 +264,8 @@ class PrefillRoutingEnv(gym.Env):
             q = inst.queue_s(now) if v is not None else 0.0
             bar = "#" * min(20, int(q / self.config.ttft_slo_s * 4))
             hit = v.hit_tokens[inst.index] if v is not None else 0
-            fill = len(inst.cache) / self.config.cache_blocks if self.config.cache_blocks else 0.0
+            capacity = inst.cache.capacity_blocks
+            fill = len(inst.cache) / capacity if capacity else 0.0
             lines.append(f"  [{inst.index:2d}] queue {q:7.2f}s {bar:<20s} hit {hit:6d} tok  cache {fill:5.0%}")
         if self._last_info:
             li = self._last_info
