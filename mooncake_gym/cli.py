@@ -42,17 +42,30 @@ def _cmd_replay(args) -> int:
     from .routing import RoutingConfig, run_routing_baselines
     from .workload import load_workload
 
+    from dataclasses import asdict
+
+    from .observation import as_observation
+
     trace = load_workload(args.trace, rate=args.rate, seed=args.seed, speed=args.speed)
-    config = RoutingConfig(n_instances=args.instances, cache_blocks=args.cache_blocks, ttft_slo_s=args.ttft_slo)
+    config = RoutingConfig(n_instances=args.instances, cache_blocks=args.cache_blocks, ttft_slo_s=args.ttft_slo,
+                           instances=args.pool)
+    observation = as_observation(args.observation)
     names = None if args.policy == "all" else [args.policy]
-    results = run_routing_baselines(trace, names, config, seed=args.seed, threshold=args.threshold)
+    results = run_routing_baselines(trace, names, config, seed=args.seed, threshold=args.threshold,
+                                    observation=observation)
     rows = [report.routing_row(name, r.metrics) for name, r in results.items()]
     if args.json:
+        config_json = vars(config) if config.instances is None else \
+            {**vars(config), "instances": [asdict(spec) for spec in config.instances]}
         report.print_json({"trace": trace.name, "requests": len(trace), "rate_per_s": trace.rate,
-                           "config": vars(config), "results": {n: r.metrics for n, r in results.items()}})
+                           "config": config_json, "observation": asdict(observation),
+                           "results": {n: r.metrics for n, r in results.items()}})
     else:
+        pool = f" ({args.pool})" if args.pool else ""
+        seen = "" if observation.exact else f"; observation {args.observation}"
         print(f"{trace.name}: {len(trace)} requests, {trace.rate:.2f} requests/s; "
-              f"{config.n_instances} instances x {config.cache_blocks} blocks, TTFT SLO {config.ttft_slo_s:g} s")
+              f"{config.n_instances} instances{pool} x {config.cache_blocks} blocks, "
+              f"TTFT SLO {config.ttft_slo_s:g} s{seen}")
         print(report.format_table(rows, report.ROUTING_COLUMNS))
     return 0
 
@@ -230,7 +243,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_trace_args(p)
     p.add_argument("--policy", default="all", choices=[*ROUTING_POLICIES, "all"],
                    help="routing baseline, or 'all' for one table of every baseline (default all)")
-    p.add_argument("--instances", type=int, default=8, help="prefill instances (default 8)")
+    p.add_argument("--instances", type=int, default=None, help="prefill instances (default 8, or --pool's)")
+    p.add_argument("--pool", default=None, metavar="4xH800+4xA800",
+                   help="a heterogeneous pool: COUNTxGPU joined by '+' (GPUs: A100, A800, H100, H800)")
+    p.add_argument("--observation", default="exact", metavar="MODE[,FIELD=VALUE...]",
+                   help="what the router sees: exact (default), or scraped, approximate|precise, noisy joined by "
+                        "'+', with ObservationConfig fields, e.g. 'scraped+noisy,scrape_delay_s=0.5'")
     p.add_argument("--cache-blocks", type=int, default=3000, help="local prefix-cache blocks per instance (default 3000)")
     p.add_argument("--ttft-slo", type=float, default=5.0, help="TTFT SLO in seconds (default 5)")
     p.add_argument("--speed", type=float, default=1.0, help="replay speed-up: 2 = arrivals twice as fast (default 1)")

@@ -108,7 +108,8 @@ def parse_instances(instances) -> tuple[InstanceSpec, ...]:
         for part in instances.split("+"):
             m = _POOL_PART.match(part)
             if not m or (m.group(1) is not None and int(m.group(1)) < 1):
-                raise ValueError(f"instances: expected e.g. '4xH800+4xA800' (COUNTxGPU joined by '+'), got {instances!r}")
+                raise ValueError(f"instances: expected e.g. '4xH800+4xA800' (COUNTxGPU joined by '+'), "
+                                 f"got {instances!r}")
             items += [m.group(2).upper()] * int(m.group(1) or 1)
     elif isinstance(instances, (list, tuple)):
         items = list(instances)
@@ -199,7 +200,8 @@ class PrefixEstimates:
         if self.homogeneous:
             prefill_s = self.prefill[0]
             pull_prefill = prefill_s(n_in, best)
-            by_hit = {best_blocks: (best, pull_prefill, 0.0, pull_prefill)}  # blocks -> hit, prefill, transfer, after pull
+            # blocks -> hit, prefill, transfer, after pull
+            by_hit = {best_blocks: (best, pull_prefill, 0.0, pull_prefill)}
             for k in ks:
                 if k not in by_hit:
                     h = hit_tokens(k, n_in)
