@@ -39,34 +39,44 @@ def _cmd_trace_generate(args) -> int:
 
 
 def _cmd_replay(args) -> int:
-    from .routing import RoutingConfig, run_routing_baselines
-    from .workload import load_workload
-
     from dataclasses import asdict
 
     from .observation import as_observation
+    from .routing import RoutingConfig, run_routing_baselines
+    from .workload import load_workload
 
     trace = load_workload(args.trace, rate=args.rate, seed=args.seed, speed=args.speed)
     config = RoutingConfig(n_instances=args.instances, cache_blocks=args.cache_blocks, ttft_slo_s=args.ttft_slo,
                            instances=args.pool)
-    observation = as_observation(args.observation)
+    modes = args.observation or ["exact"]
+    observations = [as_observation(m) for m in modes]
     names = None if args.policy == "all" else [args.policy]
-    results = run_routing_baselines(trace, names, config, seed=args.seed, threshold=args.threshold,
-                                    observation=observation)
-    rows = [report.routing_row(name, r.metrics) for name, r in results.items()]
+    by_mode = {mode: run_routing_baselines(trace, names, config, seed=args.seed, threshold=args.threshold,
+                                           observation=observation)
+               for mode, observation in zip(modes, observations)}
     if args.json:
         config_json = vars(config) if config.instances is None else \
             {**vars(config), "instances": [asdict(spec) for spec in config.instances]}
-        report.print_json({"trace": trace.name, "requests": len(trace), "rate_per_s": trace.rate,
-                           "config": config_json, "observation": asdict(observation),
-                           "results": {n: r.metrics for n, r in results.items()}})
-    else:
-        pool = f" ({args.pool})" if args.pool else ""
-        seen = "" if observation.exact else f"; observation {args.observation}"
-        print(f"{trace.name}: {len(trace)} requests, {trace.rate:.2f} requests/s; "
-              f"{config.n_instances} instances{pool} x {config.cache_blocks} blocks, "
-              f"TTFT SLO {config.ttft_slo_s:g} s{seen}")
-        print(report.format_table(rows, report.ROUTING_COLUMNS))
+        doc = {"trace": trace.name, "requests": len(trace), "rate_per_s": trace.rate, "config": config_json}
+        if len(modes) == 1:
+            doc["observation"] = asdict(observations[0])
+            doc["results"] = {n: r.metrics for n, r in by_mode[modes[0]].items()}
+        else:  # one entry per --observation
+            doc["observation"] = {mode: asdict(o) for mode, o in zip(modes, observations)}
+            doc["results"] = {mode: {n: r.metrics for n, r in res.items()} for mode, res in by_mode.items()}
+        report.print_json(doc)
+        return 0
+    columns = report.ROUTING_COLUMNS
+    if len(modes) > 1:
+        columns = [columns[0], ("observation", "observation", None), *columns[1:]]
+    rows = [{**report.routing_row(name, r.metrics), "observation": mode}
+            for mode, res in by_mode.items() for name, r in res.items()]
+    pool = f" ({args.pool})" if args.pool else ""
+    seen = "" if len(modes) > 1 or observations[0].exact else f"; observation {modes[0]}"
+    print(f"{trace.name}: {len(trace)} requests, {trace.rate:.2f} requests/s; "
+          f"{config.n_instances} instances{pool} x {config.cache_blocks} blocks, "
+          f"TTFT SLO {config.ttft_slo_s:g} s{seen}" + ("\n" if args.markdown else ""))
+    print(report.format_table(rows, columns, markdown=args.markdown))
     return 0
 
 
@@ -246,9 +256,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--instances", type=int, default=None, help="prefill instances (default 8, or --pool's)")
     p.add_argument("--pool", default=None, metavar="4xH800+4xA800",
                    help="a heterogeneous pool: COUNTxGPU joined by '+' (GPUs: A100, A800, H100, H800)")
-    p.add_argument("--observation", default="exact", metavar="MODE[,FIELD=VALUE...]",
+    p.add_argument("--observation", action="append", default=None, metavar="MODE[,FIELD=VALUE...]",
                    help="what the router sees: exact (default), or scraped, approximate|precise, noisy joined by "
-                        "'+', with ObservationConfig fields, e.g. 'scraped+noisy,scrape_delay_s=0.5'")
+                        "'+', with ObservationConfig fields, e.g. 'scraped+noisy,scrape_delay_s=0.5'; repeat it "
+                        "for one table of every mode (JSON: results keyed by mode)")
+    p.add_argument("--markdown", action="store_true", help="print a Markdown table")
     p.add_argument("--cache-blocks", type=int, default=3000, help="local prefix-cache blocks per instance (default 3000)")
     p.add_argument("--ttft-slo", type=float, default=5.0, help="TTFT SLO in seconds (default 5)")
     p.add_argument("--speed", type=float, default=1.0, help="replay speed-up: 2 = arrivals twice as fast (default 1)")

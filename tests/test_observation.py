@@ -5,6 +5,8 @@ to the exact view do so bit for bit for every baseline; staleness hurts kvcentri
 workload; noise is seeded; the environment's action masks and its runs match simulate's.
 """
 
+import json
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -252,3 +254,24 @@ def test_maskable_ppo_reads_the_masks():
     env.reset(seed=0)
     assert is_masking_supported(env)
     assert get_action_masks(env).tolist() == env.unwrapped.action_masks().tolist()
+
+
+# -- the command line --------------------------------------------------------------------------------
+def test_replay_with_observation_modes(capsys):
+    from mooncake_gym.cli import main
+
+    argv = ["replay", "--rate", "1", "--seed", "1", "--policy", "kvcentric", "--json"]
+    assert main(argv + ["--observation", "exact", "--observation", "scraped,scrape_delay_s=0.5"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert list(doc["results"]) == ["exact", "scraped,scrape_delay_s=0.5"]
+    assert doc["observation"]["scraped,scrape_delay_s=0.5"]["scrape_delay_s"] == 0.5
+    trace = synthetic_trace(1, 1.0)
+    for mode, result in doc["results"].items():
+        direct = simulate(trace, make_policy("routing", "kvcentric"), seed=1, observation=mode)
+        assert result["kvcentric"]["mean_ttft_s"] == direct.metrics["mean_ttft_s"]
+    assert main(argv + ["--observation", "noisy", "--pool", "2xH800+2xA800"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["observation"]["mode"] == "noisy" and doc["config"]["instances"][0]["gpu"] == "H800"
+    assert len(doc["results"]["kvcentric"]["request_share"]) == 4
+    assert main(["replay", "--observation", "scraped,delay=1"]) == 2
+    assert "observation" in capsys.readouterr().err
