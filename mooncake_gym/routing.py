@@ -21,6 +21,12 @@ Model (Mooncake v3 §6, Algorithm 1):
 
 Since service is FIFO and deterministic, each request's TTFT is known at dispatch:
 ``TTFT = queue + transfer + prefill``, where queue is the work already queued on the instance.
+
+A pool may be heterogeneous (``RoutingConfig(instances="4xH800+4xA800")``, per-instance
+``cache_blocks``): each instance prefills at its own GPU's speed (its own ``CostModel``). What the
+policy sees is the exact view by default; ``observation=`` (``mooncake_gym.observation``) puts
+what a deployed router would see between the exact view and the policy (stale load, a router-side
+prefix index, noisy estimates), while every dispatched request is still served exactly.
 """
 
 from __future__ import annotations
@@ -287,6 +293,11 @@ class RoutingSimulator:
     ``reset()`` returns the view of the first arrival; ``step(action)`` dispatches the current
     request and returns the next view, or ``None`` once every request has been dispatched.
     ``last`` holds the dispatched request's outcome (``ttft_s``, ``hit_tokens``, ...).
+
+    ``observation``: what the views show (None or ``"exact"``: the exact state; otherwise an
+    :class:`~mooncake_gym.observation.ObservationConfig`, a mode string or a dict of its fields);
+    ``exact_view`` is always the truth, which dispatch follows. ``rng``: the generator of the
+    observation's noise (``simulate`` spawns one from its seed).
     """
 
     def __init__(self, trace: Trace, config: RoutingConfig | None = None, cost: CostModel | None = None,
