@@ -39,6 +39,7 @@ import numpy as np
 
 from .cluster import PrefillInstance
 from .costmodel import CostModel, InstanceSpec
+from .observation import Observer, as_observation, observation_rng
 from .policy import policy_name, reset_policy
 from .prefixcache import match_all
 from .workload import Trace
@@ -302,8 +303,6 @@ class RoutingSimulator:
 
     def __init__(self, trace: Trace, config: RoutingConfig | None = None, cost: CostModel | None = None,
                  observation=None, rng: np.random.Generator | None = None):
-        from .observation import as_observation
-
         if not isinstance(trace, Trace):
             raise ValueError(f"trace: expected a mooncake_gym.workload.Trace, got {type(trace).__name__}")
         if len(trace) == 0:
@@ -320,8 +319,6 @@ class RoutingSimulator:
 
     # -- stepping -------------------------------------------------------------------------------
     def reset(self) -> RoutingView:
-        from .observation import Observer
-
         self.instances = [PrefillInstance(i, b) for i, b in enumerate(self.config.instance_cache_blocks())]
         self._caches = [inst.cache for inst in self.instances]
         self._i = 0
@@ -434,8 +431,6 @@ def simulate(trace: Trace, policy: Callable, config: RoutingConfig | None = None
 
     ``observation``: what the policy sees (``mooncake_gym.observation``; default exact). Its noise,
     if any, is drawn from a generator spawned from ``seed``, apart from the policy's own."""
-    from .observation import observation_rng
-
     sim = RoutingSimulator(trace, config, cost, observation, observation_rng(seed))
     reset_policy(policy, seed)
     view = sim.view
