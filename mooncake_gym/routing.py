@@ -159,6 +159,10 @@ class RoutingView:
     best_hit_tokens, best_instance: the longest prefix held anywhere and who holds it (-1 if none).
     transfer_s: time to pull the part of the best prefix each instance lacks (0 where none is missing).
     pull_prefill_s: prefill time on each instance after such a pull (with the best hit).
+
+    With the default exact observation every field is the simulator's truth; an observation mode
+    (``mooncake_gym.observation``) changes what the load, hit and time fields say, never the class
+    or the fields.
     """
 
     __slots__ = ("now", "index", "input_tokens", "output_tokens", "block_ids", "n_instances", "queue_s",
@@ -166,7 +170,7 @@ class RoutingView:
                  "transfer_s", "pull_prefill_s")
 
     def ttft_s(self, instance: int, pull: bool = False) -> float:
-        """Estimated TTFT on ``instance`` (exact in this simulator): queue + transfer + prefill."""
+        """Estimated TTFT on ``instance`` (exact with the exact observation): queue + transfer + prefill."""
         if pull:
             return self.queue_s[instance] + self.transfer_s[instance] + self.pull_prefill_s[instance]
         return self.queue_s[instance] + self.prefill_s[instance]
