@@ -119,6 +119,9 @@ class ObservationConfig:
     kv_event_delay_s: delay of the instances' KV events (``precise``). 0.1 s is an assumption
         (event batching and transport), not a published figure.
     noise_sigma: log-normal error size of the predicted times (``noisy``).
+
+    A setting changed from its default for a mode that ``mode`` does not include is a
+    ``ValueError`` (it would have no effect).
     """
 
     mode: str = "exact"
@@ -145,6 +148,10 @@ class ObservationConfig:
             raise ValueError(f"index_capacity_blocks: expected an integer >= 0 or None, got {cap!r}")
         if not isinstance(self.inflight, bool):
             raise ValueError(f"inflight: expected True or False, got {self.inflight!r}")
+        for f in fields(self):  # a setting of a mode not asked for would be silently ignored
+            part = _FIELD_MODE.get(f.name)
+            if part is not None and part not in parts and getattr(self, f.name) != f.default:
+                raise ValueError(f"{f.name}: applies to mode '{part}', which mode {self.mode!r} does not include")
 
     @property
     def parts(self) -> frozenset:
@@ -203,6 +210,12 @@ class ObservationConfig:
             except (ValueError, KeyError):
                 raise ValueError(f"observation: {key}: cannot read {value!r} in {text!r}") from None
         return cls(**kwargs)
+
+
+#: The mode each setting belongs to.
+_FIELD_MODE = {"scrape_period_s": "scraped", "scrape_delay_s": "scraped", "inflight": "scraped",
+               "index_capacity_blocks": "approximate", "index_ttl_s": "approximate",
+               "kv_event_delay_s": "precise", "noise_sigma": "noisy"}
 
 
 def _check_seconds(name: str, value) -> None:

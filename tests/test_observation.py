@@ -196,6 +196,8 @@ def test_env_and_simulate_agree_in_a_combined_mode():
     ({"mode": "approximate", "index_capacity_blocks": 1.5}, "index_capacity_blocks"),
     ({"mode": "approximate", "index_ttl_s": 0}, "index_ttl_s"),
     ({"mode": "noisy", "noise_sigma": -0.1}, "noise_sigma"),
+    ({"mode": "approximate", "scrape_delay_s": 0.5}, "scrape_delay_s: applies to mode 'scraped'"),
+    ({"mode": "scraped", "kv_event_delay_s": 0.0}, "kv_event_delay_s: applies to mode 'precise'"),
 ])
 def test_bad_configs_name_the_parameter(bad, name):
     with pytest.raises(ValueError, match=name):
