@@ -79,9 +79,9 @@ Modes (``ObservationConfig.mode``; the parts combine with ``+``, e.g. ``"scraped
     not predicted, and stays as the other modes make it (with ``scraped`` its in-flight part sums
     the noisy estimates). The draws come from the run's seeded generator only (``simulate``: a
     generator spawned from its ``seed``; the environment: one spawned from its ``np_random``).
-    Imitates: every router that ranks instances by a predicted TTFT (Mooncake's Conductor,
-    Algorithm 1, on its prefill-time model; vLLM production-stack and AIBrix latency predictors);
-    the error size is a knob, not a published figure.
+    Imitates: a router that ranks instances by a predicted TTFT, as Mooncake's Conductor does with
+    its prefill-time model (Mooncake v3 §6, Algorithm 1); the error size is a knob, not a published
+    figure.
 
 How a simulator uses it (``RoutingSimulator`` does exactly this; another simulator that makes an
 exact ``RoutingView`` can do the same): ``obs = Observer(config, instances, estimates, rng)``;
