@@ -134,7 +134,8 @@ class ObservationConfig:
     noise_sigma: float = 0.3
 
     def __post_init__(self):
-        parts = self.parts  # validates mode
+        object.__setattr__(self, "_parts", None)
+        object.__setattr__(self, "_parts", parts := self.parts)  # validated once, then kept
         if "approximate" in parts and "precise" in parts:
             raise ValueError(f"mode: 'approximate' and 'precise' are two prefix indexes; choose one, got {self.mode!r}")
         for name in ("scrape_period_s", "scrape_delay_s", "kv_event_delay_s", "noise_sigma"):
@@ -156,6 +157,8 @@ class ObservationConfig:
     @property
     def parts(self) -> frozenset:
         """The mode's parts (empty for ``"exact"``)."""
+        if self._parts is not None:
+            return self._parts
         if not isinstance(self.mode, str):
             raise ValueError(f"mode: expected a string, got {self.mode!r}")
         if self.mode.strip() == "exact":
@@ -263,6 +266,8 @@ class Observer:
         self.instances = instances
         self.estimates = estimates
         self.rng = rng
+        self._scraped, self._noisy, self._kind = config.scraped, config.noisy, config.prefix_index
+        self._factors: list[float] = []  # noise factors exp(sigma z), drawn in blocks, used from the end
         self._seen = None  # the last view handed to the policy
         n = len(instances)
         # scraped: snapshots (time taken, dispatches before it, queue_s, queued_requests), oldest first;
@@ -288,9 +293,9 @@ class Observer:
     def scrape(self, now: float) -> None:
         """Take the snapshots due by ``now``. Call before anything reads the instances at ``now``
         (``PrefillInstance.queued_requests`` forgets finished requests as time advances)."""
-        c = self.config
-        if not c.scraped:
+        if not self._scraped:
             return
+        c = self.config
         period = c.scrape_period_s
         if period == 0:
             self._take(now)
@@ -310,16 +315,15 @@ class Observer:
 
     def observe(self, exact) -> object:
         """The view the policy sees for the exact view ``exact`` (a copy of the same class)."""
-        c = self.config
         v = type(exact)()
         for name in type(exact).__slots__:
             setattr(v, name, getattr(exact, name))
         now = exact.now
-        if c.scraped:
+        if self._scraped:
             self._scraped_load(v, now)
         if self._index is not None:
             self._believed_prefix(v, now)
-        if c.noisy:
+        if self._noisy:
             self._noise(v)
         self._seen = v
         return v
@@ -329,11 +333,11 @@ class Observer:
         v = self._seen
         i = instance
         self._dispatches += 1
-        if self.config.scraped and self.config.inflight:
+        if self._scraped and self.config.inflight:
             pulled = pull and v.best_hit_tokens > v.hit_tokens[i]
             service = v.transfer_s[i] + v.pull_prefill_s[i] if pulled else v.prefill_s[i]
             self._sent.append((self._dispatches - 1, i, service))
-        kind = self.config.prefix_index
+        kind = self._kind
         if kind == "approximate":
             self._index[i].insert(v.block_ids)
             if self._stamps is not None:
@@ -367,7 +371,7 @@ class Observer:
     def _believed_prefix(self, v, now: float) -> None:
         index = self._index
         ids = v.block_ids
-        if self.config.prefix_index == "precise":
+        if self._kind == "precise":
             events = self._events
             while events and events[0][0] <= now:
                 _, i, blocks = events.popleft()
@@ -389,7 +393,12 @@ class Observer:
 
     def _noise(self, v) -> None:
         n = v.n_instances
-        f = np.exp(self.config.noise_sigma * self.rng.standard_normal(3 * n)).tolist()
+        factors = self._factors
+        if len(factors) < 3 * n:  # draw a block: numpy's per-call cost dwarfs a few dozen numbers
+            fresh = np.exp(self.config.noise_sigma * self.rng.standard_normal(max(3 * n, 4096))).tolist()
+            factors[:0] = fresh[::-1]
+        f = factors[-3 * n:][::-1]
+        del factors[-3 * n:]
         prefill = tuple([p * f[i] for i, p in enumerate(v.prefill_s)])
         v.pull_prefill_s = tuple([pp * f[n + i] if t > 0.0 else prefill[i]
                                   for i, (pp, t) in enumerate(zip(v.pull_prefill_s, v.transfer_s))])
