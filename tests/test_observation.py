@@ -277,3 +277,13 @@ def test_replay_with_observation_modes(capsys):
     assert len(doc["results"]["kvcentric"]["request_share"]) == 4
     assert main(["replay", "--observation", "scraped,delay=1"]) == 2
     assert "observation" in capsys.readouterr().err
+
+
+def test_both_checkers_pass_with_an_observation_mode_and_a_mixed_pool():
+    from gymnasium.utils.env_checker import check_env as gym_check_env
+    from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+    kwargs = {"rate": 4.0, "episode_requests": 50, "observation": "scraped+approximate+noisy",
+              "instances": "2xH800+2xA800"}
+    gym_check_env(gym.make(ROUTING_ENV_ID, **kwargs).unwrapped, skip_render_check=True)
+    sb3_check_env(gym.make(ROUTING_ENV_ID, **kwargs).unwrapped, warn=True)
