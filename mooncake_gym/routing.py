@@ -419,10 +419,12 @@ class RoutingSimulator:
         self.last = {"index": v.index, "instance": i, "pull": fetched > 0, "ttft_s": ttft, "queue_s": queue,
                      "transfer_s": transfer, "prefill_s": prefill, "hit_tokens": hit, "fetched_tokens": fetched,
                      "input_tokens": v.input_tokens}
-        if self._observer is not None:
-            self._observer.dispatched(i, pull)
         self._i += 1
-        self._next_view()
+        if self._observer is None:  # the exact view is the policy's (the hot path)
+            self._exact = self._view = self._make_view()
+        else:
+            self._observer.dispatched(i, pull)
+            self._next_view()
         return self._view
 
     def result(self, policy: str = "?") -> RoutingResult:
