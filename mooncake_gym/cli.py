@@ -39,21 +39,44 @@ def _cmd_trace_generate(args) -> int:
 
 
 def _cmd_replay(args) -> int:
+    from dataclasses import asdict
+
+    from .observation import as_observation
     from .routing import RoutingConfig, run_routing_baselines
     from .workload import load_workload
 
     trace = load_workload(args.trace, rate=args.rate, seed=args.seed, speed=args.speed)
-    config = RoutingConfig(n_instances=args.instances, cache_blocks=args.cache_blocks, ttft_slo_s=args.ttft_slo)
+    config = RoutingConfig(n_instances=args.instances, cache_blocks=args.cache_blocks, ttft_slo_s=args.ttft_slo,
+                           instances=args.pool)
+    modes = args.observation or ["exact"]
+    observations = [as_observation(m) for m in modes]
     names = None if args.policy == "all" else [args.policy]
-    results = run_routing_baselines(trace, names, config, seed=args.seed, threshold=args.threshold)
-    rows = [report.routing_row(name, r.metrics) for name, r in results.items()]
+    by_mode = {mode: run_routing_baselines(trace, names, config, seed=args.seed, threshold=args.threshold,
+                                           observation=observation)
+               for mode, observation in zip(modes, observations)}
     if args.json:
-        report.print_json({"trace": trace.name, "requests": len(trace), "rate_per_s": trace.rate,
-                           "config": vars(config), "results": {n: r.metrics for n, r in results.items()}})
-    else:
-        print(f"{trace.name}: {len(trace)} requests, {trace.rate:.2f} requests/s; "
-              f"{config.n_instances} instances x {config.cache_blocks} blocks, TTFT SLO {config.ttft_slo_s:g} s")
-        print(report.format_table(rows, report.ROUTING_COLUMNS))
+        config_json = vars(config) if config.instances is None else \
+            {**vars(config), "instances": [asdict(spec) for spec in config.instances]}
+        doc = {"trace": trace.name, "requests": len(trace), "rate_per_s": trace.rate, "config": config_json}
+        if len(modes) == 1:
+            doc["observation"] = asdict(observations[0])
+            doc["results"] = {n: r.metrics for n, r in by_mode[modes[0]].items()}
+        else:  # one entry per --observation
+            doc["observation"] = {mode: asdict(o) for mode, o in zip(modes, observations)}
+            doc["results"] = {mode: {n: r.metrics for n, r in res.items()} for mode, res in by_mode.items()}
+        report.print_json(doc)
+        return 0
+    columns = report.ROUTING_COLUMNS
+    if len(modes) > 1:
+        columns = [columns[0], ("observation", "observation", None), *columns[1:]]
+    rows = [{**report.routing_row(name, r.metrics), "observation": mode}
+            for mode, res in by_mode.items() for name, r in res.items()]
+    pool = f" ({args.pool})" if args.pool else ""
+    seen = "" if len(modes) > 1 or observations[0].exact else f"; observation {modes[0]}"
+    print(f"{trace.name}: {len(trace)} requests, {trace.rate:.2f} requests/s; "
+          f"{config.n_instances} instances{pool} x {config.cache_blocks} blocks, "
+          f"TTFT SLO {config.ttft_slo_s:g} s{seen}" + ("\n" if args.markdown else ""))
+    print(report.format_table(rows, columns, markdown=args.markdown))
     return 0
 
 
@@ -246,6 +269,19 @@ def check_args(args) -> None:
         args.seed = 0
     if command == "replay" and args.threshold is not None and args.policy not in ("kvcentric", "all"):
         raise _no_effect("threshold", f"with --policy {args.policy}: it is kvcentric's")
+    if command == "replay":
+        from .observation import as_observation
+        from .routing import parse_instances
+
+        if args.json and args.markdown:
+            raise _no_effect("markdown", "with --json: --json prints one JSON document")
+        if args.pool is not None:
+            n = len(parse_instances(args.pool))
+            if args.instances is not None and args.instances != n:
+                raise ValueError(f"--instances: expected {n} (the length of --pool {args.pool}) or leave it out, "
+                                 f"got {args.instances}")
+        for mode in args.observation or ():
+            as_observation(mode)  # a bad mode or setting names itself before the trace is read
     if command == "lecture" and args.plot is not None and args.demo not in (None, 3):
         raise _no_effect("plot", f"with --demo {args.demo}: only demo 3 draws a figure")
     if command == "compare":
@@ -305,7 +341,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_trace_args(p)
     p.add_argument("--policy", default="all", choices=[*ROUTING_POLICIES, "all"],
                    help="routing baseline, or 'all' for one table of every baseline (default all)")
-    p.add_argument("--instances", type=int, default=8, help="prefill instances (default 8)")
+    p.add_argument("--instances", type=int, default=None, help="prefill instances (default 8, or --pool's)")
+    p.add_argument("--pool", default=None, metavar="4xH800+4xA800",
+                   help="a heterogeneous pool: COUNTxGPU joined by '+' (GPUs: A100, A800, H100, H800)")
+    p.add_argument("--observation", action="append", default=None, metavar="MODE[,FIELD=VALUE...]",
+                   help="what the router sees: exact (default), or scraped, approximate|precise, noisy joined by "
+                        "'+', with ObservationConfig fields, e.g. 'scraped+noisy,scrape_delay_s=0.5'; repeat it "
+                        "for one table of every mode (JSON: results keyed by mode)")
+    p.add_argument("--markdown", action="store_true", help="print a Markdown table")
     p.add_argument("--cache-blocks", type=int, default=3000, help="local prefix-cache blocks per instance (default 3000)")
     p.add_argument("--ttft-slo", type=float, default=5.0, help="TTFT SLO in seconds (default 5)")
     p.add_argument("--speed", type=float, default=1.0, help="replay speed-up: 2 = arrivals twice as fast (default 1)")
