@@ -284,7 +284,8 @@ def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.P
 
     wrap = (lambda e: apply_wrappers(e, specs)) if specs else None
     # make_vec_env asks for render_mode="rgb_array" unless told otherwise
-    venv = make_vec_env(env_id, n_envs=n_envs, seed=seed, env_kwargs={"render_mode": None, **env_kwargs},
+    # "module:id" makes subprocess workers import the package that registers the id
+    venv = make_vec_env(f"mooncake_gym:{env_id}", n_envs=n_envs, seed=seed, env_kwargs={"render_mode": None, **env_kwargs},
                         wrapper_class=wrap, vec_env_cls=vec_env_class(vec_env, n_envs, env_id, env_kwargs))
     eval_env = DummyVecEnv([lambda: Monitor(apply_wrappers(gym.make(env_id, **eval_kwargs), specs))])
     if normalize_reward or vecnormalize:
@@ -300,7 +301,8 @@ def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.P
     if bar is not None:
         callbacks.append(bar)
     try:
-        model = algo_cls(policy, venv, seed=seed, tensorboard_log=tensorboard, verbose=verbose, device="cpu", **hp)
+        model = algo_cls(policy, venv, seed=seed, tensorboard_log=tensorboard, verbose=verbose, device="cpu",
+                          **copy.deepcopy(hp))  # A2C adds classes to policy_kwargs in place
     except TypeError as e:
         raise ValueError(f"hyperparameters: {algo_name} does not take them: {e}") from None
     start = time.time()
@@ -346,7 +348,7 @@ def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.P
     if evaluate_card:
         from . import load_agent
 
-        card["evaluation"] = card_evaluation(env, load_agent(final))
+        card["evaluation"] = card_evaluation(env, load_agent(final), env_kwargs, algo.lower())
         card_file.write_text(json.dumps(card, indent=2) + "\n")
     return final
 
@@ -373,19 +375,24 @@ CARD_METRICS = {"routing": ("mean_ttft_s", "slo_attainment", "hit_ratio"),
                 "admission": ("completed", "goodput", "wasted_prefill_s")}
 
 
-def card_evaluation(env: str, model) -> list[dict]:
-    """The agent next to the strongest baselines on held-out seeds: means over ``CARD_SEEDS``."""
+def card_evaluation(env: str, model, env_kwargs: dict | None = None, name: str = "ppo") -> list[dict]:
+    """The agent (row key ``name``) next to the strongest baselines on held-out seeds: means over
+    ``CARD_SEEDS`` on the ``CARD_SETTINGS`` workloads, with the other settings of ``env_kwargs``
+    (cluster size, reward...) as the agent was trained."""
     import numpy as np
 
     from mooncake_gym.baselines import make_policy
     from mooncake_gym.evaluation import evaluate
 
+    workload = ("rate", "load", "episode_requests", "trace", "base_trace", "speed")
+    base = {k: v for k, v in (env_kwargs or {}).items() if k not in workload and not k.endswith("_range")}
     rows = []
-    for kwargs in CARD_SETTINGS[env]:
+    for setting in CARD_SETTINGS[env]:
+        kwargs = {**base, **setting}
         row = {"env_kwargs": kwargs, "seeds": list(CARD_SEEDS)}
-        for name in ("ppo", *CARD_BASELINES[env]):
-            policy = model if name == "ppo" else make_policy(env, name)
+        for who in (name, *CARD_BASELINES[env]):
+            policy = model if who == name else make_policy(env, who)
             episodes = evaluate(ENV_IDS[env], policy, CARD_SEEDS, **kwargs)
-            row[name] = {m: float(np.mean([e[m] for e in episodes])) for m in CARD_METRICS[env]}
+            row[who] = {m: float(np.mean([e[m] for e in episodes])) for m in CARD_METRICS[env]}
         rows.append(row)
     return rows

@@ -142,7 +142,7 @@ def _cmd_train(args) -> int:
     path = train(args.env, timesteps=args.timesteps, seed=args.seed, out=args.out, tensorboard=args.tensorboard,
                  progress_bar=not args.no_progress, threads=args.threads, algo=args.algo,
                  env_kwargs=parse_env_kwargs(args.env_kwargs), n_envs=args.n_envs, vecnormalize=args.vecnormalize,
-                 wrappers=wrappers, vec_env=args.vec_env)
+                 wrappers=wrappers, vec_env=args.vec_env, evaluate_card=not args.no_evaluate)
     print(f"best model: {path}\ncard: {path.with_suffix('.json')}")
     return 0
 
@@ -307,6 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tensorboard", default=None, help="TensorBoard log directory")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-evaluate", action="store_true",
+                   help="skip the card's held-out evaluation next to the baselines (about 20 s)")
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("compare", help="every baseline and trained agent on the same workloads (the main job)")
