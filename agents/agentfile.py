@@ -18,7 +18,9 @@ card, a custom network) is refused unless the caller passes ``trusted=True`` (CL
 ``--unsafe-pickle``), which loads it with SB3's ``load`` and so runs whatever its pickles hold.
 Wrapper classes are resolved without importing arbitrary modules: a class from ``mooncake_gym`` or
 ``gymnasium``, or from a module the caller has already imported (your own wrapper module: import
-it first); other modules are imported only with ``trusted=True``.
+it first); other modules are imported only with ``trusted=True``. The class must be a
+``gymnasium.Wrapper``, and of gymnasium's and SB3's own wrappers only observation wrappers are
+accepted (the others record videos or write files where their keyword arguments say).
 
 :class:`Agent` is the loaded object; :func:`as_agent` turns any SB3 model into one (picking up a
 ``VecNormalize`` the model was trained in), and :func:`save_agent` writes one.
@@ -55,6 +57,8 @@ ARCHITECTURE_KEYS = {"net_arch": (list, dict), "activation_fn": str, "ortho_init
                      "shared_lstm": bool, "enable_critic_lstm": bool}
 #: Modules whose wrapper classes may be imported on demand without ``trusted``.
 SAFE_WRAPPER_PACKAGES = ("mooncake_gym", "gymnasium")
+#: Libraries whose non-observation wrappers (video recorders, monitors writing files) a card may not name.
+LIBRARY_PACKAGES = ("gymnasium", "stable_baselines3", "sb3_contrib")
 CONTRIB_HINT = "pip install 'mooncake-gym[contrib]'"
 
 
@@ -178,6 +182,11 @@ def resolve_wrapper(path: str, trusted: bool = False):
     cls = getattr(module, qualname, None)
     if not (isinstance(cls, type) and issubclass(cls, gym.Wrapper)):
         raise AgentFormatError(f"wrapper: {path} is not a gymnasium.Wrapper class")
+    if (not trusted and not issubclass(cls, gym.ObservationWrapper)
+            and cls.__module__.split(".")[0] in LIBRARY_PACKAGES):
+        # the libraries' other wrappers record videos, write monitor files or open windows
+        raise AgentFormatError(f"wrapper: {path} is not an observation wrapper; of gymnasium's and SB3's wrappers an "
+                               "agent file may name only those unless trusted=True (--unsafe-pickle)")
     return cls
 
 

@@ -227,6 +227,8 @@ def test_pickle_carrying_zip_is_refused_without_the_flag(tmp_path, monkeypatch):
     (lambda c: c.update(algorithm="TRPO"), "algorithm 'TRPO' is not one of"),
     (lambda c: c.update(wrappers=[{"class": "subprocess.Popen", "kwargs": {}}]), "subprocess.Popen is not a gymnasium.Wrapper"),
     (lambda c: c.update(wrappers=[{"class": "some_unimported_module.W", "kwargs": {}}]), "not imported; importing a module"),
+    (lambda c: c.update(wrappers=[{"class": "stable_baselines3.common.monitor.Monitor", "kwargs": {"filename": "/x"}}]),
+     "Monitor is not an observation wrapper"),
 ])
 def test_bad_cards_are_clear_errors(tmp_path, change, message):
     path = tmp_path / "a.zip"
@@ -317,3 +319,18 @@ def test_tutorial_train_command_runs(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"best model: {tmp_path / 'tutorial' / 'ppo_routing.zip'}" in proc.stdout
     assert agents.load_agent(tmp_path / "tutorial" / "ppo_routing.zip").source == "weights"
+
+
+@needs_contrib
+@pytest.mark.parametrize("algo, wrappers", [("recurrentppo", ()), ("maskableppo", (NoPullMasks,))])
+def test_train_contrib_algorithms(tmp_path, algo, wrappers):
+    """train() runs sb3-contrib's algorithms with their evaluation callback and writes loadable agents."""
+    path = train("routing", algo=algo, timesteps=128, seed=1, out=tmp_path, progress_bar=False, evaluate_card=False,
+                 n_envs=1, wrappers=wrappers, env_kwargs={"n_instances": 4, "rate": 3.0, "episode_requests": 40},
+                 overrides={"n_steps": 64, "batch_size": 64, "eval_freq": 64, "n_eval_episodes": 1})
+    card = json.loads(path.with_suffix(".json").read_text())
+    assert path.name == f"{algo}_routing.zip" and card["best_eval_timestep"] in (64, 128)
+    agent = agents.load_agent(path)
+    assert (agent.recurrent, agent.maskable) == (algo == "recurrentppo", algo == "maskableppo")
+    (episode,) = evaluate(ROUTING_ENV_ID, agent, [5], **SMALL)
+    assert episode["steps"] == 60 and (algo != "maskableppo" or episode["fetched_tokens"] == 0)
