@@ -17,10 +17,10 @@ import os
 from importlib import resources
 from pathlib import Path
 
-from .agentfile import Agent, AgentFormatError, load
+from .agentfile import Agent, AgentFormatError, load, save_agent
 
 __all__ = ["Agent", "AgentFormatError", "AgentIntegrityError", "SHIPPED", "SHIPPED_SHA256", "agent_dir", "available",
-           "card", "load_agent"]
+           "card", "load_agent", "save_agent"]
 
 #: Shipped agents by name -> the problem they solve.
 SHIPPED = {"ppo_routing": "routing", "ppo_admission": "admission"}

@@ -260,7 +260,7 @@ def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.P
     eval_kwargs = {**{k: v for k, v in env_kwargs.items() if not k.endswith("_range")}, **hp.pop("eval_env_kwargs", {}),
                    **{k: v for k, v in user_kwargs.items() if not k.endswith("_range")}}
     try:
-        probe = apply_wrappers(gym.make(env_id, **env_kwargs), specs)
+        probe = apply_wrappers(gym.make(env_id, **env_kwargs), specs, trusted=True)  # the caller named them
     except TypeError as e:
         raise ValueError(f"--env-kwargs: {env_id} does not take them: {e}") from None
     maskable = algo_name == "MaskablePPO"
@@ -282,12 +282,12 @@ def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.P
     torch.set_num_threads(threads)
     out.mkdir(parents=True, exist_ok=True)
 
-    wrap = (lambda e: apply_wrappers(e, specs)) if specs else None
+    wrap = (lambda e: apply_wrappers(e, specs, trusted=True)) if specs else None
     # make_vec_env asks for render_mode="rgb_array" unless told otherwise
     # "module:id" makes subprocess workers import the package that registers the id
     venv = make_vec_env(f"mooncake_gym:{env_id}", n_envs=n_envs, seed=seed, env_kwargs={"render_mode": None, **env_kwargs},
                         wrapper_class=wrap, vec_env_cls=vec_env_class(vec_env, n_envs, env_id, env_kwargs))
-    eval_env = DummyVecEnv([lambda: Monitor(apply_wrappers(gym.make(env_id, **eval_kwargs), specs))])
+    eval_env = DummyVecEnv([lambda: Monitor(apply_wrappers(gym.make(env_id, **eval_kwargs), specs, trusted=True))])
     if normalize_reward or vecnormalize:
         # normalize_reward scales rewards by a running estimate of the return's spread; vecnormalize
         # standardises observations (the statistics go into the card and are applied when acting)

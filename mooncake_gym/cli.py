@@ -321,7 +321,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--agent", default=None,
                    help="also evaluate this agent of your own (a zip with its JSON card; loaded without unpickling)")
     p.add_argument("--unsafe-pickle", action="store_true",
-                   help="allow --agent without a card: unpickle it with SB3's load, WHICH CAN RUN CODE (trusted files only)")
+                   help="allow --agent without a card (unpickled by SB3's load) and let its card's wrapper modules be "
+                        "imported: BOTH CAN RUN CODE (trusted files only)")
     p.add_argument("--threads", type=int, default=1, help="torch threads for the agents' forward passes (default 1)")
     p.add_argument("--agent-env", choices=["routing", "admission"], default=None,
                    help="the problem --agent solves (default: found from its observation and action spaces)")
