@@ -68,12 +68,9 @@ def parse_env_kwargs(text: str | None) -> dict:
         return {}
     text = text.strip()
     if text.startswith("{"):
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"--env-kwargs: not a JSON object: {e}") from None
+        value = _json_or_text(text)
         if not isinstance(value, dict):
-            raise ValueError(f"--env-kwargs: expected a JSON object, got {text!r}")
+            raise ValueError(f"--env-kwargs: expected a JSON object or key=value,..., got {text!r}")
         return value
     out, depth, part = {}, 0, ""
     for ch in text + ",":
@@ -82,14 +79,18 @@ def parse_env_kwargs(text: str | None) -> dict:
             key, sep, raw = part.partition("=")
             if not sep or not key.strip():
                 raise ValueError(f"--env-kwargs: expected key=value, got {part.strip()!r}")
-            try:
-                out[key.strip()] = json.loads(raw)
-            except json.JSONDecodeError:
-                out[key.strip()] = raw.strip()
+            out[key.strip()] = _json_or_text(raw)
             part = ""
         else:
             part += ch
     return out
+
+
+def _json_or_text(raw: str):
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw.strip()
 
 
 def merge_env_kwargs(recipe: dict, user: dict) -> dict:

@@ -301,6 +301,7 @@ def test_train_cli_options_make_a_loadable_agent(tmp_path, capsys):
     assert episode["steps"] == 60
 
 
+@pytest.mark.filterwarnings("ignore:Training and eval env are not of the same type")  # eval runs in-process
 def test_subprocess_and_in_process_envs_train_the_same_agent(tmp_path):
     kw = dict(timesteps=128, seed=2, progress_bar=False, evaluate_card=False, n_envs=2,
               env_kwargs={"n_instances": 4, "episode_requests": 40}, overrides={"n_steps": 64, "batch_size": 64})
