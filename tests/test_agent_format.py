@@ -335,3 +335,15 @@ def test_train_contrib_algorithms(tmp_path, algo, wrappers):
     assert (agent.recurrent, agent.maskable) == (algo == "recurrentppo", algo == "maskableppo")
     (episode,) = evaluate(ROUTING_ENV_ID, agent, [5], **SMALL)
     assert episode["steps"] == 60 and (algo != "maskableppo" or episode["fetched_tokens"] == 0)
+
+
+def test_wrapper_mismatch_says_what_differs():
+    from mooncake_gym.agents.agentfile import as_agent
+    from mooncake_gym.evaluation import run_episode
+
+    policy = agents.load_agent("ppo_routing").policy
+    agent = as_agent(policy, ROUTING_ENV_ID, wrappers=[NoPullMasks, MinusBest])
+    env = MinusBest(gym.make(ROUTING_ENV_ID, episode_requests=10))
+    with pytest.raises(ValueError, match=rf"trained behind wrappers \['{__name__}.NoPullMasks', '{__name__}.MinusBest'\] "
+                                         rf"\(innermost first\), but the env has \['{__name__}.MinusBest'\] of them"):
+        run_episode(env, agent, seed=0)
