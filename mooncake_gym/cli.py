@@ -153,11 +153,25 @@ def _cmd_lecture(args) -> int:
     return run_lecture(args)
 
 
-def _cmd_train(args) -> int:
-    from .agents.train import train
+def _train_wrappers(args) -> list[dict]:
+    """``--wrapper MODULE.CLASS[:KWARGS]`` options as the wrapper specs ``train`` takes."""
+    from .agents.train import parse_env_kwargs
 
+    wrappers = []
+    for text in args.wrapper or []:
+        path, sep, kwargs = text.partition(":")
+        wrappers.append({"class": path, "kwargs": parse_env_kwargs(kwargs) if sep else {}})
+    return wrappers
+
+
+def _cmd_train(args) -> int:
+    from .agents.train import parse_env_kwargs, train
+
+    wrappers = _train_wrappers(args)
     path = train(args.env, timesteps=args.timesteps, seed=args.seed, out=args.out, tensorboard=args.tensorboard,
-                 progress_bar=not args.no_progress, threads=args.threads)
+                 progress_bar=not args.no_progress, threads=args.threads, algo=args.algo,
+                 env_kwargs=parse_env_kwargs(args.env_kwargs), n_envs=args.n_envs, vecnormalize=args.vecnormalize,
+                 wrappers=wrappers, vec_env=args.vec_env, evaluate_card=not args.no_evaluate)
     print(f"best model: {path}\ncard: {path.with_suffix('.json')}")
     return 0
 
@@ -169,9 +183,9 @@ def _cmd_compare(args) -> int:
     if args.agent:
         from .agents import load_agent
 
-        print(f"note: loading {args.agent}: an SB3 zip holds pickled objects and loading it can run code; "
-              "only use files you trust", file=sys.stderr)
-        model = load_agent(args.agent, trusted=True)
+        model = load_agent(args.agent, trusted=args.unsafe_pickle)
+        if model.source == "pickle":
+            print(f"note: {args.agent} was unpickled (--unsafe-pickle): loading it could run code", file=sys.stderr)
         problem = args.agent_env or cmp.problem_of(model)
         if args.env not in ("all", problem):
             raise ValueError(f"--agent: the agent solves {problem}, but --env is {args.env}")
@@ -183,7 +197,7 @@ def _cmd_compare(args) -> int:
         trace = read_trace(args.trace)
     settings = cmp.compare(env=args.env, seeds=args.seeds, rates=args.rates, loads=args.loads, trace=trace,
                            speed=args.speed, agents=agents, plot_dir=args.plot_dir,
-                           progress=not (args.json or args.no_progress))
+                           progress=not (args.json or args.no_progress), threads=args.threads)
     if args.json:
         report.print_json(cmp.settings_json(settings, args.seeds))
         return 0
@@ -231,7 +245,8 @@ class _Parser(argparse.ArgumentParser):
 _OPTION_LIMITS = {"rate": "rate", "seed": "seed", "duration": "duration_s", "requests": "requests",
                   "instances": "n_instances", "cache_blocks": "cache_blocks", "ttft_slo": "ttft_slo_s",
                   "speed": "speed", "threshold": "threshold", "load": "load", "timesteps": "timesteps",
-                  "threads": "threads", "seeds": "seeds", "seconds": "seconds", "rates": "rate", "loads": "load"}
+                  "threads": "threads", "seeds": "seeds", "seconds": "seconds", "rates": "rate", "loads": "load",
+                  "n_envs": "n_envs"}
 #: Options that only apply to a synthetic trace (per command), and their defaults (overload's rate:
 #: ``overload.DEMO3_BASE_RATE``, filled in ``check_args``).
 _SYNTHETIC_ONLY = {"trace stats": {"rate": 4.0, "seed": 0}, "cache": {"rate": 4.0, "seed": 0},
@@ -282,6 +297,11 @@ def check_args(args) -> None:
                                  f"got {args.instances}")
         for mode in args.observation or ():
             as_observation(mode)  # a bad mode or setting names itself before the trace is read
+    if command == "train":
+        from .agents.train import parse_env_kwargs
+
+        parse_env_kwargs(args.env_kwargs)  # a malformed --env-kwargs or --wrapper names itself before training
+        _train_wrappers(args)
     if command == "lecture" and args.plot is not None and args.demo not in (None, 3):
         raise _no_effect("plot", f"with --demo {args.demo}: only demo 3 draws a figure")
     if command == "compare":
@@ -293,6 +313,8 @@ def check_args(args) -> None:
             raise _no_effect("rates", "with --env admission or --trace: it sets the synthetic routing workloads")
         if args.loads is not None and args.env == "routing":
             raise _no_effect("loads", "with --env routing: it sets the admission workloads")
+        if args.unsafe_pickle and not args.agent:
+            raise _no_effect("unsafe_pickle", "without --agent: the shipped agents load without unpickling")
         if args.json and args.no_progress:
             raise _no_effect("no_progress", "with --json: --json never shows a progress bar")
         args.speed = 1.0 if args.speed is None else args.speed
@@ -397,14 +419,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_cache)
 
     # --- train / compare / bench ----------------------------------------------------------------
-    p = sub.add_parser("train", help="train a PPO agent (stable-baselines3) on one environment")
+    p = sub.add_parser("train", help="train an agent (stable-baselines3 / sb3-contrib) on one environment")
     p.add_argument("--env", choices=["routing", "admission"], required=True, help="which problem")
+    p.add_argument("--algo", choices=["ppo", "a2c", "dqn", "recurrentppo", "maskableppo"], default="ppo",
+                   help="algorithm (default ppo; recurrentppo and maskableppo need pip install 'mooncake-gym[contrib]')")
+    p.add_argument("--env-kwargs", default=None,
+                   help="env kwargs on top of the recipe's, as JSON or key=value,...: e.g. rate=8 or n_instances=4")
+    p.add_argument("--n-envs", type=int, default=None, help="parallel training envs (default: agents/hyperparams.yml)")
+    p.add_argument("--vec-env", choices=["auto", "dummy", "subproc"], default="auto",
+                   help="run the envs in this process (dummy) or in subprocesses; auto: subprocesses only where "
+                        "a step is slow enough for them to pay (default auto)")
+    p.add_argument("--vecnormalize", action="store_true",
+                   help="normalise observations with VecNormalize (its statistics are saved in the card)")
+    p.add_argument("--wrapper", action="append", default=None, metavar="MODULE.CLASS[:KWARGS]",
+                   help="observation wrapper around every env (repeatable, innermost first; kwargs as for --env-kwargs)")
     p.add_argument("--timesteps", type=int, default=None, help="total timesteps (default: agents/hyperparams.yml)")
     p.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
     p.add_argument("--out", default="runs/train", help="output directory (default runs/train)")
     p.add_argument("--tensorboard", default=None, help="TensorBoard log directory")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-evaluate", action="store_true",
+                   help="skip the card's held-out evaluation next to the baselines (about 20 s)")
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("compare", help="every baseline and trained agent on the same workloads (the main job)")
@@ -414,7 +450,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--loads", type=_floats, default=None, help="admission loads, x decode capacity (default 2)")
     p.add_argument("--trace", default=None, help="compare on this JSONL trace (routing: replayed; admission: base)")
     p.add_argument("--speed", type=float, default=None, help="replay speed of --trace (default 1)")
-    p.add_argument("--agent", default=None, help="also evaluate this SB3 zip of your own (it is unpickled: trust it)")
+    p.add_argument("--agent", default=None,
+                   help="also evaluate this agent of your own (a zip with its JSON card; loaded without unpickling)")
+    p.add_argument("--unsafe-pickle", action="store_true",
+                   help="allow --agent without a card (unpickled by SB3's load) and let its card's wrapper modules be "
+                        "imported: BOTH CAN RUN CODE (trusted files only)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads for the agents' forward passes (default 1)")
     p.add_argument("--agent-env", choices=["routing", "admission"], default=None,
                    help="the problem --agent solves (default: found from its observation and action spaces)")
     p.add_argument("--plot-dir", default=None, help="write TTFT box plots and CDFs and admission load series here")

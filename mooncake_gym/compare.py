@@ -95,10 +95,11 @@ def policies_for(problem: str, agents: dict) -> dict:
     return out
 
 
-def run_setting(setting: Setting, policies: dict, seeds, keep_results: bool = False, progress=None) -> Setting:
+def run_setting(setting: Setting, policies: dict, seeds, keep_results: bool = False, progress=None,
+                threads: int | None = 1) -> Setting:
     columns, make_row = columns_of(setting.problem)
     for name, policy in policies.items():
-        episodes = evaluate(setting.env_id, policy, seeds, keep_result=keep_results, **setting.env_kwargs)
+        episodes = evaluate(setting.env_id, policy, seeds, keep_result=keep_results, threads=threads, **setting.env_kwargs)
         setting.episodes[name] = episodes
         rows = [make_row(name, e) for e in episodes]
         row = {"policy": name, "episodes": len(episodes)}
@@ -154,11 +155,15 @@ def format_setting(setting: Setting, markdown: bool = False) -> str:
 
 
 def compare(env: str = "all", seeds: int = 5, rates=(4.0, 8.0), loads=(2.0,), trace=None, speed: float = 1.0,
-            agents: dict | None = None, plot_dir: str | None = None, progress: bool = True) -> list[Setting]:
+            agents: dict | None = None, plot_dir: str | None = None, progress: bool = True,
+            threads: int | None = 1) -> list[Setting]:
     """Evaluate every baseline and agent; returns the settings with their rows (mean and CI per metric).
 
     ``agents``: ``{name: (problem, model)}``; by default every shipped agent that is present.
+    ``threads``: torch threads for the agents (default 1; ``None`` leaves torch's setting).
     """
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+        raise ValueError(f"--threads: expected an integer >= 1, got {threads!r}")
     if env not in ("routing", "admission", "all"):
         raise ValueError(f"--env: expected routing, admission or all, got {env!r}")
     if not isinstance(seeds, int) or seeds < 1:
@@ -181,7 +186,7 @@ def compare(env: str = "all", seeds: int = 5, rates=(4.0, 8.0), loads=(2.0,), tr
         for s, pols in plan:
             if bar is not None:
                 bar.set_postfix_str(s.label.split(",")[0])
-            run_setting(s, pols, seed_list, keep_results=plot_dir is not None, progress=bar)
+            run_setting(s, pols, seed_list, keep_results=plot_dir is not None, progress=bar, threads=threads)
             if s.problem == "routing":
                 s.bound = routing_bound(s, seed_list)
     finally:
@@ -195,11 +200,18 @@ def compare(env: str = "all", seeds: int = 5, rates=(4.0, 8.0), loads=(2.0,), tr
 
 
 def problem_of(model) -> str:
-    """The problem whose default environment has ``model``'s observation and action spaces."""
+    """The problem of ``model``: its card's env id, else the default environment whose observation
+    and action spaces it has."""
     import gymnasium as gym
 
     from .evaluation import check_model_fits
 
+    env_id = getattr(model, "env_id", None)
+    for problem, pid in (("routing", ROUTING_ENV_ID), ("admission", ADMISSION_ENV_ID)):
+        if env_id == pid:
+            return problem
+    if env_id is not None:
+        raise ValueError(f"--agent: it was trained on {env_id}, which is neither {ROUTING_ENV_ID} nor {ADMISSION_ENV_ID}")
     fits = []
     for problem, env_id in (("routing", ROUTING_ENV_ID), ("admission", ADMISSION_ENV_ID)):
         env = gym.make(env_id)
@@ -217,7 +229,7 @@ def problem_of(model) -> str:
 
 
 def shipped_agents() -> dict:
-    """``{name: (problem, model)}`` of the shipped agents present (sha256 verified)."""
+    """``{name: (problem, agent)}`` of the shipped agents present (sha256 verified, loaded without unpickling)."""
     from .agents import available, load_agent
 
     return {name: (problem, load_agent(name)) for name, problem in available().items()}

@@ -83,6 +83,7 @@ LIMITS: dict[str, Limit] = {
     "seeds": Limit(1, 1000, True, "seeds"),
     "timesteps": Limit(1, 10**9, True, "steps"),
     "threads": Limit(1, 256, True, "threads"),
+    "n_envs": Limit(1, 256, True, "environments"),
     "seconds": Limit(1e-3, 3600, False, "s"),
 }
 
