@@ -172,7 +172,7 @@ def _cmd_tune(args) -> int:
                                                          "minibatch_size": min(args.train_batch, 128)}
         doc = tune.tune_ppo(args.env, budget=args.budget, search=args.search, iterations=args.iterations,
                             num_env_runners=args.num_env_runners, address=args.address, seed=args.seed,
-                            overrides=overrides)
+                            env_kwargs={"episode_requests": args.episode_requests}, overrides=overrides)
     else:
         trace = None
         if args.trace:

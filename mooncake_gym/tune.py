@@ -18,10 +18,13 @@ discount over the same grid/random choice (Ray only).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
 import os
+import shutil
+import sys
 
 import numpy as np
 
@@ -125,11 +128,11 @@ def objective(problem: str, name: str, knobs: dict, seeds, settings, metric: str
     return float(np.mean(values))
 
 
-def _best(results: list[dict], goal: str) -> dict:
+def _best(results: list[dict], goal: str, hint: str = "") -> dict:
     """The first result with the best finite score (grid order breaks ties)."""
     finite = [r for r in results if math.isfinite(r["score"])]
     if not finite:
-        raise ValueError("tune: no setting gave a finite score")
+        raise ValueError(f"tune: no setting gave a finite score{hint}")
     key = (lambda r: r["score"]) if goal == "min" else (lambda r: -r["score"])
     return min(finite, key=key)
 
@@ -168,7 +171,7 @@ def tune_baseline(policy: str, env: str, budget: int | None = None, search: str 
 
 
 def _jsonable_kwargs(kwargs: dict) -> dict:
-    return {k: (v if isinstance(v, (int, float, str)) or v is None else str(v)) for k, v in kwargs.items()}
+    return {k: (v if isinstance(v, (int, float, str, list, tuple)) or v is None else str(v)) for k, v in kwargs.items()}
 
 
 def _baseline_trial(config: dict) -> dict:
@@ -215,7 +218,11 @@ def _ray_tune(trial, settings_to_try: list[dict], goal: str, address: str | None
         tune_config=ray_tune.TuneConfig(metric="score", mode=goal),
         run_config=ray_tune.RunConfig(storage_path=storage, name="tune", verbose=0),
     )
-    grid = tuner.fit()
+    try:
+        with _stdout_to_stderr():  # Ray Tune's own messages: stdout is the result's
+            grid = tuner.fit()
+    finally:
+        shutil.rmtree(storage, ignore_errors=True)
     errors = [r.error for r in grid if r.error is not None]
     if errors:
         raise RuntimeError(f"tune: {len(errors)} Ray Tune trial(s) failed; the first: {errors[0]}")
@@ -226,6 +233,21 @@ def _ray_tune(trial, settings_to_try: list[dict], goal: str, address: str | None
         out.append({"knobs": k, "score": float(m["score"]),
                     **{key: m[key] for key in m if key in _TRIAL_EXTRAS}})
     return out
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    """Send everything written to stdout, by Python or by libraries' own handlers, to stderr."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 #: Metrics of a PPO trial kept beside its score (the domain metrics of the RLlib callback).
@@ -261,7 +283,8 @@ def tune_ppo(env: str, budget: int | None = None, search: str = "grid", iteratio
              "env_kwargs": env_kwargs, "overrides": overrides or {}}
     metric, goal = PPO_METRIC
     results = _ray_tune(_ppo_trial, settings_to_try, goal, address, fixed, cpus=1 + num_env_runners)
-    best = _best(results, goal)
+    best = _best(results, goal, hint=" (no trial finished an episode in its last iteration: raise --iterations "
+                                     "or --train-batch, or shorten episodes with --episode-requests)")
     return {"algo": "ppo", "env": env, "knobs": best["knobs"], "metric": metric, "goal": goal,
             "score": best["score"], "search": search, "backend": "ray", "grid": grid, "iterations": iterations,
             "seed": seed, "env_kwargs": _jsonable_kwargs({**env_defaults, **(env_kwargs or {})}),
