@@ -41,8 +41,9 @@ $(RAY_STAMP): pyproject.toml
 	$(RAY_VENV)/bin/python -m pip install -e '.[dev,ray]'
 	touch $(RAY_STAMP)
 
+# the Ray tests, and the environment and tune tests again under Ray's gymnasium
 test-ray: $(RAY_STAMP)
-	$(RAY_VENV)/bin/python -m pytest -q tests/test_ray.py
+	$(RAY_VENV)/bin/python -m pytest -q tests/test_ray.py tests/test_envs.py tests/test_tune.py
 
 # Regenerate docs/results.md (the tables of `mooncake-gym compare`; the shared-trace part needs
 # ../shared/traces/synthetic_trace.jsonl, Mooncake's public synthetic trace).

@@ -153,7 +153,7 @@ def _train_rllib(args) -> int:
         print(f"iteration {r['iteration']:3d}  env steps {r['timesteps']:8d}  {extra}", flush=True)
 
     train_rllib(args.env, args.iterations, num_env_runners=args.num_env_runners, address=args.address,
-                seed=args.seed, out=args.out, progress=show)
+                seed=args.seed, out=args.out, progress=show, threads=args.threads)
     print(f"RLlib checkpoint: {args.out}")
     return 0
 

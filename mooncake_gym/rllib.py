@@ -163,13 +163,17 @@ def _init(address: str | None) -> None:
 
 def train_rllib(env: str, iterations: int, num_env_runners: int = 0, address: str | None = None, seed: int = 0,
                 env_kwargs: dict | None = None, overrides: dict | None = None, out: str | os.PathLike | None = None,
-                init_ray: bool = True, progress=None) -> list[dict]:
+                init_ray: bool = True, progress=None, threads: int = 1) -> list[dict]:
     """Train RLlib PPO on ``env`` ('routing' or 'admission') for ``iterations`` iterations with
     ``num_env_runners`` remote env runners (0: sample in the driver); returns one
     :func:`iteration_summary` per iteration. Ray runs locally, or on the cluster at ``address``
     (``ray start --head`` prints it). ``out``: save the final algorithm there as an RLlib checkpoint.
-    ``progress(summary)`` is called after each iteration."""
+    ``progress(summary)`` is called after each iteration. ``threads``: torch threads of this process
+    (where the learner runs; Ray gives its workers one thread per CPU they hold)."""
     _require_ray()
+    import torch
+
+    torch.set_num_threads(threads)
     if env not in ENV_PROBLEMS:
         raise ValueError(f"--env: expected one of {sorted(ENV_PROBLEMS)}, got {env!r}")
     if not isinstance(iterations, int) or iterations < 1:

@@ -64,3 +64,15 @@ def test_a_two_trial_ppo_sweep_on_ray_tune():
         assert r["iteration"] == 2 and r["timesteps"] == 400
         assert r["score"] == pytest.approx(-10 * r["mean_ttft_s"], rel=1e-9)
     assert doc["score"] == max(r["score"] for r in doc["results"])
+
+
+def test_train_backend_rllib_on_the_command_line(tmp_path, capsys):
+    from mooncake_gym.cli import main
+
+    out = tmp_path / "run"
+    assert main(["train", "--env", "routing", "--backend", "rllib", "--iterations", "1", "--out", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    # hyperparams.yml's routing batch: 4 x 512 env steps, two whole 1,000-request episodes
+    assert lines[0].startswith("iteration   1  env steps     2048  episode_return_mean")
+    assert "mean_ttft_s" in lines[0] and "hit_ratio" in lines[0]
+    assert lines[-1] == f"RLlib checkpoint: {out}" and (out / "rllib_checkpoint.json").is_file()

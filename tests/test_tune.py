@@ -2,6 +2,7 @@
 the scores it printed, every score is the policy's real mean over the training seeds, held-out seeds
 are never touched, and a tuned baseline runs in compare with exactly its tuned knobs."""
 
+import importlib.util
 import inspect
 import json
 
@@ -144,3 +145,11 @@ def test_compare_tuned_rejects_a_bad_file_or_a_problem_it_does_not_run(tmp_path,
     assert main(["compare", "--env", "admission", "--tuned", str(bad)]) == 2
     assert "speed" in capsys.readouterr().err
 
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is not None, reason="ray is installed here (tests/test_ray.py)")
+def test_the_ray_backends_without_ray_say_what_to_install(tmp_path, capsys):
+    assert main(["train", "--env", "routing", "--backend", "rllib", "--out", str(tmp_path)]) == 2
+    assert "pip install 'mooncake-gym[ray]'" in capsys.readouterr().err
+    assert main(["tune", *ROUTING_ARGS, "--backend", "ray", "--out", str(tmp_path / "x.json")]) == 2
+    assert "pip install 'mooncake-gym[ray]'" in capsys.readouterr().err
