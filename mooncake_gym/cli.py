@@ -179,6 +179,8 @@ def _cmd_tune(args) -> int:
             from .workload import read_trace
 
             trace = read_trace(args.trace)
+            print("note: a replayed trace is the same workload whatever the seed; for a held-out result, "
+                  "compare on another trace than the one tuned on", file=sys.stderr)
         doc = tune.tune_baseline(args.policy, args.env, budget=args.budget, search=args.search, seeds=args.seeds,
                                  rates=args.rates, loads=args.loads, trace=trace, speed=args.speed,
                                  episode_requests=args.episode_requests, backend=args.backend,

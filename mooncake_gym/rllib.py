@@ -35,13 +35,26 @@ OVERRIDABLE = ("lr", "gamma", "lambda_", "entropy_coeff", "clip_param", "train_b
                "minibatch_size", "num_epochs", "fcnet_hiddens")
 
 
-def _require_ray():
+def require_ray(what: str = "--backend rllib") -> None:
+    """``ValueError`` naming ``what`` and the extra to install, unless Ray RLlib and Tune import."""
     try:
         import ray  # noqa: F401
+        import ray.tune  # noqa: F401
         from ray.rllib.algorithms.ppo import PPOConfig  # noqa: F401
     except ImportError:
-        raise ValueError("--backend rllib: Ray RLlib is not installed; pip install 'mooncake-gym[ray]' "
+        raise ValueError(f"{what}: Ray RLlib and Tune are not installed; pip install 'mooncake-gym[ray]' "
                          "(in its own venv: it installs gymnasium 1.2; see docs/scale-out.md)") from None
+
+
+def init_ray(address: str | None = None) -> None:
+    """Connect to the Ray cluster at ``address``, or start a local Ray instance (once per process)."""
+    import ray
+
+    if not ray.is_initialized():
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(include_dashboard=False, log_to_driver=False)
 
 
 def make_env(env_id: str, env_config=None):
@@ -89,7 +102,7 @@ def _callback_class():
 
 def __getattr__(name):  # DomainMetricsCallback is built on first use: importing this module needs no Ray
     if name == "DomainMetricsCallback":
-        _require_ray()
+        require_ray()
         return _callback_class()
     raise AttributeError(name)
 
@@ -115,7 +128,7 @@ def rllib_hyperparams(env: str) -> tuple[dict, dict]:
 def ppo_config(env: str, num_env_runners: int = 0, seed: int = 0, env_kwargs: dict | None = None,
                overrides: dict | None = None):
     """The RLlib ``PPOConfig`` of :func:`train_rllib`."""
-    _require_ray()
+    require_ray()
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
@@ -151,26 +164,16 @@ def iteration_summary(result: dict) -> dict:
     return out
 
 
-def _init(address: str | None) -> None:
-    import ray
-
-    if not ray.is_initialized():
-        if address:
-            ray.init(address=address, log_to_driver=False)
-        else:
-            ray.init(include_dashboard=False, log_to_driver=False)
-
-
 def train_rllib(env: str, iterations: int, num_env_runners: int = 0, address: str | None = None, seed: int = 0,
                 env_kwargs: dict | None = None, overrides: dict | None = None, out: str | os.PathLike | None = None,
-                init_ray: bool = True, progress=None, threads: int = 1) -> list[dict]:
+                progress=None, threads: int = 1) -> list[dict]:
     """Train RLlib PPO on ``env`` ('routing' or 'admission') for ``iterations`` iterations with
     ``num_env_runners`` remote env runners (0: sample in the driver); returns one
     :func:`iteration_summary` per iteration. Ray runs locally, or on the cluster at ``address``
     (``ray start --head`` prints it). ``out``: save the final algorithm there as an RLlib checkpoint.
     ``progress(summary)`` is called after each iteration. ``threads``: torch threads of this process
     (where the learner runs; Ray gives its workers one thread per CPU they hold)."""
-    _require_ray()
+    require_ray()
     import torch
 
     torch.set_num_threads(threads)
@@ -179,8 +182,7 @@ def train_rllib(env: str, iterations: int, num_env_runners: int = 0, address: st
     if not isinstance(iterations, int) or iterations < 1:
         raise ValueError(f"--iterations: expected an integer >= 1, got {iterations!r}")
     config = ppo_config(env, num_env_runners, seed, env_kwargs, overrides)
-    if init_ray:
-        _init(address)
+    init_ray(address)  # inside a Ray Tune trial (or after ray.init) Ray is running already: kept
     register_rllib_envs()
     algo = config.build_algo()
     try:

@@ -5,7 +5,8 @@ them); the search space is the grid of their combinations. ``search="grid"`` tri
 ``search="random"`` tries ``budget`` distinct settings drawn from the grid with a seeded generator.
 Each setting is scored by one objective: the mean over the workloads (``compare``'s settings) and
 the training seeds of one end-of-episode metric (default ``TUNE_METRICS[problem]``: routing mean
-TTFT, lower is better; admission goodput, higher is better; others in ``METRIC_GOALS``). The seeds are ``0 .. seeds-1``, the range PPO training uses, disjoint
+TTFT, lower is better; admission goodput, higher is better; others in ``METRIC_GOALS``, e.g. the
+admission env's ``return``: goodput minus its waste penalty). The seeds are ``0 .. seeds-1``, the range PPO training uses, disjoint
 from every held-out seed (``compare``: 1,000,000 on; agent cards: 2,000,000 on; the training
 callback: 10,000 on), so a tuned baseline is judged in ``compare --tuned`` on workloads its tuning
 never saw.
@@ -36,7 +37,7 @@ TUNE_METRICS = {"routing": ("mean_ttft_s", "min"), "admission": ("goodput", "max
 #: Every metric a search may optimise (``metric=``), with its direction.
 METRIC_GOALS = {"routing": {"mean_ttft_s": "min", "p90_ttft_s": "min", "slo_attainment": "max", "hit_ratio": "max"},
                 "admission": {"goodput": "max", "completed": "max", "wasted_prefill_s": "min",
-                              "rejected_after_prefill": "min"}}
+                              "rejected_after_prefill": "min", "return": "max"}}
 #: Requests per episode while tuning (compare's episodes are 3,000 requests long).
 TUNE_EPISODE_REQUESTS = 1000
 #: The PPO hyperparameters ``tune --algo ppo`` searches (RLlib's names), and its objective.
@@ -189,7 +190,7 @@ def _ppo_trial(config: dict) -> dict:
     fixed = config["fixed"]
     history = train_rllib(fixed["env"], fixed["iterations"], num_env_runners=fixed["num_env_runners"],
                           seed=fixed["seed"], env_kwargs=fixed["env_kwargs"],
-                          overrides={**fixed["overrides"], **config["knobs"]}, init_ray=False)
+                          overrides={**fixed["overrides"], **config["knobs"]})
     last = history[-1]
     return {"score": last[PPO_METRIC[0]], **{k: v for k, v in last.items() if k != PPO_METRIC[0]}}
 
@@ -200,17 +201,15 @@ def _ray_tune(trial, settings_to_try: list[dict], goal: str, address: str | None
     results in the order of ``settings_to_try``."""
     import tempfile
 
-    try:
-        import ray
-        from ray import tune as ray_tune
-    except ImportError:
-        raise ValueError("--backend ray: Ray is not installed; pip install 'mooncake-gym[ray]' "
-                         "(docs/scale-out.md: in its own venv)") from None
+    from .rllib import init_ray, require_ray
+
+    require_ray("--backend ray")
+    from ray import tune as ray_tune
 
     def report(config):
         ray_tune.report(trial(config))
 
-    _init_ray(ray, address)
+    init_ray(address)
     storage = tempfile.mkdtemp(prefix="mooncake-gym-tune-")
     tuner = ray_tune.Tuner(
         ray_tune.with_resources(report, {"cpu": cpus}),
@@ -252,16 +251,6 @@ def _stdout_to_stderr():
 
 #: Metrics of a PPO trial kept beside its score (the domain metrics of the RLlib callback).
 _TRIAL_EXTRAS = ("iteration", "timesteps", "mean_ttft_s", "hit_ratio", "completed", "goodput", "wasted_prefill_s")
-
-
-def _init_ray(ray, address: str | None) -> None:
-    """Connect to the cluster at ``address``, or start a local Ray instance (once per process)."""
-    if ray.is_initialized():
-        return
-    if address:
-        ray.init(address=address, log_to_driver=False)
-    else:
-        ray.init(include_dashboard=False, log_to_driver=False)
 
 
 def tune_ppo(env: str, budget: int | None = None, search: str = "grid", iterations: int = 10,

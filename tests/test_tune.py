@@ -75,10 +75,12 @@ def test_random_search_draws_distinct_grid_settings_reproducibly():
     assert a == tune.candidates(knobs, "random", budget=4, seed=7)
     assert len({json.dumps(k, sort_keys=True) for k in a}) == 4
     grid = tune.candidates(knobs, "grid")
-    assert len(grid) == 12 and all(k in grid for k in a)
+    size = len(knobs["threshold"]) * len(knobs["quantile"])
+    assert len(grid) == size and all(k in grid for k in a)
+    assert grid[:2] == [{"threshold": knobs["threshold"][0], "quantile": q} for q in knobs["quantile"][:2]]
     with pytest.raises(ValueError, match="--budget: random search draws distinct settings"):
-        tune.candidates(knobs, "random", budget=13)
-    with pytest.raises(ValueError, match="--budget: the grid .* has 12 settings"):
+        tune.candidates(knobs, "random", budget=size + 1)
+    with pytest.raises(ValueError, match=f"--budget: the grid .* has {size} settings"):
         tune.candidates(knobs, "grid", budget=5)
 
 
