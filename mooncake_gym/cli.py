@@ -133,6 +133,10 @@ def _cmd_lecture(args) -> int:
 def _cmd_train(args) -> int:
     if args.backend == "rllib":
         return _train_rllib(args)
+    for flag, value in (("--iterations", args.iterations), ("--num-env-runners", args.num_env_runners),
+                        ("--address", args.address)):
+        if value is not None:
+            raise ValueError(f"{flag}: for --backend rllib only")
     from .agents.train import train
 
     path = train(args.env, timesteps=args.timesteps, seed=args.seed, out=args.out, tensorboard=args.tensorboard,
@@ -147,12 +151,15 @@ def _train_rllib(args) -> int:
 
     if args.timesteps is not None:
         raise ValueError("--timesteps: stable-baselines3 only; with --backend rllib give --iterations")
+    if args.tensorboard is not None:
+        raise ValueError("--tensorboard: stable-baselines3 only (RLlib's results are in its checkpoint folder)")
 
     def show(r):
         extra = "  ".join(f"{k} {v:.4g}" for k, v in r.items() if k not in ("iteration", "timesteps"))
         print(f"iteration {r['iteration']:3d}  env steps {r['timesteps']:8d}  {extra}", flush=True)
 
-    train_rllib(args.env, args.iterations, num_env_runners=args.num_env_runners, address=args.address,
+    train_rllib(args.env, 10 if args.iterations is None else args.iterations,
+                num_env_runners=args.num_env_runners or 0, address=args.address,
                 seed=args.seed, out=args.out, progress=show, threads=args.threads)
     print(f"RLlib checkpoint: {args.out}")
     return 0
@@ -164,15 +171,17 @@ def _cmd_tune(args) -> int:
 
     if (args.policy is None) == (args.algo is None):
         raise ValueError("tune: give exactly one of --policy NAME (a baseline's knobs) or --algo ppo")
+    if args.address and args.backend == "local":
+        raise ValueError("--address: for --backend ray only")
     show = None if args.json else (lambda r: print(f"  {r['knobs']}: {r['score']:.4f}", file=sys.stderr, flush=True))
     if args.algo is not None:
         if args.backend != "ray":
             raise ValueError("--algo ppo: PPO sweeps run on Ray Tune; add --backend ray")
-        overrides = {} if args.train_batch is None else {"train_batch_size_per_learner": args.train_batch,
-                                                         "minibatch_size": min(args.train_batch, 128)}
+        overrides = {} if args.train_batch is None else {"train_batch_size_per_learner": args.train_batch}
+        env_kwargs = {} if args.episode_requests is None else {"episode_requests": args.episode_requests}
         doc = tune.tune_ppo(args.env, budget=args.budget, search=args.search, iterations=args.iterations,
                             num_env_runners=args.num_env_runners, address=args.address, seed=args.seed,
-                            env_kwargs={"episode_requests": args.episode_requests}, overrides=overrides)
+                            env_kwargs=env_kwargs, overrides=overrides)
     else:
         trace = None
         if args.trace:
@@ -183,7 +192,9 @@ def _cmd_tune(args) -> int:
                   "compare on another trace than the one tuned on", file=sys.stderr)
         doc = tune.tune_baseline(args.policy, args.env, budget=args.budget, search=args.search, seeds=args.seeds,
                                  rates=args.rates, loads=args.loads, trace=trace, speed=args.speed,
-                                 episode_requests=args.episode_requests, backend=args.backend,
+                                 episode_requests=(tune.TUNE_EPISODE_REQUESTS if args.episode_requests is None
+                                                   else args.episode_requests),
+                                 backend=args.backend,
                                  address=args.address, seed=args.seed, metric=args.metric, progress=show)
     tune.write_result(doc, args.out)
     if args.json:
@@ -357,8 +368,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--backend", choices=["sb3", "rllib"], default="sb3",
                    help="stable-baselines3 (default) or Ray RLlib PPO (needs the ray extra; docs/scale-out.md)")
-    p.add_argument("--iterations", type=int, default=10, help="rllib: training iterations (default 10)")
-    p.add_argument("--num-env-runners", type=int, default=0, help="rllib: remote env runners (default 0: sample in the driver)")
+    p.add_argument("--iterations", type=int, default=None, help="rllib: training iterations (default 10)")
+    p.add_argument("--num-env-runners", type=int, default=None, help="rllib: remote env runners (default 0: sample in the driver)")
     p.add_argument("--address", default=None, help="rllib: address of a running Ray cluster (default: start Ray locally)")
     p.set_defaults(func=_cmd_train)
 
@@ -398,8 +409,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--loads", type=_floats, default=[2.0], help="admission loads, x decode capacity (default 2)")
     p.add_argument("--trace", default=None, help="tune on this JSONL trace (routing: replayed; admission: base)")
     p.add_argument("--speed", type=float, default=1.0, help="replay speed of --trace (default 1)")
-    p.add_argument("--episode-requests", type=int, default=TUNE_EPISODE_REQUESTS,
-                   help=f"requests per synthetic episode (default {TUNE_EPISODE_REQUESTS})")
+    p.add_argument("--episode-requests", type=int, default=None,
+                   help=f"requests per synthetic episode (default {TUNE_EPISODE_REQUESTS}; ppo: hyperparams.yml's)")
     p.add_argument("--metric", default=None,
                    help="the metric to optimise (default: routing mean_ttft_s, admission goodput; see mooncake_gym.tune)")
     p.add_argument("--iterations", type=int, default=10, help="ppo: RLlib iterations per trial (default 10)")

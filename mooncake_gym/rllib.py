@@ -139,6 +139,8 @@ def ppo_config(env: str, num_env_runners: int = 0, seed: int = 0, env_kwargs: di
     if unknown:
         raise ValueError(f"overrides: unknown PPO settings {unknown}; expected some of {list(OVERRIDABLE)}")
     training.update(overrides or {})
+    # a train batch smaller than the minibatch (a short test run) is one minibatch
+    training["minibatch_size"] = min(training["minibatch_size"], training["train_batch_size_per_learner"])
     hidden = training.pop("fcnet_hiddens")
     return (PPOConfig()
             .environment(ENV_PROBLEMS[env], env_config={**env_defaults, **(env_kwargs or {})})

@@ -265,6 +265,8 @@ def tune_ppo(env: str, budget: int | None = None, search: str = "grid", iteratio
         raise ValueError(f"--env: expected one of {sorted(ENV_PROBLEMS)}, got {env!r}")
     if not isinstance(iterations, int) or iterations < 1:
         raise ValueError(f"--iterations: expected an integer >= 1, got {iterations!r}")
+    if not isinstance(num_env_runners, int) or num_env_runners < 0:
+        raise ValueError(f"--num-env-runners: expected an integer >= 0, got {num_env_runners!r}")
     grid = {k: list(v) for k, v in (knobs or PPO_KNOBS).items()}
     settings_to_try = candidates(grid, search, budget, seed)
     _, env_defaults = rllib_hyperparams(env)

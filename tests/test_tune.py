@@ -105,6 +105,12 @@ def test_a_policy_without_knobs_is_a_clear_error(tmp_path, capsys):
     assert "unknown admission policy 'nope'" in capsys.readouterr().err
     assert main(["tune", "--algo", "ppo", "--env", "routing", "--out", str(tmp_path / "x.json")]) == 2
     assert "--backend ray" in capsys.readouterr().err
+    assert main(["tune", *ROUTING_ARGS, "--address", "127.0.0.1:6379", "--out", str(tmp_path / "x.json")]) == 2
+    assert "--address: for --backend ray only" in capsys.readouterr().err
+    assert main(["tune", *ROUTING_ARGS[:4], "--episode-requests", "0", "--out", str(tmp_path / "x.json")]) == 2
+    assert "episode_requests: expected an integer in [1, inf), got 0" in capsys.readouterr().err
+    assert main(["train", "--env", "routing", "--num-env-runners", "2", "--out", str(tmp_path)]) == 2
+    assert "--num-env-runners: for --backend rllib only" in capsys.readouterr().err
     assert not (tmp_path / "x.json").exists()
 
 
