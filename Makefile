@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.installed
 
-.PHONY: install demo test bench results clean
+.PHONY: install demo test test-ray bench results clean
 
 install: $(STAMP)
 
@@ -27,7 +27,23 @@ bench: $(STAMP)
 	$(BIN)/mooncake-gym bench
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info
+	rm -rf $(VENV) $(RAY_VENV) build dist *.egg-info
+
+# Ray (RLlib, Tune) in its own venv: Ray installs gymnasium 1.2 over the 1.4 of .venv
+# (docs/scale-out.md). CPU torch first, as above.
+RAY_VENV ?= .venv-ray
+RAY_STAMP = $(RAY_VENV)/.installed
+
+$(RAY_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(RAY_VENV)
+	$(RAY_VENV)/bin/python -m pip install --upgrade pip
+	$(RAY_VENV)/bin/python -m pip install torch==2.13.0
+	$(RAY_VENV)/bin/python -m pip install -e '.[dev,ray]'
+	touch $(RAY_STAMP)
+
+# the Ray tests, and the environment and tune tests again under Ray's gymnasium
+test-ray: $(RAY_STAMP)
+	$(RAY_VENV)/bin/python -m pytest -q tests/test_ray.py tests/test_envs.py tests/test_tune.py
 
 # Regenerate docs/results.md (the tables of `mooncake-gym compare`; the shared-trace part needs
 # ../shared/traces/synthetic_trace.jsonl, Mooncake's public synthetic trace).

@@ -157,6 +157,7 @@ def _train_wrappers(args) -> list[dict]:
     """``--wrapper MODULE.CLASS[:KWARGS]`` options as the wrapper specs ``train`` takes."""
     from .agents.train import parse_env_kwargs
 
+
     wrappers = []
     for text in args.wrapper or []:
         path, sep, kwargs = text.partition(":")
@@ -165,6 +166,8 @@ def _train_wrappers(args) -> list[dict]:
 
 
 def _cmd_train(args) -> int:
+    if args.backend == "rllib":
+        return _train_rllib(args)
     from .agents.train import parse_env_kwargs, train
 
     wrappers = _train_wrappers(args)
@@ -173,6 +176,64 @@ def _cmd_train(args) -> int:
                  env_kwargs=parse_env_kwargs(args.env_kwargs), n_envs=args.n_envs, vecnormalize=args.vecnormalize,
                  wrappers=wrappers, vec_env=args.vec_env, evaluate_card=not args.no_evaluate)
     print(f"best model: {path}\ncard: {path.with_suffix('.json')}")
+    return 0
+
+
+def _train_rllib(args) -> int:
+    """``train --backend rllib``: RLlib PPO, one line per iteration (docs/scale-out.md)."""
+    from .rllib import train_rllib
+
+    def show(r):
+        extra = "  ".join(f"{k} {v:.4g}" for k, v in r.items() if k not in ("iteration", "timesteps"))
+        print(f"iteration {r['iteration']:3d}  env steps {r['timesteps']:8d}  {extra}", flush=True)
+
+    train_rllib(args.env, 10 if args.iterations is None else args.iterations,
+                num_env_runners=args.num_env_runners or 0, address=args.address,
+                seed=args.seed, out=args.out, progress=show, threads=args.threads)
+    print(f"RLlib checkpoint: {args.out}")
+    return 0
+
+
+def _cmd_tune(args) -> int:
+    """``mooncake-gym tune``: a baseline's knobs, or PPO's hyperparameters (Ray), on training seeds."""
+    from . import tune
+
+    if (args.policy is None) == (args.algo is None):
+        raise ValueError("tune: give exactly one of --policy NAME (a baseline's knobs) or --algo ppo")
+    if args.address and args.backend == "local":
+        raise ValueError("--address: for --backend ray only")
+    show = None if args.json else (lambda r: print(f"  {r['knobs']}: {r['score']:.4f}", file=sys.stderr, flush=True))
+    if args.algo is not None:
+        if args.backend != "ray":
+            raise ValueError("--algo ppo: PPO sweeps run on Ray Tune; add --backend ray")
+        overrides = {} if args.train_batch is None else {"train_batch_size_per_learner": args.train_batch}
+        env_kwargs = {} if args.episode_requests is None else {"episode_requests": args.episode_requests}
+        doc = tune.tune_ppo(args.env, budget=args.budget, search=args.search, iterations=args.iterations,
+                            num_env_runners=args.num_env_runners, address=args.address, seed=args.seed,
+                            env_kwargs=env_kwargs, overrides=overrides)
+    else:
+        trace = None
+        if args.trace:
+            from .workload import read_trace
+
+            trace = read_trace(args.trace)
+            print("note: a replayed trace is the same workload whatever the seed; for a held-out result, "
+                  "compare on another trace than the one tuned on", file=sys.stderr)
+        doc = tune.tune_baseline(args.policy, args.env, budget=args.budget, search=args.search, seeds=args.seeds,
+                                 rates=args.rates, loads=args.loads, trace=trace, speed=args.speed,
+                                 episode_requests=(tune.TUNE_EPISODE_REQUESTS if args.episode_requests is None
+                                                   else args.episode_requests),
+                                 backend=args.backend,
+                                 address=args.address, seed=args.seed, metric=args.metric, progress=show)
+    tune.write_result(doc, args.out)
+    if args.json:
+        report.print_json(doc)
+        return 0
+    what = doc.get("policy") or doc["algo"]
+    print(f"{what} on {doc['env']}: {len(doc['results'])} settings, {doc['metric']} ({doc['goal']})"
+          + (f", training seeds {doc['seeds'][0]}..{doc['seeds'][-1]}" if "seeds" in doc else ""))
+    print(tune.format_results(doc))
+    print(f"best: {doc['knobs']} ({doc['metric']} {doc['score']:.4f}); written to {args.out}")
     return 0
 
 
@@ -195,9 +256,17 @@ def _cmd_compare(args) -> int:
         from .workload import read_trace
 
         trace = read_trace(args.trace)
+    tuned = None
+    if args.tuned:
+        from .tune import read_tuned
+
+        tuned = [read_tuned(path) for path in args.tuned]
+        for path, doc in zip(args.tuned, tuned):
+            if args.env not in ("all", doc["env"]):
+                raise ValueError(f"--tuned {path}: tuned for {doc['env']}, but --env is {args.env}")
     settings = cmp.compare(env=args.env, seeds=args.seeds, rates=args.rates, loads=args.loads, trace=trace,
                            speed=args.speed, agents=agents, plot_dir=args.plot_dir,
-                           progress=not (args.json or args.no_progress), threads=args.threads)
+                           progress=not (args.json or args.no_progress), threads=args.threads, tuned=tuned)
     if args.json:
         report.print_json(cmp.settings_json(settings, args.seeds))
         return 0
@@ -207,6 +276,8 @@ def _cmd_compare(args) -> int:
     else:
         print(f"Mean ± 95% CI over {args.seeds} held-out seeds ({seeds[0]}..{seeds[-1]}), "
               "same workloads for every policy.")
+    for path, doc in zip(args.tuned or [], tuned or []):
+        print(f"{doc['policy']} (tuned): {doc['knobs']} from {path}")
     for s in settings:
         print(f"\n{'### ' if args.markdown else ''}{s.label}\n")
         print(cmp.format_setting(s, markdown=args.markdown))
@@ -251,6 +322,35 @@ _OPTION_LIMITS = {"rate": "rate", "seed": "seed", "duration": "duration_s", "req
 #: ``overload.DEMO3_BASE_RATE``, filled in ``check_args``).
 _SYNTHETIC_ONLY = {"trace stats": {"rate": 4.0, "seed": 0}, "cache": {"rate": 4.0, "seed": 0},
                    "replay": {"rate": 4.0}, "overload": {"rate": None}}
+
+
+#: train's options of one backend, and their defaults (given with the other backend: no effect).
+_SB3_ONLY = {"timesteps": None, "tensorboard": None, "algo": "ppo", "env_kwargs": None, "n_envs": None,
+             "vec_env": "auto", "vecnormalize": False, "wrapper": None, "no_evaluate": False, "no_progress": False}
+_RLLIB_ONLY = ("iterations", "num_env_runners", "address")
+#: tune's options of a baseline search (--policy) and of a PPO sweep (--algo), with their defaults.
+_TUNE_POLICY_ONLY = {"seeds": 3, "rates": [4.0, 8.0], "loads": [2.0], "trace": None, "speed": 1.0, "metric": None}
+_TUNE_PPO_ONLY = {"iterations": 10, "num_env_runners": 0, "train_batch": None}
+
+
+def _check_tune_args(args) -> None:
+    """``tune``: the options of the other kind of search, and workload options for the other
+    problem, have no effect; fills the defaults of those left out."""
+    own, other = (_TUNE_PPO_ONLY, _TUNE_POLICY_ONLY) if args.algo is not None else (_TUNE_POLICY_ONLY, _TUNE_PPO_ONLY)
+    kind = "--algo" if args.algo is not None else "--policy"
+    for dest in other:
+        if getattr(args, dest) is not None:
+            raise _no_effect(dest, f"with {kind}: it is an option of {'--policy' if kind == '--algo' else '--algo'}")
+    if args.algo is None:
+        if args.rates is not None and (args.env == "admission" or args.trace):
+            raise _no_effect("rates", "with --env admission or --trace: it sets the synthetic routing workloads")
+        if args.loads is not None and args.env == "routing":
+            raise _no_effect("loads", "with --env routing: it sets the admission workloads")
+        if args.speed is not None and not args.trace:
+            raise _no_effect("speed", "without --trace: it is the replay speed of a trace")
+    for dest, default in own.items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, default)
 
 
 def _option(dest: str) -> str:
@@ -298,10 +398,22 @@ def check_args(args) -> None:
         for mode in args.observation or ():
             as_observation(mode)  # a bad mode or setting names itself before the trace is read
     if command == "train":
-        from .agents.train import parse_env_kwargs
+        if args.backend == "rllib":
+            for dest, default in _SB3_ONLY.items():
+                if getattr(args, dest) != default:
+                    why = "; with --backend rllib give --iterations" if dest == "timesteps" else \
+                        " (RLlib's results are in its checkpoint folder)" if dest == "tensorboard" else ""
+                    raise ValueError(f"{_option(dest)}: stable-baselines3 only (--backend sb3){why}")
+        else:
+            for dest in _RLLIB_ONLY:
+                if getattr(args, dest) is not None:
+                    raise ValueError(f"{_option(dest)}: for --backend rllib only")
+            from .agents.train import parse_env_kwargs
 
-        parse_env_kwargs(args.env_kwargs)  # a malformed --env-kwargs or --wrapper names itself before training
-        _train_wrappers(args)
+            parse_env_kwargs(args.env_kwargs)  # a malformed --env-kwargs or --wrapper names itself before training
+            _train_wrappers(args)
+    if command == "tune":
+        _check_tune_args(args)
     if command == "lecture" and args.plot is not None and args.demo not in (None, 3):
         raise _no_effect("plot", f"with --demo {args.demo}: only demo 3 draws a figure")
     if command == "compare":
@@ -441,6 +553,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-evaluate", action="store_true",
                    help="skip the card's held-out evaluation next to the baselines (about 20 s)")
+    p.add_argument("--backend", choices=["sb3", "rllib"], default="sb3",
+                   help="stable-baselines3 (default) or Ray RLlib PPO (needs the ray extra; docs/scale-out.md)")
+    p.add_argument("--iterations", type=int, default=None, help="rllib: training iterations (default 10)")
+    p.add_argument("--num-env-runners", type=int, default=None, help="rllib: remote env runners (default 0: sample in the driver)")
+    p.add_argument("--address", default=None, help="rllib: address of a running Ray cluster (default: start Ray locally)")
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("compare", help="every baseline and trained agent on the same workloads (the main job)")
@@ -460,10 +577,40 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the problem --agent solves (default: found from its observation and action spaces)")
     p.add_argument("--plot-dir", default=None, help="write TTFT box plots and CDFs and admission load series here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--tuned", action="append", default=None, metavar="FILE",
+                   help="also run the baseline of this `mooncake-gym tune` result with its tuned knobs (repeatable)")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print one JSON document")
     fmt.add_argument("--markdown", action="store_true", help="print Markdown tables")
     p.set_defaults(func=_cmd_compare)
+
+    from .tune import BACKENDS, MAX_TUNE_SEEDS, SEARCHES, TUNE_EPISODE_REQUESTS
+
+    p = sub.add_parser("tune", help="search a baseline's knobs (or PPO's hyperparameters with Ray) on training seeds")
+    p.add_argument("--policy", default=None, help="the baseline whose KNOBS to search, e.g. kvcentric")
+    p.add_argument("--algo", choices=["ppo"], default=None, help="sweep RLlib PPO's hyperparameters instead (--backend ray)")
+    p.add_argument("--env", choices=["routing", "admission"], required=True, help="which problem")
+    p.add_argument("--budget", type=int, default=None,
+                   help="settings to try (grid: at least the grid's size; random: how many to draw; default all)")
+    p.add_argument("--search", choices=SEARCHES, default="grid", help="grid (default) or random")
+    p.add_argument("--backend", choices=BACKENDS, default="local", help="local loop (default) or Ray Tune")
+    p.add_argument("--address", default=None, help="ray: address of a running Ray cluster (default: start Ray locally)")
+    p.add_argument("--seeds", type=int, default=None, help=f"training seeds per workload (default 3, at most {MAX_TUNE_SEEDS})")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random search's draw and of PPO (default 0)")
+    p.add_argument("--rates", type=_floats, default=None, help="routing session rates (default 4,8)")
+    p.add_argument("--loads", type=_floats, default=None, help="admission loads, x decode capacity (default 2)")
+    p.add_argument("--trace", default=None, help="tune on this JSONL trace (routing: replayed; admission: base)")
+    p.add_argument("--speed", type=float, default=None, help="replay speed of --trace (default 1)")
+    p.add_argument("--episode-requests", type=int, default=None,
+                   help=f"requests per synthetic episode (default {TUNE_EPISODE_REQUESTS}; ppo: hyperparams.yml's)")
+    p.add_argument("--metric", default=None,
+                   help="the metric to optimise (default: routing mean_ttft_s, admission goodput; see mooncake_gym.tune)")
+    p.add_argument("--iterations", type=int, default=None, help="ppo: RLlib iterations per trial (default 10)")
+    p.add_argument("--num-env-runners", type=int, default=None, help="ppo: remote env runners per trial (default 0)")
+    p.add_argument("--train-batch", type=int, default=None, help="ppo: env steps per iteration (default: hyperparams.yml)")
+    p.add_argument("--out", required=True, metavar="FILE.json", help="write the result (best knobs) here")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.set_defaults(func=_cmd_tune)
 
     p = sub.add_parser("bench", help="speed benchmarks (decisions/s, env steps/s next to CartPole)")
     p.add_argument("--seconds", type=float, default=2.0, help="time budget per measurement (default 2)")

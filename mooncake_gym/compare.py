@@ -95,6 +95,22 @@ def policies_for(problem: str, agents: dict) -> dict:
     return out
 
 
+def with_tuned(policies: dict, problem: str, tuned: list) -> dict:
+    """``policies`` with each tuned baseline of ``problem`` inserted right after its default row."""
+    from .baselines import make_policy
+    from .tune import tuned_name
+
+    out = dict(policies)
+    for doc in tuned:
+        if doc["env"] != problem:
+            continue
+        row = (tuned_name(doc), ViewPolicy(make_policy(problem, doc["policy"], **doc["knobs"]), tuned_name(doc)))
+        items = list(out.items())
+        at = next((i + 1 for i, (name, _) in enumerate(items) if name == doc["policy"]), len(items))
+        out = dict(items[:at] + [row] + items[at:])
+    return out
+
+
 def run_setting(setting: Setting, policies: dict, seeds, keep_results: bool = False, progress=None,
                 threads: int | None = 1) -> Setting:
     columns, make_row = columns_of(setting.problem)
@@ -156,11 +172,13 @@ def format_setting(setting: Setting, markdown: bool = False) -> str:
 
 def compare(env: str = "all", seeds: int = 5, rates=(4.0, 8.0), loads=(2.0,), trace=None, speed: float = 1.0,
             agents: dict | None = None, plot_dir: str | None = None, progress: bool = True,
-            threads: int | None = 1) -> list[Setting]:
+            threads: int | None = 1, tuned: list | None = None) -> list[Setting]:
     """Evaluate every baseline and agent; returns the settings with their rows (mean and CI per metric).
 
     ``agents``: ``{name: (problem, model)}``; by default every shipped agent that is present.
     ``threads``: torch threads for the agents (default 1; ``None`` leaves torch's setting).
+    ``tuned``: results of ``mooncake-gym tune`` (:func:`mooncake_gym.tune.read_tuned`); each adds its
+    baseline with the tuned knobs, as ``NAME (tuned)`` right after the default row.
     """
     if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
         raise ValueError(f"--threads: expected an integer >= 1, got {threads!r}")
@@ -176,7 +194,7 @@ def compare(env: str = "all", seeds: int = 5, rates=(4.0, 8.0), loads=(2.0,), tr
         settings += routing_settings(rates, trace, speed)
     if env in ("admission", "all"):
         settings += admission_settings(loads, trace if env == "admission" else None)
-    plan = [(s, policies_for(s.problem, agents)) for s in settings]
+    plan = [(s, with_tuned(policies_for(s.problem, agents), s.problem, tuned or [])) for s in settings]
     bar = None
     if progress:
         from tqdm import tqdm
