@@ -113,7 +113,7 @@ def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.P
     policy = hp.pop("policy", "MlpPolicy")
     normalize_reward = hp.pop("normalize_reward", False)
 
-    # make_vec_env asks for render_mode="rgb_array" unless told otherwise; our envs render text only
+    # make_vec_env asks for render_mode="rgb_array" unless told otherwise; training needs no pictures
     venv = make_vec_env(env_id, n_envs=n_envs, seed=seed, env_kwargs={"render_mode": None, **env_kwargs},
                         vec_env_cls=DummyVecEnv)
     eval_env = DummyVecEnv([lambda: Monitor(gym.make(env_id, **eval_kwargs))])
