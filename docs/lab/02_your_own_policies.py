@@ -42,6 +42,19 @@ from mooncake_gym.workload import synthetic_trace
 OUT = Path(os.environ.get("LAB_OUT", "lab_output"))
 OUT.mkdir(parents=True, exist_ok=True)
 
+
+def picture(env_id, policy, filename, decisions=300, **env_kwargs):
+    """Run ``policy`` for ``decisions`` steps of ``env_id`` (seed 0) and save the cluster's picture."""
+    env = gym.make(env_id, render_mode="rgb_array", **env_kwargs)
+    env.reset(seed=0)
+    for _ in range(decisions):
+        env.step(env.unwrapped.encode_action(policy(env.unwrapped.decision_view())))
+    plt.figure(figsize=(8, 5))
+    plt.imshow(env.render())
+    plt.axis("off")
+    plt.savefig(OUT / filename, bbox_inches="tight")
+    print("picture written to", OUT / filename)
+
 # %% [markdown]
 # ## A look at the routing view, and a picture of the cluster
 #
@@ -67,15 +80,7 @@ for i in range(view.n_instances):
 # prefix hit (orange) and the cache occupancy (green); the last choice is highlighted.
 
 # %%
-env = gym.make("mooncake_gym/PrefillRouting-v0", render_mode="rgb_array", rate=8.0)
-obs, info = env.reset(seed=0)
-for _ in range(300):
-    obs, reward, terminated, truncated, info = env.step(env.unwrapped.encode_action(kvcentric(env.unwrapped.decision_view())))
-plt.figure(figsize=(8, 5))
-plt.imshow(env.render())
-plt.axis("off")
-plt.savefig(OUT / "routing_picture.png", bbox_inches="tight")
-print("picture written to", OUT / "routing_picture.png")
+picture("mooncake_gym/PrefillRouting-v0", kvcentric, "routing_picture.png", rate=8.0)
 
 # %% [markdown]
 # **Exercise `best-instance`.** Write the heart of Algorithm 1 without pulls: return the instance
@@ -142,14 +147,7 @@ def my_admission(view):
     return view.predicted_ttft_s <= view.ttft_slo_s
 
 
-env = gym.make("mooncake_gym/OverloadAdmission-v0", render_mode="rgb_array", load=2.0)
-obs, info = env.reset(seed=0)
-for _ in range(300):
-    obs, reward, terminated, truncated, info = env.step(env.unwrapped.encode_action(my_admission(env.unwrapped.decision_view())))
-plt.figure(figsize=(8, 5))
-plt.imshow(env.render())
-plt.axis("off")
-plt.savefig(OUT / "admission_picture.png", bbox_inches="tight")
+picture("mooncake_gym/OverloadAdmission-v0", my_admission, "admission_picture.png", load=2.0)
 lab.check("admission", my_admission)
 
 # %% [markdown]
