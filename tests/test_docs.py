@@ -31,6 +31,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -150,7 +151,9 @@ def _run_doc(doc: str, tmp_path: Path) -> list[str]:
             command = [sys.executable, block.filename]
         else:
             command = ["bash", "-c", _bash_script(code)]
+        start = time.perf_counter()
         done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
+        print(f"{where}: {time.perf_counter() - start:.1f} s")  # shown with pytest -s
         if done.returncode != 0:
             failures.append(f"{where}: exit {done.returncode}\n{done.stderr[-2000:]}")
             continue

@@ -53,7 +53,7 @@ OUT = Path(os.environ.get("LAB_OUT", "lab_output"))
 OUT.mkdir(parents=True, exist_ok=True)
 
 ENV = "mooncake_gym/PrefillRouting-v0"
-TIMESTEPS = 4_096 if lab.QUICK else 50_000
+TIMESTEPS = 2_048 if lab.QUICK else 50_000
 EVAL_EVERY = 2_048 if lab.QUICK else 10_000
 TRAINING_SEEDS = (0, 1)
 EVAL = {"rate": 8.0, "episode_requests": 100 if lab.QUICK else 1000}
