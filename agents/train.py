@@ -284,7 +284,7 @@ def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.P
     out.mkdir(parents=True, exist_ok=True)
 
     wrap = (lambda e: apply_wrappers(e, specs, trusted=True)) if specs else None
-    # make_vec_env asks for render_mode="rgb_array" unless told otherwise
+    # make_vec_env asks for render_mode="rgb_array" unless told otherwise; training needs no pictures
     # "module:id" makes subprocess workers import the package that registers the id
     venv = make_vec_env(f"mooncake_gym:{env_id}", n_envs=n_envs, seed=seed, env_kwargs={"render_mode": None, **env_kwargs},
                         wrapper_class=wrap, vec_env_cls=vec_env_class(vec_env, n_envs, env_id, env_kwargs))

@@ -4,7 +4,6 @@
   of Mooncake v3 Figure 9 (lecture demo 3).
 - :func:`plot_hit_rate`: hit rate versus capacity (``mooncake-gym cache --plot``).
 - :func:`compare_plots`: the figures of ``mooncake-gym compare --plot-dir``.
-- :func:`text_image`: a text picture drawn as an RGB image (the environments' ``rgb_array`` render).
 """
 
 from __future__ import annotations
@@ -22,22 +21,6 @@ def _figure(width: float, height: float):
     fig = Figure(figsize=(width, height), dpi=120)
     FigureCanvasAgg(fig)
     return fig
-
-
-#: Monospace text geometry of :func:`text_image` (inches per character and per line at 9 pt).
-_CHAR_W_IN, _LINE_H_IN, _TEXT_DPI = 0.075, 0.16, 100
-
-
-def text_image(text: str, lines: int, columns: int) -> np.ndarray:
-    """``text`` in a monospace font, black on white, as an ``(height, width, 3)`` uint8 array sized
-    for ``lines`` x ``columns`` characters (a fixed size per environment, so frames make a video);
-    longer text is cut at the edges."""
-    fig = _figure(columns * _CHAR_W_IN + 0.2, lines * _LINE_H_IN + 0.2)
-    fig.set_dpi(_TEXT_DPI)
-    fig.text(0.1 / fig.get_figwidth(), 1 - 0.1 / fig.get_figheight(), text, family="monospace", fontsize=9,
-             va="top", ha="left", linespacing=1.3)
-    fig.canvas.draw()
-    return np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
 
 
 def check_plot_path(path: str | os.PathLike, name: str = "plot") -> str:

@@ -117,8 +117,10 @@ def _float32_packer(n: int):
     return struct.Struct(f"={n}f").pack
 
 
-#: The render modes of both environments: a text picture, or the same picture as an RGB image
-#: (what video recorders and stable-baselines3's ``make_vec_env`` ask for).
+#: The render modes of both environments: a text picture, or a picture of the cluster as an RGB image
+#: (``envs/viewer.py``; what video recorders and stable-baselines3's ``make_vec_env`` ask for).
+#: ``gym.make(..., render_mode="human")`` shows the RGB picture in a window through gymnasium's
+#: ``HumanRendering`` wrapper (needs pygame: the ``human`` extra).
 RENDER_MODES = ("ansi", "rgb_array")
 
 
@@ -126,16 +128,3 @@ def check_render_mode(render_mode):
     if render_mode is not None and render_mode not in RENDER_MODES:
         raise ValueError(f"render_mode: expected None or one of {RENDER_MODES}, got {render_mode!r}")
     return render_mode
-
-
-def render_frame(render_mode: str | None, text: str, lines: int, columns: int = 100):
-    """What ``render()`` returns for the text picture ``text``: the text itself (``"ansi"``), or
-    it drawn as an image of ``lines`` x ``columns`` characters (``"rgb_array"``); None without a
-    render mode."""
-    if render_mode == "ansi":
-        return text
-    if render_mode == "rgb_array":
-        from ..plots import text_image
-
-        return text_image(text, lines, columns)
-    return None

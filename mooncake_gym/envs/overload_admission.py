@@ -10,11 +10,11 @@ import numpy as np
 from gymnasium import spaces
 
 from ..costmodel import CostModel
-from ..overload import (DEMO3_BASE_RATE, REJECTED_AFTER_PREFILL, OverloadConfig, OverloadSimulator, check_admit,
-                        check_load_samples, decode_capacity_rate)
+from ..overload import (DEMO3_BASE_RATE, REJECTED_AFTER_PREFILL, REJECTED_AT_ARRIVAL, OverloadConfig,
+                        OverloadSimulator, check_admit, check_load_samples, decode_capacity_rate)
 from ..workload import resample_iid, synthetic_trace
-from .common import (INTEGER_TYPES, RENDER_MODES, ValueOrRange, as_float32, as_trace, check, check_render_mode,
-                     render_frame)
+from .common import INTEGER_TYPES, RENDER_MODES, ValueOrRange, as_float32, as_trace, check, check_render_mode
+from .viewer import AdmissionViewer
 
 INPUT_TOKENS_CAP = 200_000
 LOG1P_INPUT_TOKENS_CAP = math.log1p(INPUT_TOKENS_CAP)  # request length feature: log1p(tokens) / this
@@ -140,10 +140,27 @@ class OverloadAdmissionEnv(gym.Env):
     ``load`` (finite, > 0) is the arrival rate as a multiple of the decode capacity rate;
     ``load_range`` a pair ``(low, high)``, finite, ``0 < low <= high``, not with ``load``.
     ``model`` is a preset of ``mooncake_gym.costmodel.MODELS``. ``render_mode="ansi"``: ``render()``
-    returns a text picture of decode occupancy per instance and the prefill queues; ``"rgb_array"``:
-    the same picture as an RGB image of a fixed size (for video recorders; stable-baselines3's
-    ``make_vec_env`` asks for this mode by default). An invalid
+    returns a text picture; ``"rgb_array"``: a picture of the two pools (see Rendering). An invalid
     argument raises ``ValueError`` naming it and its allowed range.
+
+    ## Rendering
+
+    ``render_mode="rgb_array"``: ``render()`` returns a picture of the two pools, a ``(400, W, 3)``
+    uint8 array (W = 640 pixels up to about 100 instances in all, wider beyond; a multiple of 16 for
+    video encoders). Left, the prefill pool: per instance a bar of its queued work (the top of the
+    scale is the TTFT SLO; a red cap marks more), with the pending request's prefill stacked in a
+    lighter blue on the least-loaded instance, where it would go (highlighted). Right, the decode
+    pool: per instance its KV occupancy (the top is full), with the time between tokens in the
+    title. Below, the whole decode pool's occupancy and the request's predicted TTFT over the SLO;
+    at the top, the last decision (green: admitted, red: rejected at arrival) and the running counts
+    of completed requests and of rejections at arrival and after prefill. A frame takes about a
+    millisecond (``benchmarks/bench_render.py``). Videos: gymnasium's ``RecordVideo`` wrapper, which
+    needs moviepy (``pip install "mooncake-gym[video]"``); a video plays at
+    ``metadata["render_fps"]`` = 4 decisions per second. ``gym.make(..., render_mode="human")`` shows
+    the same picture in a window through gymnasium's ``HumanRendering`` wrapper (gymnasium builds the
+    env with ``"rgb_array"`` and warns that it applies the wrapper), which needs pygame (``pip install
+    "mooncake-gym[human]"``) and a display. ``render_mode="ansi"``: ``render()`` returns a short text
+    picture of the same state.
 
     ## Version History
 
@@ -197,6 +214,7 @@ class OverloadAdmissionEnv(gym.Env):
         self.observation_space = spaces.Box(0.0, 1.0, (12 if oracle else 11,), np.float32)
         self.sim: OverloadSimulator | None = None
         self._view = None
+        self._viewer: AdmissionViewer | None = None
         c = self.config
         self._oracle = c.oracle
         self._denominators = (TTFT_CAP_SLO * c.ttft_slo_s, c.recent_window_s * self.capacity_rate,
@@ -302,7 +320,26 @@ class OverloadAdmissionEnv(gym.Env):
     def render(self):
         if self.render_mode is None or self.sim is None:
             return None
-        return render_frame(self.render_mode, self._picture(), lines=self.sim.config.n_decode + 2)
+        if self.render_mode == "ansi":
+            return self._picture()
+        return self._frame()
+
+    def _frame(self) -> np.ndarray:
+        """The two pools as an RGB picture (``render_mode="rgb_array"``; ``envs/viewer.py``)."""
+        c, sim, v = self.config, self.sim, self._view
+        if self._viewer is None:
+            self._viewer = AdmissionViewer(c.n_prefill, c.n_decode, c.ttft_slo_s, c.tbt_s)
+        decided = v.index if v is not None else len(sim.trace)  # requests decided so far
+        last = None if decided == 0 else sim.outcome[decided - 1] != REJECTED_AT_ARRIVAL
+        counts = (sim.completed, sim.rejected_at_arrival, sim.rejected_after_prefill)
+        if v is None:  # the episode is over and drained
+            end = float(sim.trace.arrival_s[-1]) if len(sim.trace) else 0.0
+            return self._viewer.frame(end, decided, len(sim.trace), None, [0.0] * c.n_prefill, None, 0.0,
+                                      [0.0] * c.n_decode, 0.0, last, *counts)
+        per = v.decode_capacity_per_instance
+        return self._viewer.frame(v.now, decided, len(sim.trace), v.input_tokens, v.prefill_queue_s,
+                                  v.prefill_instance, v.prefill_s, [u / per for u in v.decode_used_per_instance],
+                                  v.predicted_ttft_s, last, *counts)
 
     def _picture(self) -> str:
         """The text picture of the current state (``render_mode="ansi"``)."""

@@ -11,8 +11,8 @@ from gymnasium import spaces
 from ..costmodel import CostModel
 from ..observation import as_observation
 from ..routing import RoutingConfig, RoutingSimulator, RoutingView, check_route
-from .common import (INTEGER_TYPES, RENDER_MODES, WorkloadSpec, as_float32, check, check_render_mode, clip01,
-                     render_frame)
+from .common import INTEGER_TYPES, RENDER_MODES, WorkloadSpec, as_float32, check, check_render_mode, clip01
+from .viewer import RoutingViewer
 
 #: Caps of the normalised features: a value at or above the cap reads 1.
 QUEUE_CAP_SLO = 10.0  # queued work and TTFT estimates, in multiples of the TTFT SLO
@@ -169,10 +169,26 @@ class PrefillRoutingEnv(gym.Env):
     nor ``rate_range`` nor ``trace`` the rate is 4 sessions/s (a session issues about 2.1 requests).
     ``episode_requests=None`` generates ``duration_s`` seconds of sessions instead (lecture demo 2
     uses 600 s). ``model`` is a preset of ``mooncake_gym.costmodel.MODELS``. ``render_mode="ansi"``:
-    ``render()`` returns a text picture of queues, hits and cache fill; ``"rgb_array"``: the same
-    picture as an RGB image of a fixed size (for video recorders; stable-baselines3's
-    ``make_vec_env`` asks for this mode by default). An invalid argument raises
-    ``ValueError`` naming it and its allowed range.
+    ``render()`` returns a text picture; ``"rgb_array"``: a picture of the cluster (see Rendering).
+    An invalid argument raises ``ValueError`` naming it and its allowed range.
+
+    ## Rendering
+
+    ``render_mode="rgb_array"``: ``render()`` returns a picture of the cluster, a ``(400, W, 3)``
+    uint8 array (W = 640 pixels up to 100 instances, wider beyond; a multiple of 16 for video
+    encoders). Per instance, one column: a bar of its queued work with this request's prefill time
+    on it stacked in a lighter blue, together Algorithm 1's TTFT estimate without a pull (the top of
+    the scale is the TTFT SLO; a red cap marks more); the request's local prefix hit (orange gauge)
+    and the cache's occupancy (green gauge). The column of the instance that took the last request
+    is highlighted, with a purple stripe on top if it pulled blocks first; the header gives the
+    time, the request count and the last request's TTFT. A frame takes about a millisecond
+    (``benchmarks/bench_render.py``). Videos: gymnasium's ``RecordVideo`` wrapper, which needs
+    moviepy (``pip install "mooncake-gym[video]"``); a video plays at ``metadata["render_fps"]`` = 4
+    decisions per second. ``gym.make(..., render_mode="human")`` shows the same picture in a window
+    through gymnasium's ``HumanRendering`` wrapper (gymnasium builds the env with ``"rgb_array"``
+    and warns that it applies the wrapper), which needs pygame (``pip install
+    "mooncake-gym[human]"``) and a display. ``render_mode="ansi"``: ``render()`` returns a short
+    text picture of the same state.
 
     ## Version History
 
@@ -213,6 +229,8 @@ class PrefillRoutingEnv(gym.Env):
         self.observation_space = spaces.Box(0.0, 1.0, (PER_INSTANCE_FEATURES * n + 2,), np.float32)
         self._time_scale = 1.0 / math.log1p(QUEUE_CAP_SLO * ttft_slo_s / TIME_UNIT_S)
         self.sim: RoutingSimulator | None = None
+        self._viewer: RoutingViewer | None = None
+        self._last_info: dict = {}
 
     # -- the decision view and its encoding ---------------------------------------------------------
     def decision_view(self) -> RoutingView | None:
@@ -315,7 +333,27 @@ class PrefillRoutingEnv(gym.Env):
     def render(self):
         if self.render_mode is None or self.sim is None:
             return None
-        return render_frame(self.render_mode, self._picture(), lines=self.config.n_instances + 2)
+        if self.render_mode == "ansi":
+            return self._picture()
+        return self._frame()
+
+    def _frame(self) -> np.ndarray:
+        """The cluster as an RGB picture (``render_mode="rgb_array"``; ``envs/viewer.py``)."""
+        if self._viewer is None:
+            self._viewer = RoutingViewer(self.config.n_instances, self.config.ttft_slo_s)
+        sim, v, li = self.sim, self.sim.exact_view, self._last_info  # the cluster as it is, whatever the agent sees
+        cache = [len(inst.cache) / inst.cache.capacity_blocks if inst.cache.capacity_blocks else 0.0
+                 for inst in sim.instances]
+        if v is not None:
+            now, input_tokens, queue, prefill = v.now, v.input_tokens, v.queue_s, v.prefill_s
+            hit = [h / v.input_tokens if v.input_tokens else 0.0 for h in v.hit_tokens]
+        else:  # the episode is over: the queues as the last request left them
+            now = float(sim.trace.arrival_s[-1]) if len(sim.trace) else 0.0
+            input_tokens, queue = 0, [inst.queue_s(now) for inst in sim.instances]
+            prefill = hit = [0.0] * self.config.n_instances
+        return self._viewer.frame(now, sim._i, len(sim.trace), input_tokens, queue, prefill, hit, cache,
+                                  chosen=li.get("instance"), pulled=bool(li.get("pull")),
+                                  last_ttft_s=li.get("ttft_s"))
 
     def _picture(self) -> str:
         """The text picture of the current state (``render_mode="ansi"``)."""
