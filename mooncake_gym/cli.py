@@ -396,7 +396,10 @@ def check_args(args) -> None:
                 raise ValueError(f"--instances: expected {n} (the length of --pool {args.pool}) or leave it out, "
                                  f"got {args.instances}")
         for mode in args.observation or ():
-            as_observation(mode)  # a bad mode or setting names itself before the trace is read
+            try:
+                as_observation(mode)  # a bad mode or setting is named before the trace is read
+            except ValueError as e:
+                raise ValueError(f"--observation {mode}: {e}") from None
     if command == "train":
         if args.backend == "rllib":
             for dest, default in _SB3_ONLY.items():

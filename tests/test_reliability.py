@@ -322,6 +322,33 @@ def test_arguments_without_effect_and_bad_plot_names_are_errors(tmp_path, capsys
         assert match in err and "Traceback" not in err
 
 
+def test_the_merged_branches_arguments_are_checked_before_any_work(tmp_path, capsys):
+    # the options of the observation (replay), agent (train, compare) and Ray (train, tune) features
+    out = str(tmp_path / "x.json")
+    for argv, match in [
+            (["replay", "--json", "--markdown"], "--markdown: has no effect with --json"),
+            (["replay", "--pool", "2xH800", "--instances", "3"], "--instances: expected 2 (the length of --pool"),
+            (["replay", "--pool", "2xB999"], "instances[0]:"),
+            (["replay", "--observation", "stale"], "--observation stale: mode: expected"),
+            (["compare", "--unsafe-pickle"], "--unsafe-pickle: has no effect without --agent"),
+            (["train", "--env", "routing", "--n-envs", "0"], "--n-envs: expected an integer in [1, 256], got 0"),
+            (["train", "--env", "routing", "--env-kwargs", "=3"], "--env-kwargs: expected key=value"),
+            (["train", "--env", "routing", "--backend", "rllib", "--algo", "a2c"], "--algo: stable-baselines3 only"),
+            (["train", "--env", "routing", "--backend", "rllib", "--timesteps", "9"], "--timesteps: stable-baselines3 only"),
+            (["train", "--env", "routing", "--address", "x:1"], "--address: for --backend rllib only"),
+            (["tune", "--algo", "ppo", "--backend", "ray", "--env", "routing", "--seeds", "2", "--out", out],
+             "--seeds: has no effect with --algo"),
+            (["tune", "--policy", "kvcentric", "--env", "routing", "--train-batch", "64", "--out", out],
+             "--train-batch: has no effect with --policy"),
+            (["tune", "--policy", "early", "--env", "admission", "--rates", "4", "--out", out], "--rates: has no effect"),
+            (["tune", "--policy", "kvcentric", "--env", "routing", "--speed", "2", "--out", out],
+             "--speed: has no effect without --trace")]:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert match in err and len(err.strip().splitlines()) == 1, (argv, err)
+    assert not (tmp_path / "x.json").exists()
+
+
 def test_trace_generate_refuses_to_write_an_empty_trace(tmp_path):
     out = tmp_path / "empty.jsonl"
     line = one_line_error(run_cli("trace", "generate", "--duration", "0.001", "-o", str(out)))
