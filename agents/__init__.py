@@ -1,10 +1,13 @@
-"""Trained PPO agents shipped with mooncake-gym, installed as ``mooncake_gym.agents``.
+"""Trained agents shipped with mooncake-gym, installed as ``mooncake_gym.agents``.
 
-Each agent is an SB3 ``.zip`` with a JSON card beside it (``ppo_routing.json``): env id and
-kwargs, training seed, timesteps, wall time, library versions, evaluation results and the zip's
-sha256. :func:`load_agent` verifies the sha256 before loading, because an SB3 zip contains pickled
-objects and loading one can run arbitrary code: a file that does not match its card is refused.
-A user's own file (``load_agent(path, trusted=True)``) is loaded without a card, at the user's risk.
+Each agent is an SB3 ``.zip`` with a JSON card beside it (``ppo_routing.json``) in the format of
+:mod:`mooncake_gym.agents.agentfile`: env id and kwargs, algorithm and network architecture,
+spaces, observation normalisation and wrappers, training seed, timesteps, wall time, library
+versions, evaluation results and the zip's sha256. :func:`load_agent` never unpickles: it builds
+the policy from the card and reads the weights as tensors only. The sha256 of each shipped zip
+and card is recorded here, in the package's code, so a tampered zip or card is refused
+(:class:`AgentIntegrityError`). A user's own file is loaded the same way from its card; one
+without a card is loaded only with ``trusted=True``, by unpickling it (which can run code).
 """
 
 from __future__ import annotations
@@ -14,12 +17,24 @@ import os
 from importlib import resources
 from pathlib import Path
 
+from .agentfile import Agent, AgentFormatError, load, save_agent
+
+__all__ = ["Agent", "AgentFormatError", "AgentIntegrityError", "SHIPPED", "SHIPPED_SHA256", "agent_dir", "available",
+           "card", "load_agent", "save_agent"]
+
 #: Shipped agents by name -> the problem they solve.
 SHIPPED = {"ppo_routing": "routing", "ppo_admission": "admission"}
+#: sha256 of each shipped agent's zip and card (update both when an agent is retrained).
+SHIPPED_SHA256 = {
+    "ppo_routing": {"zip": "e59cf80ea9a8048d8a1b14f03750bc2f3181f8a1ed604d13e6738a6fff031401",
+                    "json": "a33b327f4e261eda805eb9e89db6ee973c0b65c98be6acad75fb858bf4d4ba9c"},
+    "ppo_admission": {"zip": "62891c2c5b55734adea4b309dbd9b268c345e3a41981a9ae9112e43ec1f5a6f0",
+                      "json": "5a07e537b6cf6933939d0c04860849f80515d5574221ee9f677e17bef7c6d9f6"},
+}
 
 
-class AgentIntegrityError(ValueError):
-    """A shipped agent's file does not match the sha256 in its card."""
+class AgentIntegrityError(AgentFormatError):
+    """A shipped agent's zip or card does not match the sha256 recorded in the package."""
 
 
 def agent_dir() -> Path:
@@ -40,27 +55,26 @@ def available() -> dict[str, str]:
     return {n: p for n, p in SHIPPED.items() if (d / f"{n}.zip").exists() and (d / f"{n}.json").exists()}
 
 
-def load_agent(name_or_path: str | os.PathLike, trusted: bool = False, device: str = "cpu"):
-    """Load a shipped agent by name (sha256 verified against its card), or a user's zip with ``trusted=True``."""
-    from stable_baselines3 import PPO
-
+def load_agent(name_or_path: str | os.PathLike, trusted: bool = False, device: str = "cpu") -> Agent:
+    """Load a shipped agent by name (zip and card checked against :data:`SHIPPED_SHA256`), or a
+    user's zip with a card beside it; without unpickling. ``trusted=True`` also allows loading a
+    zip without a card by unpickling it (SB3's ``load``: it can run code) and importing wrapper
+    modules the card names. ``device`` must be 'cpu' (the envs run on the CPU)."""
     from .train import sha256_of
 
+    if device != "cpu":
+        raise ValueError(f"device: agents are loaded on the CPU, got {device!r}")
     name = str(name_or_path)
     if name in SHIPPED:
-        path = agent_dir() / f"{name}.zip"
-        if not path.exists():
-            raise FileNotFoundError(f"agent: shipped agent {name!r} is not present at {path}")
-        expected = card(name)["sha256"]
-        actual = sha256_of(path)
-        if actual != expected:
-            raise AgentIntegrityError(
-                f"agent: {path} does not match its card (sha256 {actual[:16]}... != {expected[:16]}...); "
-                "refusing to load it: an SB3 zip holds pickled objects and a tampered one can run code")
-        return PPO.load(path, device=device)
-    if not trusted:
-        raise ValueError(f"agent: {name!r} is not a shipped agent ({sorted(SHIPPED)}); loading a user's SB3 zip "
-                         "unpickles objects and can run code: pass trusted=True (--agent PATH) only for files you trust")
-    if not os.path.isfile(name):
-        raise FileNotFoundError(f"agent: no such file {name!r}")
-    return PPO.load(name, device=device)
+        d = agent_dir()
+        for ext in ("zip", "json"):
+            path = d / f"{name}.{ext}"
+            if not path.exists():
+                raise FileNotFoundError(f"agent: shipped agent {name!r} is not present at {path}")
+            actual, expected = sha256_of(path), SHIPPED_SHA256[name][ext]
+            if actual != expected:
+                raise AgentIntegrityError(
+                    f"agent: {path} does not match the sha256 recorded for it in mooncake_gym.agents "
+                    f"({actual[:16]}... != {expected[:16]}...); refusing to load a changed shipped agent")
+        return load(d / f"{name}.zip", card=card(name))
+    return load(name, trusted=trusted)

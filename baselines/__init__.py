@@ -1,12 +1,15 @@
 """Hand-coded scheduling policies, installed as ``mooncake_gym.baselines``.
 
-``ROUTING_POLICIES`` (prefill routing) and ``ADMISSION_POLICIES`` (overload admission) map the
+``ROUTING_POLICIES`` (prefill routing, including the production routers' rules of ``production``) and ``ADMISSION_POLICIES`` (overload admission) map the
 names the command line uses to policy factories; :func:`make_policy` builds one by name.
 """
 
 from .admission import (ADMISSION_POLICIES, BaselineAdmission, DistributionPredictiveRejection, EarlyRejection,
                         PredictiveRejection)
 from .routing import ROUTING_POLICIES, CacheAware, KVCentric, LoadBalancing, RandomRouting
+from .production import PRODUCTION_ROUTING_POLICIES
+
+ROUTING_POLICIES.update(PRODUCTION_ROUTING_POLICIES)  # production routers' rules (baselines/production.py)
 
 POLICIES = {"routing": ROUTING_POLICIES, "admission": ADMISSION_POLICIES}
 

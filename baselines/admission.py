@@ -11,6 +11,8 @@ Every policy first applies Algorithm 1's prefill check at arrival: reject when t
   (not in the paper: an attempt at the open problem of lecture demo 3).
 
 ``ADMISSION_POLICIES`` maps each name to a factory (keyword arguments are the thresholds).
+A class's ``KNOBS`` (``{parameter: [values]}``, its default among them) is the grid that
+``mooncake-gym tune`` searches; ``baseline`` has none.
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ class EarlyRejection(_Admission):
     """
 
     name = "early"
+    KNOBS = {"threshold": [0.8, 0.9, 1.0, 1.1, 1.2, 1.5, 2.0]}
 
     def __init__(self, threshold: float = 1.0, ttft_slo_s: float | None = None):
         super().__init__(ttft_slo_s)
@@ -116,6 +119,7 @@ class PredictiveRejection(_Admission):
     """
 
     name = "predict"
+    KNOBS = {"threshold": [0.8, 0.9, 1.0, 1.1, 1.2, 1.5, 2.0]}
 
     def __init__(self, threshold: float = 1.0, decode_s: float | None = None, ttft_slo_s: float | None = None):
         super().__init__(ttft_slo_s)
@@ -151,6 +155,7 @@ class DistributionPredictiveRejection(_Admission):
     """
 
     name = "predict_dist"
+    KNOBS = {"threshold": [0.95, 1.0, 1.05, 1.1, 1.2, 1.5], "quantile": [0.25, 0.5, 0.75]}
 
     def __init__(self, threshold: float = 1.05, quantile: float = 0.5, horizon_s: float | None = None,
                  ttft_slo_s: float | None = None):

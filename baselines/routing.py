@@ -78,6 +78,8 @@ class KVCentric(_Seeded):
     """
 
     name = "kvcentric"
+    #: The knob ``mooncake-gym tune`` searches (the values of the measurement above).
+    KNOBS = {"threshold": [1.0, 1.25, 1.5, 2.0, 4.0]}
 
     def __init__(self, threshold: float = 1.0):
         super().__init__()

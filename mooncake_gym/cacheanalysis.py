@@ -49,12 +49,12 @@ from __future__ import annotations
 
 import heapq
 import math
-import numbers
 import operator
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from .costmodel import BLOCK_TOKENS, get_model
+from .limits import LIMITS, check
 from .prefixcache import PrefixCache
 
 POLICIES = ("lru", "fifo", "optimal")
@@ -70,8 +70,7 @@ BYTES_PER_GIB = 2**30
 def gib_to_blocks(gib: float, model: str = DEFAULT_MODEL, block_tokens: int = BLOCK_TOKENS) -> int:
     """Whole blocks of ``model``'s KV that fit in ``gib`` GiB: floor(GiB * 2**30 / (block_tokens *
     kv_bytes_per_token)), the oracle's rounding (3,000 LLaMA-70B blocks = 468.75 GiB)."""
-    if isinstance(gib, bool) or not (isinstance(gib, numbers.Real) and math.isfinite(gib) and gib > 0):
-        raise ValueError(f"gib: expected a positive number of GiB, got {gib!r}")
+    check("gib", gib)
     bytes_per_block = block_tokens * get_model(model).kv_bytes_per_token
     return math.floor(gib * BYTES_PER_GIB / bytes_per_block)
 
@@ -92,8 +91,9 @@ def parse_blocks(text: str | Iterable[int]) -> list[int]:
             v = int(item.strip()) if isinstance(item, str) else operator.index(item)  # ints, numpy ints
         except (TypeError, ValueError):
             v = 0
-        if v < 1:
-            raise ValueError(f"blocks: expected comma-separated positive integers (e.g. 1000,3000), got {text!r}")
+        if not LIMITS["blocks"].lo <= v <= LIMITS["blocks"].hi:
+            raise ValueError(f"blocks: expected comma-separated positive integers up to {LIMITS['blocks'].hi:,} "
+                             f"(e.g. 1000,3000), got {text!r}")
         out.append(v)
     if not out:
         raise ValueError(f"blocks: expected at least one capacity, got {text!r}")
@@ -109,8 +109,9 @@ def parse_gib(text: str | Iterable[float]) -> list[float]:
             v = float(item.strip() if isinstance(item, str) else item)
         except (TypeError, ValueError):
             v = float("nan")
-        if not (math.isfinite(v) and v > 0):
-            raise ValueError(f"gib: expected comma-separated positive numbers of GiB (e.g. 468.75,1562.5), got {text!r}")
+        if not (LIMITS["gib"].lo <= v <= LIMITS["gib"].hi):
+            raise ValueError(f"gib: expected comma-separated numbers of GiB in [{LIMITS['gib'].lo:g}, "
+                             f"{LIMITS['gib'].hi:g}] (e.g. 468.75,1562.5), got {text!r}")
         out.append(v)
     if not out:
         raise ValueError(f"gib: expected at least one capacity, got {text!r}")

@@ -13,8 +13,8 @@ def _add_trace_args(p: argparse.ArgumentParser, positional: bool = False) -> Non
         p.add_argument("trace", help="a Mooncake JSONL trace file, or 'synthetic'")
     else:
         p.add_argument("--trace", default="synthetic", help="a Mooncake JSONL trace file, or 'synthetic' (default)")
-    p.add_argument("--rate", type=float, default=4.0, help="synthetic trace: session arrivals per second (default 4)")
-    p.add_argument("--seed", type=int, default=0, help="synthetic trace: random seed (default 0)")
+    p.add_argument("--rate", type=float, default=None, help="synthetic trace: session arrivals per second (default 4)")
+    p.add_argument("--seed", type=int, default=None, help="synthetic trace: random seed (default 0)")
 
 
 def _cmd_trace_stats(args) -> int:
@@ -39,21 +39,44 @@ def _cmd_trace_generate(args) -> int:
 
 
 def _cmd_replay(args) -> int:
+    from dataclasses import asdict
+
+    from .observation import as_observation
     from .routing import RoutingConfig, run_routing_baselines
     from .workload import load_workload
 
     trace = load_workload(args.trace, rate=args.rate, seed=args.seed, speed=args.speed)
-    config = RoutingConfig(n_instances=args.instances, cache_blocks=args.cache_blocks, ttft_slo_s=args.ttft_slo)
+    config = RoutingConfig(n_instances=args.instances, cache_blocks=args.cache_blocks, ttft_slo_s=args.ttft_slo,
+                           instances=args.pool)
+    modes = args.observation or ["exact"]
+    observations = [as_observation(m) for m in modes]
     names = None if args.policy == "all" else [args.policy]
-    results = run_routing_baselines(trace, names, config, seed=args.seed, threshold=args.threshold)
-    rows = [report.routing_row(name, r.metrics) for name, r in results.items()]
+    by_mode = {mode: run_routing_baselines(trace, names, config, seed=args.seed, threshold=args.threshold,
+                                           observation=observation)
+               for mode, observation in zip(modes, observations)}
     if args.json:
-        report.print_json({"trace": trace.name, "requests": len(trace), "rate_per_s": trace.rate,
-                           "config": vars(config), "results": {n: r.metrics for n, r in results.items()}})
-    else:
-        print(f"{trace.name}: {len(trace)} requests, {trace.rate:.2f} requests/s; "
-              f"{config.n_instances} instances x {config.cache_blocks} blocks, TTFT SLO {config.ttft_slo_s:g} s")
-        print(report.format_table(rows, report.ROUTING_COLUMNS))
+        config_json = vars(config) if config.instances is None else \
+            {**vars(config), "instances": [asdict(spec) for spec in config.instances]}
+        doc = {"trace": trace.name, "requests": len(trace), "rate_per_s": trace.rate, "config": config_json}
+        if len(modes) == 1:
+            doc["observation"] = asdict(observations[0])
+            doc["results"] = {n: r.metrics for n, r in by_mode[modes[0]].items()}
+        else:  # one entry per --observation
+            doc["observation"] = {mode: asdict(o) for mode, o in zip(modes, observations)}
+            doc["results"] = {mode: {n: r.metrics for n, r in res.items()} for mode, res in by_mode.items()}
+        report.print_json(doc)
+        return 0
+    columns = report.ROUTING_COLUMNS
+    if len(modes) > 1:
+        columns = [columns[0], ("observation", "observation", None), *columns[1:]]
+    rows = [{**report.routing_row(name, r.metrics), "observation": mode}
+            for mode, res in by_mode.items() for name, r in res.items()]
+    pool = f" ({args.pool})" if args.pool else ""
+    seen = "" if len(modes) > 1 or observations[0].exact else f"; observation {modes[0]}"
+    print(f"{trace.name}: {len(trace)} requests, {trace.rate:.2f} requests/s; "
+          f"{config.n_instances} instances{pool} x {config.cache_blocks} blocks, "
+          f"TTFT SLO {config.ttft_slo_s:g} s{seen}" + ("\n" if args.markdown else ""))
+    print(report.format_table(rows, columns, markdown=args.markdown))
     return 0
 
 
@@ -130,12 +153,87 @@ def _cmd_lecture(args) -> int:
     return run_lecture(args)
 
 
-def _cmd_train(args) -> int:
-    from .agents.train import train
+def _train_wrappers(args) -> list[dict]:
+    """``--wrapper MODULE.CLASS[:KWARGS]`` options as the wrapper specs ``train`` takes."""
+    from .agents.train import parse_env_kwargs
 
+
+    wrappers = []
+    for text in args.wrapper or []:
+        path, sep, kwargs = text.partition(":")
+        wrappers.append({"class": path, "kwargs": parse_env_kwargs(kwargs) if sep else {}})
+    return wrappers
+
+
+def _cmd_train(args) -> int:
+    if args.backend == "rllib":
+        return _train_rllib(args)
+    from .agents.train import parse_env_kwargs, train
+
+    wrappers = _train_wrappers(args)
     path = train(args.env, timesteps=args.timesteps, seed=args.seed, out=args.out, tensorboard=args.tensorboard,
-                 progress_bar=not args.no_progress, threads=args.threads)
+                 progress_bar=not args.no_progress, threads=args.threads, algo=args.algo,
+                 env_kwargs=parse_env_kwargs(args.env_kwargs), n_envs=args.n_envs, vecnormalize=args.vecnormalize,
+                 wrappers=wrappers, vec_env=args.vec_env, evaluate_card=not args.no_evaluate)
     print(f"best model: {path}\ncard: {path.with_suffix('.json')}")
+    return 0
+
+
+def _train_rllib(args) -> int:
+    """``train --backend rllib``: RLlib PPO, one line per iteration (docs/scale-out.md)."""
+    from .rllib import train_rllib
+
+    def show(r):
+        extra = "  ".join(f"{k} {v:.4g}" for k, v in r.items() if k not in ("iteration", "timesteps"))
+        print(f"iteration {r['iteration']:3d}  env steps {r['timesteps']:8d}  {extra}", flush=True)
+
+    train_rllib(args.env, 10 if args.iterations is None else args.iterations,
+                num_env_runners=args.num_env_runners or 0, address=args.address,
+                seed=args.seed, out=args.out, progress=show, threads=args.threads)
+    print(f"RLlib checkpoint: {args.out}")
+    return 0
+
+
+def _cmd_tune(args) -> int:
+    """``mooncake-gym tune``: a baseline's knobs, or PPO's hyperparameters (Ray), on training seeds."""
+    from . import tune
+
+    if (args.policy is None) == (args.algo is None):
+        raise ValueError("tune: give exactly one of --policy NAME (a baseline's knobs) or --algo ppo")
+    if args.address and args.backend == "local":
+        raise ValueError("--address: for --backend ray only")
+    show = None if args.json else (lambda r: print(f"  {r['knobs']}: {r['score']:.4f}", file=sys.stderr, flush=True))
+    if args.algo is not None:
+        if args.backend != "ray":
+            raise ValueError("--algo ppo: PPO sweeps run on Ray Tune; add --backend ray")
+        overrides = {} if args.train_batch is None else {"train_batch_size_per_learner": args.train_batch}
+        env_kwargs = {} if args.episode_requests is None else {"episode_requests": args.episode_requests}
+        doc = tune.tune_ppo(args.env, budget=args.budget, search=args.search, iterations=args.iterations,
+                            num_env_runners=args.num_env_runners, address=args.address, seed=args.seed,
+                            env_kwargs=env_kwargs, overrides=overrides)
+    else:
+        trace = None
+        if args.trace:
+            from .workload import read_trace
+
+            trace = read_trace(args.trace)
+            print("note: a replayed trace is the same workload whatever the seed; for a held-out result, "
+                  "compare on another trace than the one tuned on", file=sys.stderr)
+        doc = tune.tune_baseline(args.policy, args.env, budget=args.budget, search=args.search, seeds=args.seeds,
+                                 rates=args.rates, loads=args.loads, trace=trace, speed=args.speed,
+                                 episode_requests=(tune.TUNE_EPISODE_REQUESTS if args.episode_requests is None
+                                                   else args.episode_requests),
+                                 backend=args.backend,
+                                 address=args.address, seed=args.seed, metric=args.metric, progress=show)
+    tune.write_result(doc, args.out)
+    if args.json:
+        report.print_json(doc)
+        return 0
+    what = doc.get("policy") or doc["algo"]
+    print(f"{what} on {doc['env']}: {len(doc['results'])} settings, {doc['metric']} ({doc['goal']})"
+          + (f", training seeds {doc['seeds'][0]}..{doc['seeds'][-1]}" if "seeds" in doc else ""))
+    print(tune.format_results(doc))
+    print(f"best: {doc['knobs']} ({doc['metric']} {doc['score']:.4f}); written to {args.out}")
     return 0
 
 
@@ -146,9 +244,9 @@ def _cmd_compare(args) -> int:
     if args.agent:
         from .agents import load_agent
 
-        print(f"note: loading {args.agent}: an SB3 zip holds pickled objects and loading it can run code; "
-              "only use files you trust", file=sys.stderr)
-        model = load_agent(args.agent, trusted=True)
+        model = load_agent(args.agent, trusted=args.unsafe_pickle)
+        if model.source == "pickle":
+            print(f"note: {args.agent} was unpickled (--unsafe-pickle): loading it could run code", file=sys.stderr)
         problem = args.agent_env or cmp.problem_of(model)
         if args.env not in ("all", problem):
             raise ValueError(f"--agent: the agent solves {problem}, but --env is {args.env}")
@@ -158,9 +256,17 @@ def _cmd_compare(args) -> int:
         from .workload import read_trace
 
         trace = read_trace(args.trace)
+    tuned = None
+    if args.tuned:
+        from .tune import read_tuned
+
+        tuned = [read_tuned(path) for path in args.tuned]
+        for path, doc in zip(args.tuned, tuned):
+            if args.env not in ("all", doc["env"]):
+                raise ValueError(f"--tuned {path}: tuned for {doc['env']}, but --env is {args.env}")
     settings = cmp.compare(env=args.env, seeds=args.seeds, rates=args.rates, loads=args.loads, trace=trace,
                            speed=args.speed, agents=agents, plot_dir=args.plot_dir,
-                           progress=not (args.json or args.no_progress))
+                           progress=not (args.json or args.no_progress), threads=args.threads, tuned=tuned)
     if args.json:
         report.print_json(cmp.settings_json(settings, args.seeds))
         return 0
@@ -170,6 +276,8 @@ def _cmd_compare(args) -> int:
     else:
         print(f"Mean ± 95% CI over {args.seeds} held-out seeds ({seeds[0]}..{seeds[-1]}), "
               "same workloads for every policy.")
+    for path, doc in zip(args.tuned or [], tuned or []):
+        print(f"{doc['policy']} (tuned): {doc['knobs']} from {path}")
     for s in settings:
         print(f"\n{'### ' if args.markdown else ''}{s.label}\n")
         print(cmp.format_setting(s, markdown=args.markdown))
@@ -197,8 +305,148 @@ def _floats(text: str) -> list[float]:
     return values
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its usage errors on one line of stderr (exit code 2, as argparse's own)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+#: Numeric options and the range of ``mooncake_gym.limits`` each is checked against (lists: each item).
+_OPTION_LIMITS = {"rate": "rate", "seed": "seed", "duration": "duration_s", "requests": "requests",
+                  "instances": "n_instances", "cache_blocks": "cache_blocks", "ttft_slo": "ttft_slo_s",
+                  "speed": "speed", "threshold": "threshold", "load": "load", "timesteps": "timesteps",
+                  "threads": "threads", "seeds": "seeds", "seconds": "seconds", "rates": "rate", "loads": "load",
+                  "n_envs": "n_envs"}
+#: Options that only apply to a synthetic trace (per command), and their defaults (overload's rate:
+#: ``overload.DEMO3_BASE_RATE``, filled in ``check_args``).
+_SYNTHETIC_ONLY = {"trace stats": {"rate": 4.0, "seed": 0}, "cache": {"rate": 4.0, "seed": 0},
+                   "replay": {"rate": 4.0}, "overload": {"rate": None}}
+
+
+#: train's options of one backend, and their defaults (given with the other backend: no effect).
+_SB3_ONLY = {"timesteps": None, "tensorboard": None, "algo": "ppo", "env_kwargs": None, "n_envs": None,
+             "vec_env": "auto", "vecnormalize": False, "wrapper": None, "no_evaluate": False, "no_progress": False}
+_RLLIB_ONLY = ("iterations", "num_env_runners", "address")
+#: tune's options of a baseline search (--policy) and of a PPO sweep (--algo), with their defaults.
+_TUNE_POLICY_ONLY = {"seeds": 3, "rates": [4.0, 8.0], "loads": [2.0], "trace": None, "speed": 1.0, "metric": None}
+_TUNE_PPO_ONLY = {"iterations": 10, "num_env_runners": 0, "train_batch": None}
+
+
+def _check_tune_args(args) -> None:
+    """``tune``: the options of the other kind of search, and workload options for the other
+    problem, have no effect; fills the defaults of those left out."""
+    own, other = (_TUNE_PPO_ONLY, _TUNE_POLICY_ONLY) if args.algo is not None else (_TUNE_POLICY_ONLY, _TUNE_PPO_ONLY)
+    kind = "--algo" if args.algo is not None else "--policy"
+    for dest in other:
+        if getattr(args, dest) is not None:
+            raise _no_effect(dest, f"with {kind}: it is an option of {'--policy' if kind == '--algo' else '--algo'}")
+    if args.algo is None:
+        if args.rates is not None and (args.env == "admission" or args.trace):
+            raise _no_effect("rates", "with --env admission or --trace: it sets the synthetic routing workloads")
+        if args.loads is not None and args.env == "routing":
+            raise _no_effect("loads", "with --env routing: it sets the admission workloads")
+        if args.speed is not None and not args.trace:
+            raise _no_effect("speed", "without --trace: it is the replay speed of a trace")
+    for dest, default in own.items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, default)
+
+
+def _option(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def _no_effect(dest: str, why: str) -> ValueError:
+    return ValueError(f"{_option(dest)}: has no effect {why}; leave it out")
+
+
+def check_args(args) -> None:
+    """Every argument checked before any work starts: numbers in their ranges (``mooncake_gym.limits``),
+    plot paths writable, and no argument that would have no effect. Fills the defaults of the
+    options whose presence matters. ``ValueError`` naming the option otherwise."""
+    from .limits import check
+    from .overload import DEMO3_BASE_RATE
+
+    for dest, kind in _OPTION_LIMITS.items():
+        value = getattr(args, dest, None)
+        for v in (value if isinstance(value, list) else [value]):
+            if v is not None:
+                check(kind, v, _option(dest))
+    command = args.command + (f" {args.trace_command}" if args.command == "trace" else "")
+    synthetic_only = _SYNTHETIC_ONLY.get(command, {})
+    for dest, default in synthetic_only.items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, DEMO3_BASE_RATE if default is None else default)
+        elif args.trace != "synthetic":
+            raise _no_effect(dest, f"with a trace file ({args.trace}): it sets up the synthetic trace")
+    if getattr(args, "seed", 0) is None:  # replay: the seed also drives the random baseline's tie-breaks
+        args.seed = 0
+    if command == "replay" and args.threshold is not None and args.policy not in ("kvcentric", "all"):
+        raise _no_effect("threshold", f"with --policy {args.policy}: it is kvcentric's")
+    if command == "replay":
+        from .observation import as_observation
+        from .routing import parse_instances
+
+        if args.json and args.markdown:
+            raise _no_effect("markdown", "with --json: --json prints one JSON document")
+        if args.pool is not None:
+            n = len(parse_instances(args.pool))
+            if args.instances is not None and args.instances != n:
+                raise ValueError(f"--instances: expected {n} (the length of --pool {args.pool}) or leave it out, "
+                                 f"got {args.instances}")
+        for mode in args.observation or ():
+            try:
+                as_observation(mode)  # a bad mode or setting is named before the trace is read
+            except ValueError as e:
+                raise ValueError(f"--observation {mode}: {e}") from None
+    if command == "train":
+        if args.backend == "rllib":
+            for dest, default in _SB3_ONLY.items():
+                if getattr(args, dest) != default:
+                    why = "; with --backend rllib give --iterations" if dest == "timesteps" else \
+                        " (RLlib's results are in its checkpoint folder)" if dest == "tensorboard" else ""
+                    raise ValueError(f"{_option(dest)}: stable-baselines3 only (--backend sb3){why}")
+        else:
+            for dest in _RLLIB_ONLY:
+                if getattr(args, dest) is not None:
+                    raise ValueError(f"{_option(dest)}: for --backend rllib only")
+            from .agents.train import parse_env_kwargs
+
+            parse_env_kwargs(args.env_kwargs)  # a malformed --env-kwargs or --wrapper names itself before training
+            _train_wrappers(args)
+    if command == "tune":
+        _check_tune_args(args)
+    if command == "lecture" and args.plot is not None and args.demo not in (None, 3):
+        raise _no_effect("plot", f"with --demo {args.demo}: only demo 3 draws a figure")
+    if command == "compare":
+        if args.speed is not None and not args.trace:
+            raise _no_effect("speed", "without --trace: it is the replay speed of a trace")
+        if args.agent_env is not None and not args.agent:
+            raise _no_effect("agent_env", "without --agent")
+        if args.rates is not None and (args.env == "admission" or args.trace):
+            raise _no_effect("rates", "with --env admission or --trace: it sets the synthetic routing workloads")
+        if args.loads is not None and args.env == "routing":
+            raise _no_effect("loads", "with --env routing: it sets the admission workloads")
+        if args.unsafe_pickle and not args.agent:
+            raise _no_effect("unsafe_pickle", "without --agent: the shipped agents load without unpickling")
+        if args.json and args.no_progress:
+            raise _no_effect("no_progress", "with --json: --json never shows a progress bar")
+        args.speed = 1.0 if args.speed is None else args.speed
+        args.rates = [4.0, 8.0] if args.rates is None else args.rates
+        args.loads = [2.0] if args.loads is None else args.loads
+    if getattr(args, "plot", None) is not None:
+        from .plots import check_plot_path
+
+        check_plot_path(args.plot, "--plot")
+    if getattr(args, "plot_dir", None) is not None:
+        from .plots import check_plot_dir
+
+        check_plot_dir(args.plot_dir, "--plot-dir")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mooncake-gym", description=__doc__)
+    parser = _Parser(prog="mooncake-gym", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     # --- trace -------------------------------------------------------------------------------
@@ -230,7 +478,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_trace_args(p)
     p.add_argument("--policy", default="all", choices=[*ROUTING_POLICIES, "all"],
                    help="routing baseline, or 'all' for one table of every baseline (default all)")
-    p.add_argument("--instances", type=int, default=8, help="prefill instances (default 8)")
+    p.add_argument("--instances", type=int, default=None, help="prefill instances (default 8, or --pool's)")
+    p.add_argument("--pool", default=None, metavar="4xH800+4xA800",
+                   help="a heterogeneous pool: COUNTxGPU joined by '+' (GPUs: A100, A800, H100, H800)")
+    p.add_argument("--observation", action="append", default=None, metavar="MODE[,FIELD=VALUE...]",
+                   help="what the router sees: exact (default), or scraped, approximate|precise, noisy joined by "
+                        "'+', with ObservationConfig fields, e.g. 'scraped+noisy,scrape_delay_s=0.5'; repeat it "
+                        "for one table of every mode (JSON: results keyed by mode)")
+    p.add_argument("--markdown", action="store_true", help="print a Markdown table")
     p.add_argument("--cache-blocks", type=int, default=3000, help="local prefix-cache blocks per instance (default 3000)")
     p.add_argument("--ttft-slo", type=float, default=5.0, help="TTFT SLO in seconds (default 5)")
     p.add_argument("--speed", type=float, default=1.0, help="replay speed-up: 2 = arrivals twice as fast (default 1)")
@@ -246,7 +501,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="admission baseline, or 'all' for one table of every baseline (default all)")
     p.add_argument("--trace", default="synthetic",
                    help="base trace: a Mooncake JSONL file, or 'synthetic' (default); requests are drawn from it i.i.d.")
-    p.add_argument("--rate", type=float, default=DEMO3_BASE_RATE,
+    p.add_argument("--rate", type=float, default=None,
                    help=f"synthetic base trace: session arrivals per second (default {DEMO3_BASE_RATE:g})")
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic base trace and of the i.i.d. draw (default 0)")
     p.add_argument("--requests", type=int, default=DEMO3_REQUESTS, help=f"requests drawn (default {DEMO3_REQUESTS:,})")
@@ -262,8 +517,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("cache", help="hit rate versus capacity of one global cache (LRU, FIFO, optimal)")
     p.add_argument("trace", help="a Mooncake JSONL trace file, or 'synthetic'")
-    p.add_argument("--rate", type=float, default=4.0, help="synthetic trace: session arrivals per second (default 4)")
-    p.add_argument("--seed", type=int, default=0, help="synthetic trace: random seed (default 0)")
+    p.add_argument("--rate", type=float, default=None, help="synthetic trace: session arrivals per second (default 4)")
+    p.add_argument("--seed", type=int, default=None, help="synthetic trace: random seed (default 0)")
     cap = p.add_mutually_exclusive_group()
     cap.add_argument("--blocks", default=None,
                      help=f"comma-separated capacities in blocks (default {','.join(map(str, DEFAULT_BLOCKS))})")
@@ -279,32 +534,86 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_cache)
 
     # --- train / compare / bench ----------------------------------------------------------------
-    p = sub.add_parser("train", help="train a PPO agent (stable-baselines3) on one environment")
+    p = sub.add_parser("train", help="train an agent (stable-baselines3 / sb3-contrib) on one environment")
     p.add_argument("--env", choices=["routing", "admission"], required=True, help="which problem")
+    p.add_argument("--algo", choices=["ppo", "a2c", "dqn", "recurrentppo", "maskableppo"], default="ppo",
+                   help="algorithm (default ppo; recurrentppo and maskableppo need pip install 'mooncake-gym[contrib]')")
+    p.add_argument("--env-kwargs", default=None,
+                   help="env kwargs on top of the recipe's, as JSON or key=value,...: e.g. rate=8 or n_instances=4")
+    p.add_argument("--n-envs", type=int, default=None, help="parallel training envs (default: agents/hyperparams.yml)")
+    p.add_argument("--vec-env", choices=["auto", "dummy", "subproc"], default="auto",
+                   help="run the envs in this process (dummy) or in subprocesses; auto: subprocesses only where "
+                        "a step is slow enough for them to pay (default auto)")
+    p.add_argument("--vecnormalize", action="store_true",
+                   help="normalise observations with VecNormalize (its statistics are saved in the card)")
+    p.add_argument("--wrapper", action="append", default=None, metavar="MODULE.CLASS[:KWARGS]",
+                   help="observation wrapper around every env (repeatable, innermost first; kwargs as for --env-kwargs)")
     p.add_argument("--timesteps", type=int, default=None, help="total timesteps (default: agents/hyperparams.yml)")
     p.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
     p.add_argument("--out", default="runs/train", help="output directory (default runs/train)")
     p.add_argument("--tensorboard", default=None, help="TensorBoard log directory")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-evaluate", action="store_true",
+                   help="skip the card's held-out evaluation next to the baselines (about 20 s)")
+    p.add_argument("--backend", choices=["sb3", "rllib"], default="sb3",
+                   help="stable-baselines3 (default) or Ray RLlib PPO (needs the ray extra; docs/scale-out.md)")
+    p.add_argument("--iterations", type=int, default=None, help="rllib: training iterations (default 10)")
+    p.add_argument("--num-env-runners", type=int, default=None, help="rllib: remote env runners (default 0: sample in the driver)")
+    p.add_argument("--address", default=None, help="rllib: address of a running Ray cluster (default: start Ray locally)")
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("compare", help="every baseline and trained agent on the same workloads (the main job)")
     p.add_argument("--env", choices=["routing", "admission", "all"], default="all", help="which problem (default all)")
     p.add_argument("--seeds", type=int, default=5, help="held-out seeds per setting (default 5)")
-    p.add_argument("--rates", type=_floats, default=[4.0, 8.0], help="routing session rates (default 4,8)")
-    p.add_argument("--loads", type=_floats, default=[2.0], help="admission loads, x decode capacity (default 2)")
+    p.add_argument("--rates", type=_floats, default=None, help="routing session rates (default 4,8)")
+    p.add_argument("--loads", type=_floats, default=None, help="admission loads, x decode capacity (default 2)")
     p.add_argument("--trace", default=None, help="compare on this JSONL trace (routing: replayed; admission: base)")
-    p.add_argument("--speed", type=float, default=1.0, help="replay speed of --trace (default 1)")
-    p.add_argument("--agent", default=None, help="also evaluate this SB3 zip of your own (it is unpickled: trust it)")
+    p.add_argument("--speed", type=float, default=None, help="replay speed of --trace (default 1)")
+    p.add_argument("--agent", default=None,
+                   help="also evaluate this agent of your own (a zip with its JSON card; loaded without unpickling)")
+    p.add_argument("--unsafe-pickle", action="store_true",
+                   help="allow --agent without a card (unpickled by SB3's load) and let its card's wrapper modules be "
+                        "imported: BOTH CAN RUN CODE (trusted files only)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads for the agents' forward passes (default 1)")
     p.add_argument("--agent-env", choices=["routing", "admission"], default=None,
                    help="the problem --agent solves (default: found from its observation and action spaces)")
     p.add_argument("--plot-dir", default=None, help="write TTFT box plots and CDFs and admission load series here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--tuned", action="append", default=None, metavar="FILE",
+                   help="also run the baseline of this `mooncake-gym tune` result with its tuned knobs (repeatable)")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print one JSON document")
     fmt.add_argument("--markdown", action="store_true", help="print Markdown tables")
     p.set_defaults(func=_cmd_compare)
+
+    from .tune import BACKENDS, MAX_TUNE_SEEDS, SEARCHES, TUNE_EPISODE_REQUESTS
+
+    p = sub.add_parser("tune", help="search a baseline's knobs (or PPO's hyperparameters with Ray) on training seeds")
+    p.add_argument("--policy", default=None, help="the baseline whose KNOBS to search, e.g. kvcentric")
+    p.add_argument("--algo", choices=["ppo"], default=None, help="sweep RLlib PPO's hyperparameters instead (--backend ray)")
+    p.add_argument("--env", choices=["routing", "admission"], required=True, help="which problem")
+    p.add_argument("--budget", type=int, default=None,
+                   help="settings to try (grid: at least the grid's size; random: how many to draw; default all)")
+    p.add_argument("--search", choices=SEARCHES, default="grid", help="grid (default) or random")
+    p.add_argument("--backend", choices=BACKENDS, default="local", help="local loop (default) or Ray Tune")
+    p.add_argument("--address", default=None, help="ray: address of a running Ray cluster (default: start Ray locally)")
+    p.add_argument("--seeds", type=int, default=None, help=f"training seeds per workload (default 3, at most {MAX_TUNE_SEEDS})")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random search's draw and of PPO (default 0)")
+    p.add_argument("--rates", type=_floats, default=None, help="routing session rates (default 4,8)")
+    p.add_argument("--loads", type=_floats, default=None, help="admission loads, x decode capacity (default 2)")
+    p.add_argument("--trace", default=None, help="tune on this JSONL trace (routing: replayed; admission: base)")
+    p.add_argument("--speed", type=float, default=None, help="replay speed of --trace (default 1)")
+    p.add_argument("--episode-requests", type=int, default=None,
+                   help=f"requests per synthetic episode (default {TUNE_EPISODE_REQUESTS}; ppo: hyperparams.yml's)")
+    p.add_argument("--metric", default=None,
+                   help="the metric to optimise (default: routing mean_ttft_s, admission goodput; see mooncake_gym.tune)")
+    p.add_argument("--iterations", type=int, default=None, help="ppo: RLlib iterations per trial (default 10)")
+    p.add_argument("--num-env-runners", type=int, default=None, help="ppo: remote env runners per trial (default 0)")
+    p.add_argument("--train-batch", type=int, default=None, help="ppo: env steps per iteration (default: hyperparams.yml)")
+    p.add_argument("--out", required=True, metavar="FILE.json", help="write the result (best knobs) here")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.set_defaults(func=_cmd_tune)
 
     p = sub.add_parser("bench", help="speed benchmarks (decisions/s, env steps/s next to CartPole)")
     p.add_argument("--seconds", type=float, default=2.0, help="time budget per measurement (default 2)")
@@ -318,6 +627,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        check_args(args)
         return int(args.func(args) or 0)
     except (ValueError, OSError) as e:  # bad input or path: a clear one-line error, no traceback
         print(f"mooncake-gym {args.command}: error: {e}", file=sys.stderr)

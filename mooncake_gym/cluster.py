@@ -14,9 +14,13 @@ class PrefillInstance:
     ``now`` is ``max(0, busy_until - now)``: the sum of the remaining service times of everything
     already dispatched (Algorithm 1's T_queue). ``cache`` is the instance's local prefix cache
     (``None`` when the simulation does not model caching).
+
+    ``queued_tokens`` sums the computed (uncached) prompt tokens of the requests counted by
+    :meth:`queued_requests` (what production routers call active prefill tokens); it is current
+    after a call to ``queued_requests(now)`` on a busy instance (an idle one holds none).
     """
 
-    __slots__ = ("index", "busy_until", "cache", "_finishes", "busy_s", "requests")
+    __slots__ = ("index", "busy_until", "cache", "_finishes", "busy_s", "requests", "_tokens", "queued_tokens")
 
     def __init__(self, index: int, cache_blocks: int | None = None, cached: bool = True):
         self.index = index
@@ -25,6 +29,8 @@ class PrefillInstance:
         self._finishes: deque[float] = deque()
         self.busy_s = 0.0
         self.requests = 0
+        self._tokens: deque[int] = deque()  # computed tokens of each request in _finishes
+        self.queued_tokens = 0
 
     def queue_s(self, now: float) -> float:
         """Seconds of work queued ahead of a request dispatched at ``now``."""
@@ -36,21 +42,27 @@ class PrefillInstance:
         f = self._finishes
         while f and f[0] <= now:
             f.popleft()
+            self.queued_tokens -= self._tokens.popleft()
         return len(f)
 
     def busy(self, now: float) -> bool:
         return self.busy_until > now
 
-    def dispatch(self, now: float, service_s: float) -> tuple[float, float]:
-        """Queue a request of ``service_s`` seconds at ``now``; returns its (start, finish) times."""
+    def dispatch(self, now: float, service_s: float, tokens: int = 0) -> tuple[float, float]:
+        """Queue a request of ``service_s`` seconds at ``now`` (``tokens`` computed prompt tokens);
+        returns its (start, finish) times."""
         if self.busy_until > now:
             start = self.busy_until
         else:  # idle: everything dispatched before has finished
             start = now
             self._finishes.clear()
+            self._tokens.clear()
+            self.queued_tokens = 0
         finish = start + service_s
         self.busy_until = finish
         self._finishes.append(finish)
+        self._tokens.append(tokens)
+        self.queued_tokens += tokens
         self.busy_s += service_s
         self.requests += 1
         return start, finish

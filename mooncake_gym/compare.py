@@ -58,6 +58,9 @@ class Setting:
     env_kwargs: dict
     rows: list = field(default_factory=list)
     episodes: dict = field(default_factory=dict)
+    #: routing only: the lower bound on mean TTFT over the same seeds (``routing_bound``), shown as
+    #: the table's last row ``bound``
+    bound: dict | None = None
 
 
 def routing_settings(rates=(4.0, 8.0), trace=None, speed=1.0, episode_requests=ROUTING_EPISODE_REQUESTS):
@@ -92,10 +95,27 @@ def policies_for(problem: str, agents: dict) -> dict:
     return out
 
 
-def run_setting(setting: Setting, policies: dict, seeds, keep_results: bool = False, progress=None) -> Setting:
+def with_tuned(policies: dict, problem: str, tuned: list) -> dict:
+    """``policies`` with each tuned baseline of ``problem`` inserted right after its default row."""
+    from .baselines import make_policy
+    from .tune import tuned_name
+
+    out = dict(policies)
+    for doc in tuned:
+        if doc["env"] != problem:
+            continue
+        row = (tuned_name(doc), ViewPolicy(make_policy(problem, doc["policy"], **doc["knobs"]), tuned_name(doc)))
+        items = list(out.items())
+        at = next((i + 1 for i, (name, _) in enumerate(items) if name == doc["policy"]), len(items))
+        out = dict(items[:at] + [row] + items[at:])
+    return out
+
+
+def run_setting(setting: Setting, policies: dict, seeds, keep_results: bool = False, progress=None,
+                threads: int | None = 1) -> Setting:
     columns, make_row = columns_of(setting.problem)
     for name, policy in policies.items():
-        episodes = evaluate(setting.env_id, policy, seeds, keep_result=keep_results, **setting.env_kwargs)
+        episodes = evaluate(setting.env_id, policy, seeds, keep_result=keep_results, threads=threads, **setting.env_kwargs)
         setting.episodes[name] = episodes
         rows = [make_row(name, e) for e in episodes]
         row = {"policy": name, "episodes": len(episodes)}
@@ -109,10 +129,34 @@ def run_setting(setting: Setting, policies: dict, seeds, keep_results: bool = Fa
     return setting
 
 
+def routing_bound(setting: Setting, seeds) -> dict:
+    """The lower bound on mean TTFT (:func:`mooncake_gym.bounds.ttft_lower_bound`) of each seed's
+    episode of a routing setting, as a row: mean and 95 % CI over the seeds."""
+    import gymnasium as gym
+
+    from .bounds import ttft_lower_bound
+
+    env = gym.make(setting.env_id, **setting.env_kwargs)
+    try:
+        values = []
+        for seed in seeds:
+            env.reset(seed=seed)  # the episode every policy of the setting saw with this seed
+            base = env.unwrapped
+            values.append(ttft_lower_bound(base.sim.trace, base.config, base.cost).mean_ttft_s)
+    finally:
+        env.close()
+    mean, ci = mean_ci95(values)
+    return {"policy": "bound", "episodes": len(values), "mean_ttft_s": mean, "mean_ttft_s_ci95": ci}
+
+
 def format_setting(setting: Setting, markdown: bool = False) -> str:
     columns, _ = columns_of(setting.problem)
     cells = []
-    for row in setting.rows:
+    rows = setting.rows
+    if setting.bound is not None:  # the bound defines mean TTFT only: '-' elsewhere
+        rows = rows + [{**{k: float("nan") for k, _, _ in columns[1:]},
+                        **{k + "_ci95": float("nan") for k, _, _ in columns[1:]}, **setting.bound}]
+    for row in rows:
         cell = {"policy": row["policy"]}
         for key, _, fmt in columns[1:]:
             mean, ci = row[key], row[key + "_ci95"]
@@ -127,11 +171,17 @@ def format_setting(setting: Setting, markdown: bool = False) -> str:
 
 
 def compare(env: str = "all", seeds: int = 5, rates=(4.0, 8.0), loads=(2.0,), trace=None, speed: float = 1.0,
-            agents: dict | None = None, plot_dir: str | None = None, progress: bool = True) -> list[Setting]:
+            agents: dict | None = None, plot_dir: str | None = None, progress: bool = True,
+            threads: int | None = 1, tuned: list | None = None) -> list[Setting]:
     """Evaluate every baseline and agent; returns the settings with their rows (mean and CI per metric).
 
     ``agents``: ``{name: (problem, model)}``; by default every shipped agent that is present.
+    ``threads``: torch threads for the agents (default 1; ``None`` leaves torch's setting).
+    ``tuned``: results of ``mooncake-gym tune`` (:func:`mooncake_gym.tune.read_tuned`); each adds its
+    baseline with the tuned knobs, as ``NAME (tuned)`` right after the default row.
     """
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+        raise ValueError(f"--threads: expected an integer >= 1, got {threads!r}")
     if env not in ("routing", "admission", "all"):
         raise ValueError(f"--env: expected routing, admission or all, got {env!r}")
     if not isinstance(seeds, int) or seeds < 1:
@@ -144,7 +194,7 @@ def compare(env: str = "all", seeds: int = 5, rates=(4.0, 8.0), loads=(2.0,), tr
         settings += routing_settings(rates, trace, speed)
     if env in ("admission", "all"):
         settings += admission_settings(loads, trace if env == "admission" else None)
-    plan = [(s, policies_for(s.problem, agents)) for s in settings]
+    plan = [(s, with_tuned(policies_for(s.problem, agents), s.problem, tuned or [])) for s in settings]
     bar = None
     if progress:
         from tqdm import tqdm
@@ -154,7 +204,9 @@ def compare(env: str = "all", seeds: int = 5, rates=(4.0, 8.0), loads=(2.0,), tr
         for s, pols in plan:
             if bar is not None:
                 bar.set_postfix_str(s.label.split(",")[0])
-            run_setting(s, pols, seed_list, keep_results=plot_dir is not None, progress=bar)
+            run_setting(s, pols, seed_list, keep_results=plot_dir is not None, progress=bar, threads=threads)
+            if s.problem == "routing":
+                s.bound = routing_bound(s, seed_list)
     finally:
         if bar is not None:
             bar.close()
@@ -166,11 +218,18 @@ def compare(env: str = "all", seeds: int = 5, rates=(4.0, 8.0), loads=(2.0,), tr
 
 
 def problem_of(model) -> str:
-    """The problem whose default environment has ``model``'s observation and action spaces."""
+    """The problem of ``model``: its card's env id, else the default environment whose observation
+    and action spaces it has."""
     import gymnasium as gym
 
     from .evaluation import check_model_fits
 
+    env_id = getattr(model, "env_id", None)
+    for problem, pid in (("routing", ROUTING_ENV_ID), ("admission", ADMISSION_ENV_ID)):
+        if env_id == pid:
+            return problem
+    if env_id is not None:
+        raise ValueError(f"--agent: it was trained on {env_id}, which is neither {ROUTING_ENV_ID} nor {ADMISSION_ENV_ID}")
     fits = []
     for problem, env_id in (("routing", ROUTING_ENV_ID), ("admission", ADMISSION_ENV_ID)):
         env = gym.make(env_id)
@@ -188,7 +247,7 @@ def problem_of(model) -> str:
 
 
 def shipped_agents() -> dict:
-    """``{name: (problem, model)}`` of the shipped agents present (sha256 verified)."""
+    """``{name: (problem, agent)}`` of the shipped agents present (sha256 verified, loaded without unpickling)."""
     from .agents import available, load_agent
 
     return {name: (problem, load_agent(name)) for name, problem in available().items()}
@@ -199,4 +258,5 @@ def settings_json(settings: list[Setting], seeds: int) -> dict:
             "settings": [{"problem": s.problem, "label": s.label, "env_id": s.env_id,
                           "env_kwargs": {k: (v if isinstance(v, (int, float, str)) else str(v))
                                          for k, v in s.env_kwargs.items()},
-                          "rows": s.rows} for s in settings]}
+                          "rows": s.rows, **({"bound": s.bound} if s.bound is not None else {})}
+                         for s in settings]}

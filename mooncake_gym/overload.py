@@ -50,13 +50,14 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import deque
-from dataclasses import dataclass, field
+from collections import deque, namedtuple
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
 from .cluster import PrefillInstance
+from .limits import MAX_LOAD_SAMPLES, check, check_bound
 from .costmodel import CostModel
 from .policy import policy_name, reset_policy
 from .workload import Trace, resample_iid, synthetic_trace
@@ -79,8 +80,20 @@ def _check(name: str, ok: bool, expected: str, value: Any) -> None:
         raise ValueError(f"{name}: expected {expected}, got {value!r}")
 
 
-def _is_int(x: Any) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+def check_admit(answer) -> bool:
+    """The one check of an admission answer (simulator, ``evaluate`` and the env alike): ``True``
+    / ``False`` (or numpy bools) or the integer 1 / 0 (Python or numpy). ``TypeError`` for any other
+    type (a string such as ``'reject'``, a float, NaN, None), ``ValueError`` for another integer
+    (``-1``). Nothing is coerced with ``bool()``."""
+    if answer is True or answer is False:
+        return answer
+    if isinstance(answer, np.bool_):
+        return bool(answer)
+    if isinstance(answer, (int, np.integer)):
+        if answer == 0 or answer == 1:
+            return bool(answer == 1)
+        raise ValueError(f"admit: expected True or False (or 1 or 0), got {answer!r}")
+    raise TypeError(f"admit: expected True or False (or 1 or 0), got {type(answer).__name__} {answer!r}")
 
 
 @dataclass(frozen=True)
@@ -111,28 +124,31 @@ class OverloadConfig:
     warmup_s: float = 30.0
 
     def __post_init__(self):
-        for name in ("n_prefill", "n_decode", "decode_capacity_tokens"):
-            v = getattr(self, name)
-            _check(name, _is_int(v) and v >= 1, "an integer >= 1", v)
-        for name in ("tbt_s", "ttft_slo_s", "sample_period_s", "recent_window_s"):
-            v = getattr(self, name)
-            _check(name, isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0,
-                   "a finite number > 0", v)
+        for name in ("n_prefill", "n_decode", "decode_capacity_tokens", "tbt_s", "ttft_slo_s", "sample_period_s",
+                     "recent_window_s", "warmup_s"):
+            check(name, getattr(self, name))  # the ranges of mooncake_gym.limits
         _check("oracle", isinstance(self.oracle, bool), "True or False", self.oracle)
-        w = self.warmup_s
-        _check("warmup_s", isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) and w >= 0,
-               "a finite number >= 0", w)
 
     @property
     def pool_capacity_tokens(self) -> int:
         return self.n_decode * self.decode_capacity_tokens
 
 
-@dataclass(slots=True)
-class AdmissionView:
-    """What an admission policy sees at one arrival (read-only by convention, like ``RoutingView``:
-    not frozen, because a frozen dataclass of this many fields costs about 2 us to build, a tenth
-    of the Gym environment's step).
+#: The fields of :class:`AdmissionView`, in order (then the simulator, whose projections the
+#: view's methods call).
+ADMISSION_VIEW_FIELDS = ("now", "index", "input_tokens", "output_tokens", "decode_used_tokens",
+                         "decode_capacity_tokens", "decode_used_per_instance", "decode_capacity_per_instance",
+                         "prefill_queue_s", "prefill_instance", "prefill_s", "predicted_prefill_finish",
+                         "predicted_ttft_s", "ttft_slo_s", "recent_rejected", "recent_rejected_after_prefill",
+                         "recent_wasted_s", "requests_in_prefill", "requests_in_decode", "mean_decode_s",
+                         "mean_output_tokens")
+
+
+class AdmissionView(namedtuple("AdmissionViewFields", ADMISSION_VIEW_FIELDS + ("simulator",))):
+    """What an admission policy sees at one arrival: read-only, like ``RoutingView``. A named tuple,
+    so a policy cannot change what the simulator recorded (setting a field raises
+    ``AttributeError``) and building one costs one tuple allocation (a frozen dataclass of this many
+    fields costs about 2 us, a tenth of the Gym environment's step).
 
     Fields:
     - ``now``: the arrival time (s); ``index``: the request's position in the trace.
@@ -148,33 +164,17 @@ class AdmissionView:
     - ``requests_in_prefill`` and ``requests_in_decode``: counts.
     - ``mean_decode_s`` and ``mean_output_tokens``: the workload's mean decode time and output
       length (statistics a production system takes from its logs; not this request's).
+    - ``simulator``: the simulator whose projections the methods below compute (left out of the
+      repr; a policy reads the view, it does not drive the simulator).
 
     The projection methods look at the requests in prefill and in decode without revealing any
     individual output length (except in oracle mode); the predictive baselines use them.
     """
 
-    now: float
-    index: int
-    input_tokens: int
-    output_tokens: int | None
-    decode_used_tokens: int
-    decode_capacity_tokens: int
-    decode_used_per_instance: tuple
-    decode_capacity_per_instance: int
-    prefill_queue_s: tuple
-    prefill_instance: int
-    prefill_s: float
-    predicted_prefill_finish: float
-    predicted_ttft_s: float
-    ttft_slo_s: float
-    recent_rejected: int
-    recent_rejected_after_prefill: int
-    recent_wasted_s: float
-    requests_in_prefill: int
-    requests_in_decode: int
-    mean_decode_s: float
-    mean_output_tokens: float
-    _sim: "OverloadSimulator" = field(repr=False, compare=False, default=None)
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "AdmissionView(" + ", ".join(f"{k}={v!r}" for k, v in zip(ADMISSION_VIEW_FIELDS, self)) + ")"
 
     @property
     def decode_load(self) -> float:
@@ -206,7 +206,7 @@ class AdmissionView:
 
         Individual output lengths are never used (in oracle mode too), only the workload's statistics.
         """
-        return self._sim.project_decode(at_s, decode_s, quantile, output_tokens)
+        return self.simulator.project_decode(at_s, decode_s, quantile, output_tokens)
 
     def project_decode_tokens(self, at_s: float, decode_s: float | None = None,
                               output_tokens: float | None = None) -> float:
@@ -216,18 +216,18 @@ class AdmissionView:
         and whose finish + ``decode_s`` is after it (``input + output_tokens`` each, default the mean
         output). No capacity limit is applied (so it can exceed the pool); this request not included.
         """
-        return self._sim.project_decode_tokens(at_s, decode_s, output_tokens)
+        return self.simulator.project_decode_tokens(at_s, decode_s, output_tokens)
 
     def expected_decode_tokens(self, at_s: float, output_tokens: float | None = None) -> float:
         """Expected decode-pool tokens at ``at_s`` under the workload's decode-time distribution: a
         request decoding since d is still there with probability S(at_s - d) / S(now - d) (S the
         survival function of decode times, conditioned on its having run until now); a request in
         prefill finishing at f <= at_s with probability S(at_s - f). No capacity limit applied."""
-        return self._sim.expected_decode_tokens(at_s, output_tokens)
+        return self.simulator.expected_decode_tokens(at_s, output_tokens)
 
     def decode_survival(self, x_s: float) -> float:
         """P(decode time > ``x_s``) over the workload."""
-        return self._sim.decode_survival(x_s)
+        return self.simulator.decode_survival(x_s)
 
 
 @dataclass
@@ -257,6 +257,17 @@ class OverloadResult:
                 break
             rows.append({"time_s": t, "prefill_load": p, "decode_load": d})
         return rows
+
+
+_new_tuple = tuple.__new__
+
+
+def check_load_samples(name: str, span_s: float, config: OverloadConfig) -> None:
+    """Refuse (``ValueError`` naming ``name``) a workload spanning ``span_s`` seconds whose load series
+    would hold more than ``MAX_LOAD_SAMPLES`` samples of ``config.sample_period_s``."""
+    check_bound(name, span_s / config.sample_period_s + 1, MAX_LOAD_SAMPLES,
+                f"load-series samples (a span of {span_s:.3g} s / sample_period_s {config.sample_period_s:g})",
+                "raise sample_period_s, or use a shorter workload (a higher rate or load, fewer requests)")
 
 
 def load_correlation(prefill_load, decode_load) -> float:
@@ -316,6 +327,9 @@ class OverloadSimulator:
             self._survival = [0.0]
         self._quantile_tables: dict[float, list[int]] = {}
         self._horizon = self._arrival[-1] if n else 0.0
+        # the load series has one sample per sample_period_s up to the last arrival: bound it
+        # before the run (the decode-time tables above are bounded by the output-length limit)
+        check_load_samples("trace", self._horizon, c)
         self._reset_state()
 
     # -- state ----------------------------------------------------------------------------------
@@ -377,11 +391,14 @@ class OverloadSimulator:
 
     def step(self, admit: bool) -> AdmissionView | None:
         """Admit (True) or reject (False) the current request; the view of the next arrival, or
-        None once the workload is exhausted (all remaining events then drained)."""
+        None once the workload is exhausted (all remaining events then drained). ``admit`` is
+        checked by :func:`check_admit` (1 and 0 are accepted; ``'no'``, -1 or NaN are errors)."""
         if not self._started:
             raise RuntimeError("step() before reset()")
         if self._done:
             raise RuntimeError("step() after the workload is exhausted; call reset()")
+        if admit is not True and admit is not False:
+            admit = check_admit(admit)
         i = self._i
         now = self._arrival[i]
         if admit:
@@ -525,14 +542,14 @@ class OverloadSimulator:
         if not waste:
             self._recent_waste_sum = 0.0
         c = self.config
-        return AdmissionView(
+        return _new_tuple(AdmissionView, (
             now, i, self._input[i], self._output[i] if c.oracle else None,
             self._used_total, c.pool_capacity_tokens, tuple(self._decode_used), c.decode_capacity_tokens,
             tuple(queues), best, ps, finish, finish - now, c.ttft_slo_s,
             len(rej), len(waste), self._recent_waste_sum,
             self.admitted - self.completed - self.rejected_after_prefill, len(self._in_decode),
             self.mean_decode_s, self.mean_output_tokens, self,
-        )
+        ))
 
     # -- projections used by the predictive policies (read-only) --------------------------------
     def decode_survival(self, x_s: float) -> float:
@@ -742,7 +759,7 @@ def simulate(trace: Trace, policy: Callable, config: OverloadConfig | None = Non
     view = sim.reset()
     step = sim.step
     while view is not None:
-        view = step(bool(policy(view)))
+        view = step(policy(view))  # step checks the answer (check_admit)
     return sim.result(policy_name(policy))
 
 
@@ -774,10 +791,8 @@ def overload_workload(base: Trace | None = None, n_requests: int = DEMO3_REQUEST
     """Demo 3's workload: ``n_requests`` drawn i.i.d. from ``base`` (default: the synthetic trace with
     seed ``seed`` at 4 sessions/s) with stationary Poisson arrivals at ``load`` x the decode pool's
     capacity rate. Returns (trace, capacity rate in requests/s)."""
-    if not (isinstance(load, (int, float)) and math.isfinite(load) and load > 0):
-        raise ValueError(f"load: expected a finite number > 0 (multiple of the decode capacity), got {load!r}")
-    if not (_is_int(n_requests) and n_requests >= 1):
-        raise ValueError(f"requests: expected an integer >= 1, got {n_requests!r}")
+    check("load", load)  # a multiple of the decode capacity rate
+    check("requests", n_requests)
     if base is None:
         base = synthetic_trace(seed, rate=DEMO3_BASE_RATE)
     capacity = decode_capacity_rate(base, config, cost)

@@ -4,7 +4,6 @@
   of Mooncake v3 Figure 9 (lecture demo 3).
 - :func:`plot_hit_rate`: hit rate versus capacity (``mooncake-gym cache --plot``).
 - :func:`compare_plots`: the figures of ``mooncake-gym compare --plot-dir``.
-- :func:`text_image`: a text picture drawn as an RGB image (the environments' ``rgb_array`` render).
 """
 
 from __future__ import annotations
@@ -24,29 +23,35 @@ def _figure(width: float, height: float):
     return fig
 
 
-#: Monospace text geometry of :func:`text_image` (inches per character and per line at 9 pt).
-_CHAR_W_IN, _LINE_H_IN, _TEXT_DPI = 0.075, 0.16, 100
+def check_plot_path(path: str | os.PathLike, name: str = "plot") -> str:
+    """``path`` if a figure can be written there: a ``.png`` name whose folder exists or can be
+    created and is writable (``ValueError``/``OSError`` naming ``name`` otherwise). Commands call
+    it before their run, so a bad path fails at once, not after the work."""
+    path = os.fspath(path)
+    if not path.lower().endswith(".png"):
+        raise ValueError(f"{name}: expected a .png file name, got {path!r}")
+    check_plot_dir(os.path.dirname(path) or ".", name)
+    if os.path.isdir(path):
+        raise ValueError(f"{name}: {path!r} is a directory")
+    return path
 
 
-def text_image(text: str, lines: int, columns: int) -> np.ndarray:
-    """``text`` in a monospace font, black on white, as an ``(height, width, 3)`` uint8 array sized
-    for ``lines`` x ``columns`` characters (a fixed size per environment, so frames make a video);
-    longer text is cut at the edges."""
-    fig = _figure(columns * _CHAR_W_IN + 0.2, lines * _LINE_H_IN + 0.2)
-    fig.set_dpi(_TEXT_DPI)
-    fig.text(0.1 / fig.get_figwidth(), 1 - 0.1 / fig.get_figheight(), text, family="monospace", fontsize=9,
-             va="top", ha="left", linespacing=1.3)
-    fig.canvas.draw()
-    return np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
+def check_plot_dir(folder: str | os.PathLike, name: str = "plot_dir") -> str:
+    """``folder``, created if missing; ``ValueError`` naming ``name`` unless it is a writable directory."""
+    folder = os.fspath(folder)
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise ValueError(f"{name}: {folder!r} exists and is not a directory")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"{name}: cannot create the directory {folder!r} ({e.strerror})") from None
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"{name}: the directory {folder!r} is not writable")
+    return folder
 
 
 def _save(fig, path: str | os.PathLike) -> str:
-    path = os.fspath(path)
-    if not path.lower().endswith(".png"):
-        raise ValueError(f"plot: expected a .png file name, got {path!r}")
-    folder = os.path.dirname(path)
-    if folder:
-        os.makedirs(folder, exist_ok=True)
+    path = check_plot_path(path)
     fig.savefig(path)
     return path
 

@@ -21,6 +21,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from .costmodel import BLOCK_TOKENS
+from .limits import LIMITS, MAX_ID, MAX_INPUT_TOKENS, MAX_SYNTHETIC_SESSIONS, check, check_bound, check_range
 
 REQUIRED_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
 
@@ -57,31 +58,46 @@ class Trace:
     (int64), ``session_ids`` (int64, -1 where unknown) and ``block_ids`` (a list of tuples of int).
     """
 
-    __slots__ = ("arrival_s", "input_tokens", "output_tokens", "block_ids", "session_ids", "name")
+    __slots__ = ("arrival_s", "input_tokens", "output_tokens", "block_ids", "session_ids", "name", "renamed_blocks")
 
     def __init__(self, arrival_s, input_tokens, output_tokens, block_ids, session_ids=None, name="trace"):
-        n = len(arrival_s)
-        self._set(
-            np.asarray(arrival_s, dtype=np.float64),
-            np.asarray(input_tokens, dtype=np.int64),
-            np.asarray(output_tokens, dtype=np.int64),
-            [tuple(map(int, ids)) for ids in block_ids],
-            np.full(n, -1, dtype=np.int64) if session_ids is None else np.asarray(session_ids, dtype=np.int64),
-            name,
-        )
-        lengths = {len(self.input_tokens), len(self.output_tokens), len(self.block_ids), len(self.session_ids)}
+        """Columns are validated here (ranges of ``mooncake_gym.limits``): finite non-decreasing
+        arrivals >= 0, integer token counts and ids in range, distinct ids within a request.
+
+        Block ids that are not prefix hashes (an id seen after two different predecessors) are
+        normalised to prefix semantics: see :func:`prefix_block_ids`; ``renamed_blocks`` counts the
+        block occurrences that got a new id (0 for Mooncake's traces)."""
+        arrivals = _float_column("arrival_s", arrival_s)
+        n = len(arrivals)
+        lengths = {len(arrivals), _length(input_tokens), _length(output_tokens), _length(block_ids),
+                   n if session_ids is None else _length(session_ids)}
         if lengths != {n}:
             raise ValueError(f"Trace columns have different lengths: {sorted(lengths | {n})}")
-        if n and np.any(np.diff(self.arrival_s) < 0):
+        if n and np.any(np.diff(arrivals) < 0):
             raise ValueError("arrival_s: arrivals must be non-decreasing")
-        for i, ids in enumerate(self.block_ids):
+        blocks = _block_column(block_ids)
+        for i, ids in enumerate(blocks):
             if repeated_id(ids) is not None:
                 raise ValueError(f"block_ids: request {i} holds an id twice ({list(ids)}); the block ids of "
                                  f"one request are distinct (an id names a block with everything before it)")
+        blocks, renamed = prefix_block_ids(blocks)
+        self._set(
+            arrivals,
+            _int_column("input_tokens", input_tokens, "input_length"),
+            _int_column("output_tokens", output_tokens, "output_length"),
+            blocks,
+            np.full(n, -1, dtype=np.int64) if session_ids is None else _int_column("session_ids", session_ids,
+                                                                                  "session_id"),
+            name,
+            renamed,
+        )
 
-    def _set(self, arrival_s, input_tokens, output_tokens, block_ids, session_ids, name):
+    def _set(self, arrival_s, input_tokens, output_tokens, block_ids, session_ids, name, renamed_blocks=0):
+        for column in (arrival_s, input_tokens, output_tokens, session_ids):
+            column.flags.writeable = False  # validated once: the columns cannot be changed afterwards
         self.arrival_s, self.input_tokens, self.output_tokens = arrival_s, input_tokens, output_tokens
         self.block_ids, self.session_ids, self.name = block_ids, session_ids, name
+        self.renamed_blocks = renamed_blocks
 
     @classmethod
     def from_requests(cls, requests: Iterable[Request], name: str = "trace") -> "Trace":
@@ -135,7 +151,7 @@ class Trace:
     def take(self, indices: Sequence[int], arrival_s=None, name: str | None = None) -> "Trace":
         """The requests at ``indices`` (in that order), optionally with new arrival times."""
         idx = np.asarray(indices, dtype=np.int64)
-        arrivals = self.arrival_s[idx] if arrival_s is None else np.asarray(arrival_s, dtype=np.float64)
+        arrivals = self.arrival_s[idx] if arrival_s is None else _float_column("arrival_s", arrival_s)
         if len(arrivals) != len(idx):
             raise ValueError(f"arrival_s: expected {len(idx)} arrival times, got {len(arrivals)}")
         if len(arrivals) and np.any(np.diff(arrivals) < 0):
@@ -145,7 +161,7 @@ class Trace:
         blocks = self.block_ids
         out = Trace.__new__(Trace)
         out._set(arrivals, self.input_tokens[idx], self.output_tokens[idx], [blocks[i] for i in idx.tolist()],
-                 self.session_ids[idx], name or self.name)
+                 self.session_ids[idx], name or self.name, self.renamed_blocks)
         return out
 
     def head(self, n: int) -> "Trace":
@@ -153,8 +169,7 @@ class Trace:
 
     def scaled(self, speed: float) -> "Trace":
         """The same requests replayed ``speed`` times as fast (arrival times divided by ``speed``)."""
-        if not speed > 0:
-            raise ValueError(f"speed: expected > 0, got {speed}")
+        check("speed", speed)
         name = self.name if speed == 1 else f"{self.name} x{speed:g}"
         return self.take(range(len(self)), arrival_s=self.arrival_s / speed, name=name)
 
@@ -181,7 +196,111 @@ class Trace:
             "distinct_blocks": len({b for ids in self.block_ids for b in ids}),
             "ideal_hit_ratio": hit_tokens / max(1, int(inp.sum())),
             "ideal_block_hit_ratio": hit_blocks / max(1, total_blocks),
+            "renamed_blocks": self.renamed_blocks,
         }
+
+
+def _length(values) -> int:
+    try:
+        return len(values)
+    except TypeError:
+        raise ValueError(f"Trace: expected sequences as columns, got {type(values).__name__}") from None
+
+
+def _float_column(name: str, values) -> np.ndarray:
+    """``values`` as a float64 array of finite arrival times in the range of ``LIMITS['arrival_s']``."""
+    try:
+        a = np.array(values, dtype=np.float64)  # a copy: the caller's array stays writable
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{name}: expected a sequence of numbers (seconds)") from None
+    if a.ndim != 1:
+        raise ValueError(f"{name}: expected a one-dimensional sequence, got shape {a.shape}")
+    lim = LIMITS["arrival_s"]
+    bad = np.flatnonzero(~((a >= lim.lo) & (a <= lim.hi)))  # NaN fails both comparisons
+    if len(bad):
+        raise ValueError(f"{name}: expected finite numbers in [{lim.lo}, {lim.hi:g}] {lim.unit}, got "
+                         f"{a[bad[0]]!r} at request {bad[0]}")
+    return a
+
+
+def _int_column(name: str, values, kind: str) -> np.ndarray:
+    """``values`` as an int64 array, each an integer in the range of ``LIMITS[kind]`` (floats,
+    booleans, strings and integers beyond int64 are refused, not converted)."""
+    lim = LIMITS[kind]
+    try:
+        a = np.asarray(values)
+    except (TypeError, ValueError, OverflowError):
+        a = None
+    if a is None or a.ndim != 1 or (a.dtype.kind not in "iu" and len(a)):
+        raise ValueError(f"{name}: expected a sequence of integers in [{lim.lo}, {lim.hi}] {lim.unit}")
+    if len(a):
+        bad = np.flatnonzero((a < lim.lo) | (a > lim.hi))
+        if len(bad):
+            raise ValueError(f"{name}: expected integers in [{lim.lo}, {lim.hi}] {lim.unit}, got "
+                             f"{a[bad[0]]} at request {bad[0]}")
+    return a.astype(np.int64)
+
+
+def _block_column(block_ids) -> list[tuple[int, ...]]:
+    """Each request's block ids as a tuple of ints in ``[0, MAX_ID]`` (refused otherwise)."""
+    out = []
+    for i, ids in enumerate(block_ids):
+        if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+            raise ValueError(f"block_ids: request {i}: expected a sequence of integer ids, got {ids!r}")
+        t = tuple(ids)
+        if not all(type(b) is int for b in t):
+            if not all(isinstance(b, (int, np.integer)) and not isinstance(b, (bool, np.bool_)) for b in t):
+                raise ValueError(f"block_ids: request {i}: expected integer ids, got {list(t)!r}")
+            t = tuple(map(int, t))
+        if t and not (min(t) >= 0 and max(t) <= MAX_ID):
+            raise ValueError(f"block_ids: request {i}: expected ids in [0, {MAX_ID}], got {list(t)!r}")
+        out.append(t)
+    return out
+
+
+def prefix_block_ids(block_ids: list[tuple[int, ...]]) -> tuple[list[tuple[int, ...]], int]:
+    """The block ids with prefix-hash semantics, and how many block occurrences were renamed.
+
+    In Mooncake's traces an id names a block together with every block before it, so an id always
+    follows the same predecessor (or always starts a prompt). The first time an id is seen fixes its
+    predecessor; where it later follows another one, that occurrence is another block (as in the
+    trace's prefix tree, the reading of ``kvcache-simulator`` and of ``cacheanalysis``) and gets a
+    fresh id above every id of the trace, the same fresh id for the same (predecessor, id) pair.
+    Traces that are already prefix-hashed come back unchanged (the same tuples). Every consumer
+    (``replay``, ``trace stats``, ``cache``, the environments) reads the normalised ids.
+    """
+    missing = object()
+    parent: dict[int, object] = {}
+    fresh: dict[tuple, int] = {}
+    next_id = None
+    renamed = 0
+    out = []
+    for ids in block_ids:
+        prev = None
+        new = None
+        for j, b in enumerate(ids):
+            p = parent.get(b, missing)
+            if p is missing:
+                parent[b] = prev
+            elif p != prev:
+                key = (prev, b)
+                nb = fresh.get(key)
+                if nb is None:
+                    if next_id is None:
+                        next_id = 1 + max((max(t) for t in block_ids if t), default=-1)
+                    if next_id > MAX_ID:
+                        raise ValueError(f"block_ids: no id left above {MAX_ID} to rename a block that is not "
+                                         f"a prefix hash")
+                    nb = fresh[key] = next_id
+                    parent[nb] = prev
+                    next_id += 1
+                if new is None:
+                    new = list(ids)
+                new[j] = b = nb
+                renamed += 1
+            prev = b
+        out.append(ids if new is None else tuple(new))
+    return out, renamed
 
 
 def ideal_prefix_hits(trace: Trace, block_tokens: int = BLOCK_TOKENS) -> tuple[int, int, int]:
@@ -213,16 +332,17 @@ def _parse_line(text: str, where: str, block_tokens: int):
         obj = json.loads(text)
     except json.JSONDecodeError as e:
         raise TraceFormatError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
+    except RecursionError:
+        raise TraceFormatError(f"{where}: not a trace line (JSON nested too deeply)") from None
+    except ValueError as e:  # e.g. an integer of more than 4,300 digits
+        raise TraceFormatError(f"{where}: not valid JSON ({e})") from None
     if not isinstance(obj, dict):
         raise TraceFormatError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     for name in REQUIRED_FIELDS:
         if name not in obj:
             raise TraceFormatError(f"{where}: field '{name}' is missing")
     for name in ("timestamp", "input_length", "output_length"):
-        if not _is_int(obj[name]):
-            raise TraceFormatError(f"{where}: field '{name}': expected an integer, got {obj[name]!r}")
-        if obj[name] < 0:
-            raise TraceFormatError(f"{where}: field '{name}': expected >= 0, got {obj[name]}")
+        _check_field(where, name, obj[name], name)
     ids = obj["hash_ids"]
     if not isinstance(ids, list) or not all(_is_int(b) for b in ids):
         raise TraceFormatError(f"{where}: field 'hash_ids': expected a list of integers")
@@ -231,14 +351,33 @@ def _parse_line(text: str, where: str, block_tokens: int):
         raise TraceFormatError(
             f"{where}: field 'hash_ids': expected ceil(input_length/{block_tokens}) = {expected} ids, got {len(ids)}"
         )
+    if ids and not (min(ids) >= 0 and max(ids) <= MAX_ID):
+        bad = next(b for b in ids if not 0 <= b <= MAX_ID)
+        raise TraceFormatError(f"{where}: field 'hash_ids': expected ids in [0, {MAX_ID}], got {_short(bad)}")
     dup = repeated_id(ids)
     if dup is not None:
         raise TraceFormatError(f"{where}: field 'hash_ids': id {dup} appears twice; prefix-hash ids of one "
                                f"request are distinct")
     session = obj.get("session_id", -1)
-    if not _is_int(session):
-        raise TraceFormatError(f"{where}: field 'session_id': expected an integer, got {session!r}")
+    _check_field(where, "session_id", session, "session_id")
     return obj["timestamp"], obj["input_length"], obj["output_length"], ids, session
+
+
+def _short(x) -> str:
+    """``repr(x)`` cut to 40 characters (a field may hold a 4,000-digit integer)."""
+    r = repr(x)
+    return r if len(r) <= 40 else f"{r[:37]}..."
+
+
+def _check_field(where: str, name: str, value, kind: str) -> None:
+    """An integer field of a trace line in the range of ``LIMITS[kind]``, or a TraceFormatError."""
+    lim = LIMITS[kind]
+    if not _is_int(value):
+        raise TraceFormatError(f"{where}: field '{name}': expected an integer, got {_short(value)}")
+    if value < lim.lo:
+        raise TraceFormatError(f"{where}: field '{name}': expected >= {lim.lo}, got {_short(value)}")
+    if value > lim.hi:
+        raise TraceFormatError(f"{where}: field '{name}': expected <= {lim.hi:,} {lim.unit}, got {_short(value)}")
 
 
 def read_trace(path: str | os.PathLike, block_tokens: int = BLOCK_TOKENS) -> Trace:
@@ -284,10 +423,21 @@ def trace_lines(trace: Trace) -> Iterator[str]:
         yield json.dumps(obj)
 
 
-def write_trace(trace: Trace, path: str | os.PathLike) -> None:
-    """Write a trace as JSONL; reading it back and writing again gives the same bytes."""
+def write_trace(trace: Trace, path: str | os.PathLike, block_tokens: int = BLOCK_TOKENS) -> None:
+    """Write a trace as JSONL; reading it back and writing again gives the same bytes.
+
+    Every line is checked with the reader's own check before the file is opened, so no line the
+    reader would refuse is written (``ValueError`` naming the request); an empty trace is refused
+    too (the reader refuses a file without requests)."""
+    if not isinstance(trace, Trace):
+        raise ValueError(f"trace: expected a mooncake_gym.workload.Trace, got {type(trace).__name__}")
+    lines = list(trace_lines(trace))
+    if not lines:
+        raise ValueError("trace: it has no requests, and the reader refuses a trace file without requests")
+    for k, line in enumerate(lines):
+        _parse_line(line, f"trace {trace.name!r}, request {k}", block_tokens)
     with open(path, "w", encoding="utf-8") as f:
-        for line in trace_lines(trace):
+        for line in lines:
             f.write(line)
             f.write("\n")
 
@@ -335,6 +485,27 @@ class SyntheticConfig:
     output_max: int = 4096
     input_max: int = 200_000
     think_time_mean_s: float = 15.0
+
+    def __post_init__(self):
+        for name in ("document_share",):
+            check_range(name, getattr(self, name), 0.0, 1.0)
+        for name in ("n_system_prompts",):
+            check_range(name, getattr(self, name), 1, 10**6, integer=True)
+        lo_hi = self.system_prompt_blocks
+        if not (isinstance(lo_hi, tuple) and len(lo_hi) == 2):
+            raise ValueError(f"system_prompt_blocks: expected (low, high), got {lo_hi!r}")
+        check_range("system_prompt_blocks", lo_hi[0], 1, 10**4, integer=True)
+        check_range("system_prompt_blocks", lo_hi[1], lo_hi[0], 10**4, integer=True)
+        for name in ("system_prompt_zipf", "document_sigma", "question_sigma", "chat_first_sigma", "chat_turn_sigma",
+                     "output_sigma"):
+            check_range(name, getattr(self, name), 0.0, 10.0)
+        for name in ("document_mean", "question_mean", "chat_first_mean", "chat_turn_mean", "output_mean"):
+            check_range(name, getattr(self, name), 1e-3, MAX_INPUT_TOKENS)
+        for name in ("questions_mean", "turns_mean"):
+            check_range(name, getattr(self, name), 1.0, 1e4)
+        check("output_length", self.output_max, "output_max")
+        check_range("input_max", self.input_max, 1, MAX_INPUT_TOKENS, integer=True)
+        check_range("think_time_mean_s", self.think_time_mean_s, 0.0, 1e6)
 
 
 DEFAULT_SYNTHETIC = SyntheticConfig()
@@ -402,14 +573,16 @@ def synthetic_trace(
     Deterministic per seed, and a shorter trace is the head of a longer one of the same seed and
     rate. Block ids are numbered in order of first appearance, as in Mooncake's traces.
     """
-    if not rate > 0:
-        raise ValueError(f"rate: expected > 0 sessions/s, got {rate}")
-    if n_requests is not None and n_requests < 1:
-        raise ValueError(f"n_requests: expected >= 1, got {n_requests}")
+    check("rate", rate)
+    check("requests", n_requests, "n_requests", allow_none=True)
     if duration_s is None and n_requests is None:
         raise ValueError("duration_s: give a duration, n_requests, or both")
-    if duration_s is not None and not duration_s > 0:
-        raise ValueError(f"duration_s: expected > 0, got {duration_s}")
+    check("duration_s", duration_s, allow_none=True)
+    if not isinstance(config, SyntheticConfig):
+        raise ValueError(f"config: expected a SyntheticConfig, got {type(config).__name__}")
+    if n_requests is None:  # sessions start until duration_s: bound their number before drawing them
+        check_bound("rate", rate * duration_s, MAX_SYNTHETIC_SESSIONS, "sessions (rate x duration_s)",
+                    "lower the rate or the duration, or give n_requests")
     horizon = math.inf if duration_s is None else duration_s
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     c = config
@@ -453,6 +626,9 @@ def synthetic_trace(
     if n_requests is not None:
         order = order[:n_requests]
     arrival, session, total, out = b["arrival"][order], session[order], total[order], b["out"][order]
+    if len(arrival) and not arrival[-1] <= LIMITS["arrival_s"].hi:
+        raise ValueError(f"rate: at {rate:g} sessions/s the trace would span {arrival[-1]:.3g} s, more than "
+                         f"the limit of {LIMITS['arrival_s'].hi:g} s; raise the rate or ask for fewer requests")
     prompt, shared = prompt[order], shared[order]
     block_ids = _block_ids(total, np.minimum(shared, total) // block_tokens, prompt_blocks, prompt, session,
                            block_tokens, c.input_max)
@@ -493,10 +669,10 @@ def _block_ids(total, full_shared, prompt_blocks, prompt, session, block_tokens,
 def resample_iid(trace: Trace, n_requests: int, rate: float, seed: int | np.random.Generator = 0) -> Trace:
     """``n_requests`` requests drawn i.i.d. (with replacement) from ``trace`` with stationary
     Poisson arrivals at ``rate`` per second (lecture demo 3)."""
-    if n_requests < 1:
-        raise ValueError(f"n_requests: expected >= 1, got {n_requests}")
-    if not rate > 0:
-        raise ValueError(f"rate: expected > 0 requests/s, got {rate}")
+    check("requests", n_requests, "n_requests")
+    check("rate", rate)
+    if len(trace) == 0:
+        raise ValueError("trace: expected a base trace with at least one request")
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     idx = rng.integers(0, len(trace), size=n_requests)
     arrivals = np.cumsum(rng.exponential(1.0 / rate, size=n_requests))
@@ -506,6 +682,7 @@ def resample_iid(trace: Trace, n_requests: int, rate: float, seed: int | np.rand
 def load_workload(trace: str | os.PathLike | Trace = "synthetic", rate: float = 4.0, seed: int = 0,
                   speed: float = 1.0, **synthetic_kw) -> Trace:
     """A trace object from a path, the word ``synthetic`` (generator at ``rate``, ``seed``) or a Trace."""
+    check("speed", speed)
     if isinstance(trace, Trace):
         t = trace
     elif str(trace) == "synthetic":

@@ -43,15 +43,17 @@ def test_tampered_agent_is_refused(tmp_path, monkeypatch):
     with open(tmp_path / f"{name}.zip", "ab") as f:
         f.write(b"\0")
     monkeypatch.setattr(agents, "agent_dir", lambda: tmp_path)
-    with pytest.raises(agents.AgentIntegrityError, match="does not match its card"):
+    with pytest.raises(agents.AgentIntegrityError, match="does not match the sha256 recorded for it"):
         agents.load_agent(name)
 
 
 def test_untrusted_user_file_needs_consent(tmp_path):
+    shutil.copy(agents.agent_dir() / "ppo_routing.zip", tmp_path / "mine.zip")  # an SB3 zip without a card
     with pytest.raises(ValueError, match="can run code"):
         agents.load_agent(tmp_path / "mine.zip")
     with pytest.raises(FileNotFoundError):
-        agents.load_agent(tmp_path / "mine.zip", trusted=True)
+        agents.load_agent(tmp_path / "other.zip", trusted=True)
+    assert agents.load_agent(tmp_path / "mine.zip", trusted=True).source == "pickle"  # the user's consent
 
 
 def test_training_smoke_produces_a_loadable_agent(tmp_path):

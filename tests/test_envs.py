@@ -238,12 +238,12 @@ def test_final_info_carries_the_metrics(env_id, kwargs):
 
 
 @env_cases
-def test_render_rgb_array_draws_the_text_picture_at_a_fixed_size(env_id, kwargs):
+def test_render_rgb_array_draws_a_picture_at_a_fixed_size(env_id, kwargs):
     env = gym.make(env_id, render_mode="rgb_array", **kwargs)
     env.reset(seed=0)
     first = env.render()
     assert first.dtype == np.uint8 and first.ndim == 3 and first.shape[2] == 3
-    assert first.min() < 100 < 250 <= first.max()  # dark text on a white ground
+    assert first.min() < 100 < 250 <= first.max()  # dark labels on a white ground
     frames = [first]
     for k, a in enumerate(actions_for(env, 200)):
         _, _, terminated, _, _ = env.step(a)

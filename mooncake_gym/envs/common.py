@@ -9,35 +9,13 @@ import struct
 
 import numpy as np
 
+from ..limits import MAX_SYNTHETIC_SESSIONS, check, check_bound, check_range  # noqa: F401  (check_range: moved)
 from ..workload import Trace, read_trace, resample_iid, synthetic_trace
 
 
 #: Exact types of the integer actions the environments' fast path accepts (Python's, and the numpy
 #: scalars an SB3 model or ``action_space.sample()`` returns); others go through the space's check.
 INTEGER_TYPES = frozenset({int, np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint16, np.uint8})
-
-
-def check_range(name: str, value, lo=None, hi=None, integer: bool = False, allow_none: bool = False):
-    """Raise ``ValueError`` naming ``name`` unless ``lo <= value <= hi`` (and an integer if asked).
-
-    The value must be finite: an infinite rate or duration would make the workload generator loop
-    forever."""
-    if value is None and allow_none:
-        return value
-    ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool) if integer else \
-        isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-    if ok and not math.isfinite(value):
-        ok = False
-    if ok and lo is not None and not value >= lo:
-        ok = False
-    if ok and hi is not None and not value <= hi:
-        ok = False
-    if not ok:
-        kind = "an integer" if integer else "a finite number"
-        bounds = f" in [{lo}, {hi}]" if lo is not None and hi is not None else \
-            f" in [{lo}, inf)" if lo is not None else f" in (-inf, {hi}]" if hi is not None else ""
-        raise ValueError(f"{name}: expected {kind}{bounds}, got {value!r}")
-    return value
 
 
 def as_trace(name: str, value) -> Trace:
@@ -63,9 +41,11 @@ class ValueOrRange:
             if not is_range(value_range):
                 raise ValueError(f"{name}_range: expected (low, high), finite, with 0 < low <= high, "
                                  f"got {value_range!r}")
+            for x in value_range:
+                check(name, x, f"{name}_range")  # both ends in the range of mooncake_gym.limits
             self.value, self.range = None, (float(value_range[0]), float(value_range[1]))
         else:
-            self.value, self.range = float(check_range(name, default if value is None else value, lo=1e-6)), None
+            self.value, self.range = float(check(name, default if value is None else value)), None
 
     def draw(self, np_random: np.random.Generator) -> float:
         return self.value if self.range is None else float(np_random.uniform(*self.range))
@@ -83,10 +63,14 @@ class WorkloadSpec:
 
     def __init__(self, rate=None, rate_range=None, trace=None, speed=1.0, episode_requests=None,
                  duration_s=600.0, default_rate=4.0):
-        check_range("speed", speed, lo=1e-6)
-        check_range("episode_requests", episode_requests, lo=1, integer=True, allow_none=True)
-        check_range("duration_s", duration_s, lo=1e-6)
+        check("speed", speed)
+        check("requests", episode_requests, "episode_requests", allow_none=True)
+        check("duration_s", duration_s)
         self.rate = ValueOrRange("rate", rate, rate_range, default_rate)
+        if episode_requests is None and trace is None:  # sessions drawn per episode: bounded up front
+            top = self.rate.value if self.rate.range is None else self.rate.range[1]
+            check_bound("rate", top * duration_s, MAX_SYNTHETIC_SESSIONS, "sessions per episode (rate x duration_s)",
+                        "lower the rate or duration_s, or set episode_requests")
         self.trace = None if trace is None else as_trace("trace", trace)
         self.speed = float(speed)
         self.episode_requests = episode_requests
@@ -152,8 +136,10 @@ def _float32_packer(n: int):
     return struct.Struct(f"={n}f").pack
 
 
-#: The render modes of both environments: a text picture, or the same picture as an RGB image
-#: (what video recorders and stable-baselines3's ``make_vec_env`` ask for).
+#: The render modes of both environments: a text picture, or a picture of the cluster as an RGB image
+#: (``envs/viewer.py``; what video recorders and stable-baselines3's ``make_vec_env`` ask for).
+#: ``gym.make(..., render_mode="human")`` shows the RGB picture in a window through gymnasium's
+#: ``HumanRendering`` wrapper (needs pygame: the ``human`` extra).
 RENDER_MODES = ("ansi", "rgb_array")
 
 
@@ -161,16 +147,3 @@ def check_render_mode(render_mode):
     if render_mode is not None and render_mode not in RENDER_MODES:
         raise ValueError(f"render_mode: expected None or one of {RENDER_MODES}, got {render_mode!r}")
     return render_mode
-
-
-def render_frame(render_mode: str | None, text: str, lines: int, columns: int = 100):
-    """What ``render()`` returns for the text picture ``text``: the text itself (``"ansi"``), or
-    it drawn as an image of ``lines`` x ``columns`` characters (``"rgb_array"``); None without a
-    render mode."""
-    if render_mode == "ansi":
-        return text
-    if render_mode == "rgb_array":
-        from ..plots import text_image
-
-        return text_image(text, lines, columns)
-    return None

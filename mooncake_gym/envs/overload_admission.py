@@ -10,11 +10,12 @@ import numpy as np
 from gymnasium import spaces
 
 from ..costmodel import CostModel
-from ..overload import (DEMO3_BASE_RATE, REJECTED_AFTER_PREFILL, OverloadConfig, OverloadSimulator,
-                        decode_capacity_rate)
+from ..overload import (DEMO3_BASE_RATE, REJECTED_AFTER_PREFILL, REJECTED_AT_ARRIVAL, OverloadConfig,
+                        OverloadSimulator, check_admit, check_load_samples, decode_capacity_rate)
 from ..workload import synthetic_trace
-from .common import (INTEGER_TYPES, RENDER_MODES, ValueOrRange, as_clipped_float32, as_trace, check_range,
-                     check_render_mode, episode_workload, render_frame)
+from .common import (INTEGER_TYPES, RENDER_MODES, ValueOrRange, as_clipped_float32, as_trace, check,
+                     check_render_mode, episode_workload)
+from .viewer import AdmissionViewer
 
 INPUT_TOKENS_CAP = 200_000
 LOG1P_INPUT_TOKENS_CAP = math.log1p(INPUT_TOKENS_CAP)  # request length feature: log1p(tokens) / this
@@ -140,10 +141,27 @@ class OverloadAdmissionEnv(gym.Env):
     ``load`` (finite, > 0) is the arrival rate as a multiple of the decode capacity rate;
     ``load_range`` a pair ``(low, high)``, finite, ``0 < low <= high``, not with ``load``.
     ``model`` is a preset of ``mooncake_gym.costmodel.MODELS``. ``render_mode="ansi"``: ``render()``
-    returns a text picture of decode occupancy per instance and the prefill queues; ``"rgb_array"``:
-    the same picture as an RGB image of a fixed size (for video recorders; stable-baselines3's
-    ``make_vec_env`` asks for this mode by default). An invalid
+    returns a text picture; ``"rgb_array"``: a picture of the two pools (see Rendering). An invalid
     argument raises ``ValueError`` naming it and its allowed range.
+
+    ## Rendering
+
+    ``render_mode="rgb_array"``: ``render()`` returns a picture of the two pools, a ``(400, W, 3)``
+    uint8 array (W = 640 pixels up to about 100 instances in all, wider beyond; a multiple of 16 for
+    video encoders). Left, the prefill pool: per instance a bar of its queued work (the top of the
+    scale is the TTFT SLO; a red cap marks more), with the pending request's prefill stacked in a
+    lighter blue on the least-loaded instance, where it would go (highlighted). Right, the decode
+    pool: per instance its KV occupancy (the top is full), with the time between tokens in the
+    title. Below, the whole decode pool's occupancy and the request's predicted TTFT over the SLO;
+    at the top, the last decision (green: admitted, red: rejected at arrival) and the running counts
+    of completed requests and of rejections at arrival and after prefill. A frame takes about a
+    millisecond (``benchmarks/bench_render.py``). Videos: gymnasium's ``RecordVideo`` wrapper, which
+    needs moviepy (``pip install "mooncake-gym[video]"``); a video plays at
+    ``metadata["render_fps"]`` = 4 decisions per second. ``gym.make(..., render_mode="human")`` shows
+    the same picture in a window through gymnasium's ``HumanRendering`` wrapper (gymnasium builds the
+    env with ``"rgb_array"`` and warns that it applies the wrapper), which needs pygame (``pip install
+    "mooncake-gym[human]"``) and a display. ``render_mode="ansi"``: ``render()`` returns a short text
+    picture of the same state.
 
     ## Version History
 
@@ -158,9 +176,9 @@ class OverloadAdmissionEnv(gym.Env):
                  oracle: bool = False, waste_penalty: float = DEFAULT_WASTE_PENALTY, model: str = "llama2-70b",
                  render_mode: str | None = None):
         self.load = ValueOrRange("load", load, load_range, DEFAULT_LOAD)
-        check_range("episode_requests", episode_requests, 1, None, integer=True)
-        check_range("speed", speed, 1e-6)
-        check_range("waste_penalty", waste_penalty, 0.0)
+        check("requests", episode_requests, "episode_requests")
+        check("speed", speed)
+        check("waste_penalty", waste_penalty)
         if not isinstance(oracle, bool):
             raise ValueError(f"oracle: expected True or False, got {oracle!r}")
         check_render_mode(render_mode)
@@ -173,6 +191,22 @@ class OverloadAdmissionEnv(gym.Env):
         self.trace = as_trace("trace", trace) if trace is not None else None
         self.capacity_rate = decode_capacity_rate(self.base, self.config, self.cost)
         self.mean_prefill_s = float(np.mean([self.cost.prefill_s(n, 0) for n in self.base.input_tokens.tolist()]))
+        # degenerate base traces, refused here rather than failing at every step: the waste penalty
+        # is in units of the mean prefill time, and resampling draws at load x the capacity rate
+        if not self.mean_prefill_s > 0:
+            raise ValueError("base_trace: every request has input_length 0, so the mean prefill time (the unit "
+                             "of the waste penalty) is 0; give a base trace with prompts")
+        high = self.load.value if self.load.range is None else self.load.range[1]
+        check("rate", high * self.capacity_rate,
+              f"load x capacity rate of base_trace ({high:g} x {self.capacity_rate:.4g} requests/s)")
+        # the load series of an episode is bounded before any episode: a replayed trace's span, or
+        # the span of episode_requests Poisson arrivals at the lowest load (mean + 20 sd, which a
+        # draw exceeds with negligible probability)
+        if self.trace is not None:
+            check_load_samples("trace", float(self.trace.arrival_s[-1]) / speed, self.config)
+        else:
+            low, n = (self.load.value if self.load.range is None else self.load.range[0]), episode_requests
+            check_load_samples("episode_requests", (n + 20 * math.sqrt(n)) / (low * self.capacity_rate), self.config)
         self.speed = float(speed)
         self.episode_requests = int(episode_requests)
         self.waste_penalty = float(waste_penalty)
@@ -181,6 +215,7 @@ class OverloadAdmissionEnv(gym.Env):
         self.observation_space = spaces.Box(0.0, 1.0, (12 if oracle else 11,), np.float32)
         self.sim: OverloadSimulator | None = None
         self._view = None
+        self._viewer: AdmissionViewer | None = None
         c = self.config
         self._oracle = c.oracle
         self._denominators = (TTFT_CAP_SLO * c.ttft_slo_s, c.recent_window_s * self.capacity_rate,
@@ -192,7 +227,8 @@ class OverloadAdmissionEnv(gym.Env):
         return self._view
 
     def encode_action(self, admit) -> int:
-        return 1 if admit else 0
+        """The env action for a baseline's answer, checked by ``overload.check_admit``."""
+        return 1 if check_admit(admit) else 0
 
     def _observe(self) -> np.ndarray:
         # The hot path of ``step``: plain Python floats into one list, one float32 array at the end
@@ -279,7 +315,26 @@ class OverloadAdmissionEnv(gym.Env):
     def render(self):
         if self.render_mode is None or self.sim is None:
             return None
-        return render_frame(self.render_mode, self._picture(), lines=self.sim.config.n_decode + 2)
+        if self.render_mode == "ansi":
+            return self._picture()
+        return self._frame()
+
+    def _frame(self) -> np.ndarray:
+        """The two pools as an RGB picture (``render_mode="rgb_array"``; ``envs/viewer.py``)."""
+        c, sim, v = self.config, self.sim, self._view
+        if self._viewer is None:
+            self._viewer = AdmissionViewer(c.n_prefill, c.n_decode, c.ttft_slo_s, c.tbt_s)
+        decided = v.index if v is not None else len(sim.trace)  # requests decided so far
+        last = None if decided == 0 else sim.outcome[decided - 1] != REJECTED_AT_ARRIVAL
+        counts = (sim.completed, sim.rejected_at_arrival, sim.rejected_after_prefill)
+        if v is None:  # the episode is over and drained
+            end = float(sim.trace.arrival_s[-1]) if len(sim.trace) else 0.0
+            return self._viewer.frame(end, decided, len(sim.trace), None, [0.0] * c.n_prefill, None, 0.0,
+                                      [0.0] * c.n_decode, 0.0, last, *counts)
+        per = v.decode_capacity_per_instance
+        return self._viewer.frame(v.now, decided, len(sim.trace), v.input_tokens, v.prefill_queue_s,
+                                  v.prefill_instance, v.prefill_s, [u / per for u in v.decode_used_per_instance],
+                                  v.predicted_ttft_s, last, *counts)
 
     def _picture(self) -> str:
         """The text picture of the current state (``render_mode="ansi"``)."""

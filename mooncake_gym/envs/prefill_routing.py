@@ -9,9 +9,10 @@ import numpy as np
 from gymnasium import spaces
 
 from ..costmodel import CostModel
-from ..routing import RoutingConfig, RoutingSimulator, RoutingView
-from .common import (INTEGER_TYPES, RENDER_MODES, WorkloadSpec, as_float32, check_range, check_render_mode, clip01,
-                     render_frame)
+from ..observation import as_observation
+from ..routing import RoutingConfig, RoutingSimulator, RoutingView, check_route
+from .common import INTEGER_TYPES, RENDER_MODES, WorkloadSpec, as_float32, check, check_render_mode, clip01
+from .viewer import RoutingViewer
 
 #: Caps of the normalised features: a value at or above the cap reads 1.
 QUEUE_CAP_SLO = 10.0  # queued work and TTFT estimates, in multiples of the TTFT SLO
@@ -65,7 +66,10 @@ class PrefillRoutingEnv(gym.Env):
     ``allow_pull=False``, whether to first pull the longest prefix cached anywhere in the cluster
     over RDMA (hot-spot replication, Algorithm 1). The time of everything comes from
     ``mooncake_gym.costmodel``; the simulation is ``mooncake_gym.routing.RoutingSimulator``, the
-    same object that runs the hand-coded baselines.
+    same object that runs the hand-coded baselines. By default the agent sees the cluster's exact
+    state and every instance is an 8 x A800 node; ``observation=`` gives it what a deployed router
+    sees instead (stale load, its own prefix index, noisy estimates: Observation Modes) and
+    ``instances=`` makes the pool heterogeneous (Heterogeneous Pools).
 
     ## Action Space
 
@@ -74,6 +78,21 @@ class PrefillRoutingEnv(gym.Env):
     instance ``a - n_instances`` after pulling the best prefix there. A pull where the instance
     already holds the best prefix costs nothing and does nothing. Every action is legal; an action
     outside the space (or not an integer) raises ``ValueError``.
+
+    ## Action Masks
+
+    ``action_masks()`` (the protocol of sb3-contrib's ``MaskablePPO``) returns a bool array of
+    ``action_space.n`` entries, and the info of every ``reset`` and ``step`` carries the same as
+    ``info["action_mask"]`` (int8), both for the decision the returned observation describes. Every
+    plain action ``i`` is valid. A pull action ``n_instances + i`` is masked (0) when instance
+    ``i``'s prefix hit, as the agent sees it, is not shorter than the longest prefix anywhere: such a
+    pull copies nothing and is exactly the plain action ``i``, so masking it removes a duplicate,
+    not a choice. Masked actions stay legal: taken anyway, a masked pull acts as the plain action.
+    Under the ``approximate`` and ``precise`` observation modes the mask follows the agent's view: a
+    pull it allows may find nothing more to copy (it then acts as the plain action too), and one it
+    masks may miss a longer prefix the router does not know of. With ``allow_pull=False`` all
+    ``n_instances`` actions are valid; with no decision pending (after the last request) every entry
+    is 1.
 
     ## Observation Space
 
@@ -92,10 +111,10 @@ class PrefillRoutingEnv(gym.Env):
     | 5N | request length | log1p(input tokens) / log1p(200,000) | [0, 1] |
     | 5N+1 | longest prefix cached anywhere | hit tokens / input tokens | [0, 1] |
 
-    The TTFT estimates are Algorithm 1's: queue + transfer + prefill time; in this simulator they
-    are exact. Feature 5i+4 equals 5i+3 where instance i already holds the best prefix; with
-    ``allow_pull=False`` it still reads what a pull would give (the action cannot take it). After
-    the last request the observation is all zeros.
+    The TTFT estimates are Algorithm 1's: queue + transfer + prefill time; in this simulator, with
+    the default ``observation="exact"``, they are exact. Feature 5i+4 equals 5i+3 where instance i
+    already holds the best prefix; with ``allow_pull=False`` it still reads what a pull would give
+    (the action cannot take it). After the last request the observation is all zeros.
 
     These are Algorithm 1's inputs, per instance. An earlier version also had, per instance, each
     estimate minus the best estimate anywhere (7 features per instance); a PPO agent trained on the 5
@@ -105,6 +124,44 @@ class PrefillRoutingEnv(gym.Env):
     the environment steps about 14 % faster without them. A wrapper can add such a
     comparison back (``docs/tutorial.md``, exercise 6).
 
+    ## Observation Modes
+
+    ``observation=`` sets what the observation, ``info["action_mask"]`` and ``decision_view()`` (what
+    the baselines read) show; the service of every request stays exact. ``"exact"`` (default): the
+    simulator's state, as in every earlier version. Otherwise parts of ``"scraped"``,
+    ``"approximate"`` or ``"precise"``, and ``"noisy"`` joined by ``+``, optionally followed by
+    ``mooncake_gym.observation.ObservationConfig`` fields after commas
+    (``"scraped+noisy,scrape_delay_s=0.5,noise_sigma=0.3"``), or a dict of those fields, or an
+    ``ObservationConfig``. The module ``mooncake_gym.observation`` gives each estimate exactly, with
+    its sources.
+
+    | mode | what the agent sees instead | imitates |
+    |---|---|---|
+    | ``scraped`` | load (5i, 5i+1 and the queue part of 5i+3, 5i+4) from snapshots taken every ``scrape_period_s`` (0.1 s) and seen ``scrape_delay_s`` (0 s) late, plus the router's own count of what it sent since: queue = max(0, snapshot - time since) + estimated service of the requests sent since | llm-d's endpoint picker polling the servers' metrics (every 50 ms by default) and counting its own requests, as Dynamo's KV router does |
+    | ``approximate`` | prefix hits (5i+2, 5N+1 and the TTFT estimates) from the router's own index of the blocks it routed to each instance, an LRU of ``index_capacity_blocks`` (unbounded) with entries expiring after ``index_ttl_s`` (never): blocks a cache has evicted still count | SGLang's cache-aware router, llm-d's approximate prefix-cache scorer, Dynamo without KV events |
+    | ``precise`` | the same fields from the instances' KV-cache events, applied ``kv_event_delay_s`` (0.1 s) late | llm-d's precise prefix-cache scorer, Dynamo's KV indexer |
+    | ``noisy`` | the TTFT estimates (5i+3, 5i+4) with the predicted prefill and transfer times each multiplied by ``exp(noise_sigma z)``, z standard normal (``noise_sigma`` 0.3), drawn from a generator spawned from the env's ``np_random`` | routers ranking instances by a predicted TTFT (Mooncake's Conductor) |
+
+    Sources: llm-d's endpoint picker polls metrics every ``refreshMetricsInterval``, 50 ms by default
+    (Gateway API Inference Extension, ``pkg/epp/server/runserver.go``); Dynamo's docs, "Router Design"
+    (router-side block tracking; ``KvIndexer`` fed by worker KV events) and its ``--no-kv-events`` mode
+    (``ApproxKvIndexer``, entries expiring after ``--router-ttl-secs``, 120 s); SGLang's
+    ``sgl-model-gateway/src/policies/cache_aware.rs`` (an approximate radix tree per worker built from
+    the requests it routed, trimmed to ``--max-tree-size`` every ``--eviction-interval``); llm-d's docs,
+    "Prefix-Cache Aware Routing" (an LRU index of the prefixes sent to each pod) and "KV-Cache
+    Indexer" (the precise scorer on vLLM's KV events).
+    
+    A hand-coded baseline run through the environment sees the same view as through
+    ``mooncake_gym.routing.simulate(..., observation=...)`` and gives the same numbers.
+
+    ## Heterogeneous Pools
+
+    ``instances="4xH800+4xA800"`` (or a list of GPU names or ``mooncake_gym.costmodel.InstanceSpec``)
+    puts instances of different GPUs in one cluster: each prefills at its own speed (its estimates
+    in the observation carry it), while the model, the block size and the RDMA network are the
+    cluster's; ``n_instances`` is then the list's length. ``cache_blocks`` may be one capacity per
+    instance. The observation's shape and meaning do not change.
+
     ## Rewards
 
     ``reward="ttft"`` (default): ``-TTFT / ttft_slo_s`` of the request just dispatched, so the
@@ -113,11 +170,12 @@ class PrefillRoutingEnv(gym.Env):
 
     ## Info
 
-    ``reset`` returns ``{"requests", "rate_per_s"}`` (the episode's request count and mean
-    requests/s). Each ``step`` returns the dispatched request's outcome: ``index``, ``instance``,
-    ``pull`` (whether blocks were fetched), ``ttft_s``, ``queue_s``, ``transfer_s``, ``prefill_s``,
-    ``hit_tokens`` (local hit, or the best prefix after a pull), ``fetched_tokens`` and
-    ``input_tokens``; the final step adds ``metrics``.
+    ``reset`` returns ``{"requests", "rate_per_s", "action_mask"}`` (the episode's request count and
+    mean requests/s, and the first decision's mask). Each ``step`` returns the dispatched request's
+    outcome: ``index``, ``instance``, ``pull`` (whether blocks were fetched), ``ttft_s``,
+    ``queue_s``, ``transfer_s``, ``prefill_s``, ``hit_tokens`` (local hit, or the best prefix after a
+    pull), ``fetched_tokens`` and ``input_tokens`` (the truth, whatever the observation mode), and
+    ``action_mask`` of the next decision; the final step adds ``metrics``.
 
     ## Starting State
 
@@ -136,37 +194,63 @@ class PrefillRoutingEnv(gym.Env):
 
     ## Arguments
 
-    ``gym.make("mooncake_gym/PrefillRouting-v0", n_instances=8, cache_blocks=3000, ttft_slo_s=5.0,
+    ``gym.make("mooncake_gym/PrefillRouting-v0", n_instances=None, cache_blocks=3000, ttft_slo_s=5.0,
     rate=None, rate_range=None, trace=None, speed=1.0, episode_requests=1000, duration_s=600.0,
-    allow_pull=True, reward="ttft", model="llama2-70b", render_mode=None)``. With neither ``rate``
+    allow_pull=True, reward="ttft", model="llama2-70b", render_mode=None, observation=None,
+    instances=None)``. ``n_instances=None`` means 8, or the length of ``instances``;
+    ``cache_blocks`` is one capacity or one per instance; ``observation`` and ``instances`` are
+    described above (None: exact, and every instance the model's default 8 x A800 node). With neither ``rate``
     nor ``rate_range`` nor ``trace`` the rate is 4 sessions/s (a session issues about 2.1 requests).
     ``episode_requests=None`` generates ``duration_s`` seconds of sessions instead (lecture demo 2
     uses 600 s). ``model`` is a preset of ``mooncake_gym.costmodel.MODELS``. ``render_mode="ansi"``:
-    ``render()`` returns a text picture of queues, hits and cache fill; ``"rgb_array"``: the same
-    picture as an RGB image of a fixed size (for video recorders; stable-baselines3's
-    ``make_vec_env`` asks for this mode by default). An invalid argument raises
-    ``ValueError`` naming it and its allowed range.
+    ``render()`` returns a text picture; ``"rgb_array"``: a picture of the cluster (see Rendering).
+    An invalid argument raises ``ValueError`` naming it and its allowed range.
+
+    ## Rendering
+
+    ``render_mode="rgb_array"``: ``render()`` returns a picture of the cluster, a ``(400, W, 3)``
+    uint8 array (W = 640 pixels up to 100 instances, wider beyond; a multiple of 16 for video
+    encoders). Per instance, one column: a bar of its queued work with this request's prefill time
+    on it stacked in a lighter blue, together Algorithm 1's TTFT estimate without a pull (the top of
+    the scale is the TTFT SLO; a red cap marks more); the request's local prefix hit (orange gauge)
+    and the cache's occupancy (green gauge). The column of the instance that took the last request
+    is highlighted, with a purple stripe on top if it pulled blocks first; the header gives the
+    time, the request count and the last request's TTFT. A frame takes about a millisecond
+    (``benchmarks/bench_render.py``). Videos: gymnasium's ``RecordVideo`` wrapper, which needs
+    moviepy (``pip install "mooncake-gym[video]"``); a video plays at ``metadata["render_fps"]`` = 4
+    decisions per second. ``gym.make(..., render_mode="human")`` shows the same picture in a window
+    through gymnasium's ``HumanRendering`` wrapper (gymnasium builds the env with ``"rgb_array"``
+    and warns that it applies the wrapper), which needs pygame (``pip install
+    "mooncake-gym[human]"``) and a display. ``render_mode="ansi"``: ``render()`` returns a short
+    text picture of the same state.
 
     ## Version History
 
     * v0: initial version. Until 2026-11-29 its observation had 7 features per instance (the two
       extra: each estimate minus the best estimate anywhere); agents trained on that observation
-      are refused with a message to retrain them.
+      are refused with a message to retrain them. On 2026-11-30 it gained ``observation=``,
+      ``instances=``, per-instance ``cache_blocks``, ``action_masks()`` and ``info["action_mask"]``; with
+      their defaults every observation, reward and earlier info entry is unchanged (info gains
+      ``action_mask``).
     """
 
     metadata = {"render_modes": list(RENDER_MODES), "render_fps": 4}
 
-    def __init__(self, n_instances: int = 8, cache_blocks: int = 3000, ttft_slo_s: float = 5.0, rate=None,
+    def __init__(self, n_instances: int | None = None, cache_blocks=3000, ttft_slo_s: float = 5.0, rate=None,
                  rate_range=None, trace=None, speed: float = 1.0, episode_requests: int | None = 1000,
                  duration_s: float = 600.0, allow_pull: bool = True, reward: str = "ttft",
-                 model: str = "llama2-70b", render_mode: str | None = None):
-        check_range("n_instances", n_instances, 1, 1024, integer=True)
-        check_range("cache_blocks", cache_blocks, 0, None, integer=True)
-        check_range("ttft_slo_s", ttft_slo_s, 1e-6)
+                 model: str = "llama2-70b", render_mode: str | None = None, observation=None, instances=None):
+        check("n_instances", n_instances, allow_none=True)
+        if not isinstance(cache_blocks, (list, tuple, np.ndarray)):  # one per instance: RoutingConfig checks each
+            check("cache_blocks", cache_blocks)
+        check("ttft_slo_s", ttft_slo_s)
         if reward not in ("ttft", "slo"):
             raise ValueError(f"reward: expected 'ttft' or 'slo', got {reward!r}")
         check_render_mode(render_mode)
-        self.config = RoutingConfig(n_instances=n_instances, cache_blocks=cache_blocks, ttft_slo_s=ttft_slo_s)
+        self.config = RoutingConfig(n_instances=n_instances, cache_blocks=cache_blocks, ttft_slo_s=ttft_slo_s,
+                                    instances=instances)
+        n_instances = self.config.n_instances
+        self.observation = as_observation(observation)
         self.cost = CostModel.preset(model)
         self.workload = WorkloadSpec(rate, rate_range, trace, speed, episode_requests, duration_s)
         self.allow_pull = bool(allow_pull)
@@ -179,6 +263,8 @@ class PrefillRoutingEnv(gym.Env):
         self.observation_space = spaces.Box(0.0, 1.0, (PER_INSTANCE_FEATURES * n + 2,), np.float32)
         self._time_scale = 1.0 / math.log1p(QUEUE_CAP_SLO * ttft_slo_s / TIME_UNIT_S)
         self.sim: RoutingSimulator | None = None
+        self._viewer: RoutingViewer | None = None
+        self._last_info: dict = {}
 
     # -- the decision view and its encoding ---------------------------------------------------------
     def decision_view(self) -> RoutingView | None:
@@ -189,8 +275,8 @@ class PrefillRoutingEnv(gym.Env):
         """The env action for a baseline's answer (an instance or a ``Route``). With
         ``allow_pull=False`` the env cannot express a pull, so a ``Route(i, True)`` becomes plain
         instance ``i``: kvcentric through such an env runs without its transfer branch."""
-        inst, pull = (route if isinstance(route, tuple) else (route, False))
-        return int(inst) + (self.config.n_instances if pull and self.allow_pull else 0)
+        inst, pull = check_route(route, self.config.n_instances)
+        return inst + (self.config.n_instances if pull and self.allow_pull else 0)
 
     def _observe(self) -> np.ndarray:
         v = self.sim.view
@@ -202,9 +288,11 @@ class PrefillRoutingEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         trace = self.workload.draw(self.np_random, options)
-        self.sim = RoutingSimulator(trace, self.config, self.cost)
+        # the observation's noise, if any, from a generator spawned from np_random (its stream untouched)
+        rng = self.np_random.spawn(1)[0] if self.observation.noisy else None
+        self.sim = RoutingSimulator(trace, self.config, self.cost, self.observation, rng)
         self._last_info: dict = {}
-        return self._observe(), {"requests": len(trace), "rate_per_s": trace.rate}
+        return self._observe(), {"requests": len(trace), "rate_per_s": trace.rate, "action_mask": self._mask()}
 
     def step(self, action):
         sim = self.sim
@@ -229,13 +317,50 @@ class PrefillRoutingEnv(gym.Env):
             reward = 1.0 if ttft <= self._slo else 0.0
         if terminated:
             info["metrics"] = sim.result("env").metrics
+        info["action_mask"] = self._mask()
         self._last_info = info
         return self._observe(), reward, terminated, False, info
+
+    def action_masks(self) -> np.ndarray:
+        """Which actions of the pending decision do something different (sb3-contrib ``MaskablePPO``'s
+        protocol): every instance, and a pull only to an instance whose prefix hit, as the policy
+        sees it, is shorter than the longest one anywhere. Bool, ``action_space.n`` long."""
+        return self._mask().astype(bool)
+
+    def _mask(self) -> np.ndarray:
+        n = self._n_instances
+        v = None if self.sim is None else self.sim.view
+        if not self.allow_pull:
+            return np.ones(n, np.int8)
+        if v is None:  # no decision pending (before reset, after the last request)
+            return np.ones(2 * n, np.int8)
+        best = v.best_hit_tokens
+        return np.frombuffer(bytearray([1] * n + [h < best for h in v.hit_tokens]), np.int8)
 
     def render(self):
         if self.render_mode is None or self.sim is None:
             return None
-        return render_frame(self.render_mode, self._picture(), lines=self.config.n_instances + 2)
+        if self.render_mode == "ansi":
+            return self._picture()
+        return self._frame()
+
+    def _frame(self) -> np.ndarray:
+        """The cluster as an RGB picture (``render_mode="rgb_array"``; ``envs/viewer.py``)."""
+        if self._viewer is None:
+            self._viewer = RoutingViewer(self.config.n_instances, self.config.ttft_slo_s)
+        sim, v, li = self.sim, self.sim.exact_view, self._last_info  # the cluster as it is, whatever the agent sees
+        cache = [len(inst.cache) / inst.cache.capacity_blocks if inst.cache.capacity_blocks else 0.0
+                 for inst in sim.instances]
+        if v is not None:
+            now, input_tokens, queue, prefill = v.now, v.input_tokens, v.queue_s, v.prefill_s
+            hit = [h / v.input_tokens if v.input_tokens else 0.0 for h in v.hit_tokens]
+        else:  # the episode is over: the queues as the last request left them
+            now = float(sim.trace.arrival_s[-1]) if len(sim.trace) else 0.0
+            input_tokens, queue = 0, [inst.queue_s(now) for inst in sim.instances]
+            prefill = hit = [0.0] * self.config.n_instances
+        return self._viewer.frame(now, sim._i, len(sim.trace), input_tokens, queue, prefill, hit, cache,
+                                  chosen=li.get("instance"), pulled=bool(li.get("pull")),
+                                  last_ttft_s=li.get("ttft_s"))
 
     def _picture(self) -> str:
         """The text picture of the current state (``render_mode="ansi"``)."""
@@ -247,7 +372,8 @@ class PrefillRoutingEnv(gym.Env):
             q = inst.queue_s(now) if v is not None else 0.0
             bar = "#" * min(20, int(q / self.config.ttft_slo_s * 4))
             hit = v.hit_tokens[inst.index] if v is not None else 0
-            fill = len(inst.cache) / self.config.cache_blocks if self.config.cache_blocks else 0.0
+            capacity = inst.cache.capacity_blocks
+            fill = len(inst.cache) / capacity if capacity else 0.0
             lines.append(f"  [{inst.index:2d}] queue {q:7.2f}s {bar:<20s} hit {hit:6d} tok  cache {fill:5.0%}")
         if self._last_info:
             li = self._last_info

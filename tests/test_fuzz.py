@@ -1,0 +1,432 @@
+"""Property-based tests (hypothesis) of everything that takes input from outside: trace lines, Trace
+columns, command lines, environment arguments, actions and policy answers.
+
+Each property: the input ends in a clear error (the project's own exception types; on the command
+line one line on stderr and exit code 2) or in a valid result whose invariants hold. Command lines
+run in a subprocess under a memory cap (``RLIMIT_AS``) and a time limit.
+
+Two profiles: ``quick`` (default, derandomized: the same examples every run, well under two
+minutes) and ``long`` (``MOONCAKE_FUZZ=long``, ``make fuzz``): many more examples, random seeds,
+and long random runs of both environments (500,000 checked steps each) that check the simulators'
+invariants at every step: each request ends exactly once, no decode instance holds more than its
+capacity, the rewards add up to the episode's metrics, and the environment equals the simulator.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+import mooncake_gym  # noqa: F401  (registers the environments)
+from mooncake_gym.limits import LIMITS
+from mooncake_gym.overload import COMPLETED, PENDING, REJECTED_AFTER_PREFILL, REJECTED_AT_ARRIVAL
+from mooncake_gym.overload import simulate as admission_simulate
+from mooncake_gym.routing import simulate as routing_simulate
+from mooncake_gym.workload import Trace, TraceFormatError, read_trace, write_trace
+
+PROFILE = os.environ.get("MOONCAKE_FUZZ", "quick")
+if PROFILE not in ("quick", "long"):
+    raise ValueError(f"MOONCAKE_FUZZ: expected 'quick' or 'long', got {PROFILE!r}")
+LONG = PROFILE == "long"
+_COMMON = dict(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("quick", derandomize=True, **_COMMON)
+settings.register_profile("long", derandomize=False, **_COMMON)
+settings.load_profile(PROFILE)
+
+ROUTING = "mooncake_gym/PrefillRouting-v0"
+ADMISSION = "mooncake_gym/OverloadAdmission-v0"
+MEMORY_CAP = 3 * 2**30  # bytes of address space for one command line
+TIME_LIMIT_S = 120
+
+
+def examples(quick: int, long: int):
+    return settings(max_examples=long if LONG else quick)
+
+
+# --- strategies ------------------------------------------------------------------------------------
+#: Numbers around every boundary that matters, and beyond what int64 / float64 hold.
+edge_ints = st.sampled_from([0, 1, -1, 511, 512, 513, 2**31, 2**53 + 1, 2**63 - 1, 2**63, -2**63, 10**12,
+                             10**12 + 1, 10**400, LIMITS["output_length"].hi, LIMITS["output_length"].hi + 1,
+                             LIMITS["input_length"].hi + 1])
+any_int = st.one_of(st.integers(-5, 5000), edge_ints)
+odd_values = st.one_of(st.none(), st.booleans(), st.floats(allow_nan=True, allow_infinity=True),
+                       st.sampled_from([1e300, -0.0, 0.5, 2.0]), st.text(max_size=5), st.just([]), st.just({}),
+                       st.just([[[[1]]]]))
+field_value = st.one_of(any_int, any_int, odd_values)
+hash_ids = st.one_of(st.lists(st.integers(0, 30), max_size=6), st.lists(any_int, max_size=4), odd_values)
+
+
+@st.composite
+def trace_objects(draw):
+    obj = {}
+    for name in ("timestamp", "input_length", "output_length"):
+        if draw(st.integers(0, 15)):  # mostly present
+            obj[name] = draw(st.one_of(st.integers(0, 3000), field_value))
+    if draw(st.integers(0, 15)):
+        n_in = obj.get("input_length")
+        if isinstance(n_in, int) and 0 <= n_in <= 3000 and draw(st.booleans()):  # the right length
+            ids = draw(st.lists(st.integers(0, 40), min_size=-(-n_in // 512), max_size=-(-n_in // 512)))
+            obj["hash_ids"] = ids
+        else:
+            obj["hash_ids"] = draw(hash_ids)
+    if draw(st.integers(0, 3)) == 0:
+        obj["session_id"] = draw(field_value)
+    return obj
+
+
+def as_line(obj) -> str:
+    return json.dumps(obj, allow_nan=True)
+
+
+@st.composite
+def valid_lines(draw):
+    """A few valid lines (non-decreasing timestamps, ids shared between prompts as prefixes or not),
+    with at most one field of one line replaced by a fuzzed value."""
+    n = draw(st.integers(1, 4))
+    times = sorted(draw(st.lists(st.integers(0, 10**6), min_size=n, max_size=n)))
+    objs = []
+    for t in times:
+        n_in = draw(st.integers(0, 2000))
+        ids = draw(st.lists(st.integers(0, 12), min_size=-(-n_in // 512), max_size=-(-n_in // 512), unique=True))
+        objs.append({"timestamp": t, "input_length": n_in, "output_length": draw(st.integers(0, 5000)),
+                     "hash_ids": ids})
+    if draw(st.booleans()):
+        obj = draw(st.sampled_from(objs))
+        obj[draw(st.sampled_from(["timestamp", "input_length", "output_length", "hash_ids", "session_id"]))] = \
+            draw(field_value)
+    return [as_line(o) for o in objs]
+
+
+trace_line = st.one_of(trace_objects().map(as_line), trace_objects().map(as_line), trace_objects().map(as_line),
+                       st.text(max_size=40), st.sampled_from(["[" * 50_000, "{" * 3000 + "}" * 3000, "\x00",
+                                                              '{"timestamp": 1e400}', "NaN", "[]", "1" * 5000]))
+
+
+def check_trace_invariants(trace: Trace) -> None:
+    n = len(trace)
+    assert len(trace.input_tokens) == len(trace.output_tokens) == len(trace.block_ids) == len(trace.session_ids) == n
+    a = trace.arrival_s
+    assert np.all(np.isfinite(a)) and np.all(a >= 0) and np.all(np.diff(a) >= 0)
+    assert trace.input_tokens.min(initial=0) >= 0 and trace.input_tokens.max(initial=0) <= LIMITS["input_length"].hi
+    assert trace.output_tokens.min(initial=0) >= 0 and trace.output_tokens.max(initial=0) <= LIMITS["output_length"].hi
+    parent = {}
+    for ids in trace.block_ids:
+        assert len(set(ids)) == len(ids)
+        prev = None
+        for b in ids:  # prefix semantics: an id always follows the same predecessor
+            assert type(b) is int and 0 <= b <= LIMITS["hash_ids"].hi
+            assert parent.setdefault(b, prev) == prev
+            prev = b
+
+
+# --- trace lines and columns -------------------------------------------------------------------------
+@examples(300, 5000)
+@given(lines=st.one_of(st.lists(trace_line, min_size=0, max_size=4), valid_lines()))
+def test_fuzz_trace_lines(tmp_path_factory, lines):
+    path = tmp_path_factory.mktemp("lines") / "t.jsonl"
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8", errors="surrogatepass")
+    try:
+        trace = read_trace(path)
+    except TraceFormatError as e:
+        assert str(e).startswith(f"{path}"), e  # names the file (and the line)
+        event("refused")
+        return
+    event("read")
+    check_trace_invariants(trace)
+    out = path.with_name("again.jsonl")
+    write_trace(trace, out)  # a trace that was read can be written and read back to the same bytes
+    again = path.with_name("again2.jsonl")
+    write_trace(read_trace(out), again)
+    assert out.read_bytes() == again.read_bytes()
+
+
+column_value = st.one_of(st.integers(-3, 3000), st.floats(allow_nan=True, allow_infinity=True), edge_ints,
+                         st.sampled_from(["5", None, True]))
+
+
+@examples(200, 5000)
+@given(n=st.integers(0, 4), data=st.data())
+def test_fuzz_trace_columns(n, data):
+    cols = [data.draw(st.lists(column_value, min_size=n, max_size=n)) for _ in range(3)]
+    if data.draw(st.booleans()):
+        cols[0] = sorted(data.draw(st.lists(st.floats(0, 1e4), min_size=n, max_size=n)))
+        cols[1] = data.draw(st.lists(st.integers(0, 3000), min_size=n, max_size=n))
+    blocks = data.draw(st.lists(st.one_of(st.lists(st.integers(0, 20), max_size=6, unique=True), hash_ids),
+                                min_size=n, max_size=n + data.draw(st.integers(0, 1))))
+    try:
+        trace = Trace(cols[0], cols[1], cols[2], blocks)
+    except ValueError as e:
+        event("refused")
+        assert str(e).split(":")[0] in ("arrival_s", "input_tokens", "output_tokens", "block_ids",
+                                        "Trace columns have different lengths"), e
+        return
+    event("built")
+    check_trace_invariants(trace)
+
+
+# --- policy answers and env actions ------------------------------------------------------------------------
+valid_answers = st.one_of(st.booleans(), st.integers(0, 1), st.sampled_from([np.bool_(True), np.int64(0)]),
+                          st.tuples(st.integers(0, 7), st.booleans()))
+answers = st.one_of(st.booleans(), st.integers(-3, 12), st.floats(allow_nan=True), st.text(max_size=4), st.none(),
+                    st.tuples(st.integers(-1, 9), st.one_of(st.booleans(), st.integers(-1, 2), st.text(max_size=3))),
+                    st.sampled_from([np.int64(1), np.bool_(False), np.float32(1.0), np.array([1]), "reject", "no"]))
+
+
+def small_trace(seed: int, n: int = 40) -> Trace:
+    from mooncake_gym.workload import synthetic_trace
+
+    return synthetic_trace(seed, rate=3.0, duration_s=None, n_requests=n)
+
+
+@examples(100, 3000)
+@given(seed=st.integers(0, 50), script=st.one_of(st.lists(answers, min_size=1, max_size=60),
+                                                 st.lists(valid_answers, min_size=1, max_size=60)),
+       problem=st.sampled_from(["r", "a"]))
+def test_fuzz_policy_answers(seed, script, problem):
+    trace = small_trace(seed)
+    it = iter(script * (len(trace) // len(script) + 1))
+    try:
+        if problem == "r":
+            result = routing_simulate(trace, lambda v: next(it))
+            assert result.metrics["requests"] == len(trace)
+        else:
+            result = admission_simulate(trace, lambda v: next(it))
+            check_admission_result(result, len(trace))
+        event("valid run")
+    except (TypeError, ValueError) as e:
+        event("refused")
+        assert str(e).startswith(("action:", "admit:")), e
+
+
+@examples(100, 3000)
+@given(seed=st.integers(0, 50), actions=st.lists(answers, min_size=1, max_size=40),
+       env_id=st.sampled_from([ROUTING, ADMISSION]))
+def test_fuzz_env_actions(seed, actions, env_id):
+    env = gym.make(env_id, episode_requests=20).unwrapped
+    env.reset(seed=seed)
+    for a in actions:
+        try:
+            obs, reward, terminated, truncated, _ = env.step(a)
+        except ValueError as e:
+            assert str(e).startswith("action:"), e
+            event("refused action")
+            continue
+        event("valid action")
+        assert env.observation_space.contains(obs) and math.isfinite(reward)
+        if terminated:
+            env.reset(seed=seed)
+
+
+# --- environment arguments -------------------------------------------------------------------------------
+number = st.one_of(st.sampled_from([1, 2, 3, 8, 0.5, 2.5, (1.0, 3.0)]),
+                   st.sampled_from([0, 1, 2, 3, 8, 0.5, 2.5, 1e-9, 1e9, -1, math.nan, math.inf, 10**400]),
+                   st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=3), st.none(), st.booleans())
+ENV_KWARGS = {
+    ROUTING: {"n_instances": number, "cache_blocks": number, "ttft_slo_s": number, "rate": number,
+              "rate_range": st.one_of(st.tuples(number, number), number), "speed": number,
+              "episode_requests": number, "duration_s": number, "reward": st.sampled_from(["ttft", "slo", "x", 1])},
+    ADMISSION: {"load": number, "load_range": st.one_of(st.tuples(number, number), number), "n_prefill": number,
+                "n_decode": number, "decode_capacity_tokens": st.one_of(number, st.sampled_from([60_000, 10**12])),
+                "tbt_s": number, "ttft_slo_s": number, "oracle": st.one_of(st.booleans(), number),
+                "waste_penalty": number, "episode_requests": number},
+}
+#: Valid values that keep an episode small (the fuzzed ones are mixed with these).
+SMALL = {"episode_requests": 30, "n_instances": 4, "n_prefill": 4, "n_decode": 4, "duration_s": 20.0}
+
+
+@examples(80, 2000)
+@given(env_id=st.sampled_from([ROUTING, ADMISSION]), data=st.data())
+def test_fuzz_env_kwargs(env_id, data):
+    names = data.draw(st.lists(st.sampled_from(sorted(ENV_KWARGS[env_id])), max_size=3, unique=True))
+    kwargs = {k: v for k, v in SMALL.items() if k in ENV_KWARGS[env_id]}
+    kwargs.update({k: data.draw(ENV_KWARGS[env_id][k]) for k in names})
+    if isinstance(kwargs.get("episode_requests"), int) and kwargs["episode_requests"] > 200:
+        kwargs["episode_requests"] = 200  # valid and large: bounded by the limits, but slow for a quick test
+    try:
+        env = gym.make(env_id, **kwargs).unwrapped
+        if env_id == ROUTING and env.workload.episode_requests is None and env.workload.duration_s > 60:
+            return  # valid; long episodes are the long runs' business
+        obs, _ = env.reset(seed=0)
+    except (ValueError, TypeError) as e:
+        event("refused")
+        assert ":" in str(e) and str(e).split(":")[0].split(",")[0].strip() in {*ENV_KWARGS[env_id], *SMALL, "rate",
+                                                                               "load", "rate_range", "load_range",
+                                                                               "base_trace"}, e
+        return
+    event("valid env")
+    assert env.observation_space.contains(obs)
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        obs, reward, terminated, _, _ = env.step(int(rng.integers(env.action_space.n)))
+        assert env.observation_space.contains(obs) and math.isfinite(reward)
+        if terminated:
+            break
+
+
+# --- command lines, in a subprocess under a memory cap and a time limit ------------------------------------
+cli_value = st.one_of(st.sampled_from(["0", "1", "-1", "nan", "inf", "-inf", "1e400", "1e-9", "abc", "", "2.5",
+                                       "9999999999999999999999", "3", "0x10"]), st.integers(-5, 50).map(str))
+CLI_COMMANDS = {
+    ("trace", "stats", "synthetic"): ["--rate", "--seed"],
+    ("trace", "generate"): ["--rate", "--seed", "--duration", "--requests"],
+    ("replay", "--policy", "load"): ["--rate", "--seed", "--instances", "--cache-blocks", "--ttft-slo", "--speed",
+                                     "--threshold"],
+    ("overload", "--policy", "baseline", "--requests", "200"): ["--load", "--seed", "--ttft-slo", "--rate"],
+    ("cache", "synthetic"): ["--rate", "--seed", "--blocks", "--gib", "--policies"],
+    ("compare",): ["--seeds", "--speed", "--rates", "--loads", "--agent-env"],
+    ("train", "--env", "routing"): ["--threads", "--timesteps"],
+    ("bench",): ["--seconds", "--only"],
+    ("lecture", "--demo", "1"): ["--plot"],
+}
+#: Valid values that keep a run short, used for the options not fuzzed.
+CLI_SMALL = {("trace", "stats", "synthetic"): ["--rate", "0.2"], ("trace", "generate"): ["--duration", "20"],
+             ("replay", "--policy", "load"): ["--rate", "0.2"], ("cache", "synthetic"): ["--rate", "0.2"]}
+
+
+def _limit_memory():
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
+
+
+def run_capped(argv: list[str], cwd) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "mooncake_gym.cli", *argv], capture_output=True, text=True,
+                          timeout=TIME_LIMIT_S, preexec_fn=_limit_memory, env=env, cwd=cwd)
+
+
+@examples(10, 300)
+@given(command=st.sampled_from(sorted(CLI_COMMANDS)), data=st.data())
+def test_fuzz_command_lines(tmp_path_factory, command, data):
+    options = data.draw(st.lists(st.sampled_from(CLI_COMMANDS[command]), min_size=1, max_size=2, unique=True))
+    argv = [*command, *CLI_SMALL.get(command, [])]
+    for opt in options:
+        argv += [opt, data.draw(cli_value)]
+    if command == ("trace", "generate"):
+        argv += ["-o", "out.jsonl"]
+    if command[0] in ("compare", "train", "bench"):
+        argv += ["--no-such-effect-check"] if data.draw(st.booleans()) else []
+    expensive = command[0] in ("compare", "train", "bench")
+    cwd = tmp_path_factory.mktemp("cli")
+    if expensive:
+        # valid values would start a long run: these commands are fuzzed for their refusals only,
+        # with one invalid value appended after the fuzzed ones
+        argv += ["--seeds", "0"] if command[0] == "compare" else ["--threads", "0"] if command[0] == "train" \
+            else ["--seconds", "nan"]
+    done = run_capped(argv, cwd)
+    assert "Traceback" not in done.stderr, (argv, done.stderr)
+    if expensive:
+        assert done.returncode == 2, (argv, done.stderr)
+    assert done.returncode in (0, 2), (argv, done.returncode, done.stderr)
+    event(f"exit {done.returncode}")
+    if done.returncode == 2:
+        assert len(done.stderr.strip().splitlines()) == 1 and done.stdout == "", (argv, done.stderr)
+        assert not (cwd / "out.jsonl").exists()
+
+
+# --- long random runs: the simulators' invariants at every step --------------------------------------------
+def check_admission_result(result, n: int) -> None:
+    m = result.metrics
+    outcome = result.outcome
+    assert not np.any(outcome == PENDING)  # each request ends ...
+    assert (m["completed"] + m["rejected_at_arrival"] + m["rejected_after_prefill"]) == n  # ... exactly once
+    completed = outcome == COMPLETED
+    assert np.count_nonzero(completed) == m["completed"]
+    assert np.count_nonzero(outcome == REJECTED_AT_ARRIVAL) == m["rejected_at_arrival"]
+    assert np.count_nonzero(outcome == REJECTED_AFTER_PREFILL) == m["rejected_after_prefill"]
+    assert np.all(np.isfinite(result.decode_start_s[completed])) and np.all(np.isnan(result.decode_start_s[~completed]))
+    assert np.all(result.decode_end_s[completed] >= result.decode_start_s[completed])
+    assert m["wasted_prefill_s"] == pytest.approx(float(result.prefill_s[outcome == REJECTED_AFTER_PREFILL].sum()))
+
+
+def same_metrics(a: dict, b: dict) -> bool:
+    """Equal metric dicts, NaN equal to NaN (an undefined correlation)."""
+    nan = lambda x: isinstance(x, float) and math.isnan(x)  # noqa: E731
+    return a.keys() == b.keys() and all(a[k] == b[k] or (nan(a[k]) and nan(b[k])) for k in a)
+
+
+def admission_run(steps: int, seed: int) -> int:
+    """Random admission decisions over episodes of varied load until ``steps`` steps; every step checks
+    the decode capacity, every episode the outcomes, the reward sum and the simulator's own run."""
+    env = gym.make(ADMISSION, load_range=(0.5, 4.0), episode_requests=3000).unwrapped
+    rng = np.random.default_rng(seed)
+    done_steps, episode = 0, 0
+    cap = env.config.decode_capacity_tokens
+    while done_steps < steps:
+        env.reset(seed=seed * 100_000 + episode)
+        p_admit = rng.uniform(0.2, 1.0)
+        actions, rewards, granted, charged = [], 0.0, 0, 0.0
+        while True:
+            a = int(rng.random() < p_admit)
+            actions.append(a)
+            _, reward, terminated, _, info = env.step(a)
+            rewards += reward
+            granted += info["granted"]
+            charged += info["doomed_s"] + info["wasted_s"]
+            used = env.sim._decode_used
+            assert max(used) <= cap and min(used) >= 0 and sum(used) == env.sim._used_total
+            if terminated:
+                break
+        done_steps += len(actions)
+        episode += 1
+        result = env.sim.result("env")
+        n = len(env.sim.trace)
+        assert len(actions) == n
+        check_admission_result(result, n)
+        # rewards add up: goodput minus the penalty on every wasted or doomed prefill second
+        slo = env.config.ttft_slo_s
+        doomed = (result.prefill_instance >= 0) & (result.ttft_s > slo)
+        wasted = result.outcome == REJECTED_AFTER_PREFILL
+        expect_charged = float(result.prefill_s[doomed | wasted].sum())
+        assert granted == result.metrics["goodput"]
+        assert charged == pytest.approx(expect_charged, rel=1e-9, abs=1e-6)
+        assert rewards == pytest.approx(granted - env.waste_penalty * charged / env.mean_prefill_s, rel=1e-9, abs=1e-6)
+        # the environment equals the simulator on the same decisions
+        it = iter(actions)
+        again = admission_simulate(env.sim.trace, lambda v: next(it) == 1, env.config, env.cost)
+        assert same_metrics(again.metrics, {**result.metrics, "policy": again.metrics["policy"]})
+    return done_steps
+
+
+def routing_run(steps: int, seed: int) -> int:
+    """Random routing decisions (with pulls) until ``steps`` steps; every step checks the outcome,
+    every episode the reward sum and the dispatch count."""
+    env = gym.make(ROUTING, rate_range=(2.0, 12.0), episode_requests=3000).unwrapped
+    rng = np.random.default_rng(seed)
+    done_steps, episode = 0, 0
+    n_actions = env.action_space.n
+    slo = env.config.ttft_slo_s
+    while done_steps < steps:
+        env.reset(seed=seed * 100_000 + episode)
+        total, ttfts, k = 0.0, [], 0
+        while True:
+            _, reward, terminated, _, info = env.step(int(rng.integers(n_actions)))
+            assert info["index"] == k and 0 <= info["hit_tokens"] <= info["input_tokens"]
+            assert info["ttft_s"] == info["queue_s"] + info["transfer_s"] + info["prefill_s"] >= 0
+            assert reward == -info["ttft_s"] / slo
+            total += reward
+            ttfts.append(info["ttft_s"])
+            k += 1
+            if terminated:
+                break
+        done_steps += k
+        episode += 1
+        m = info["metrics"]
+        assert k == len(env.sim.trace) == m["requests"]  # each request dispatched exactly once
+        assert total == pytest.approx(-sum(ttfts) / slo, rel=1e-12)
+        assert m["mean_ttft_s"] == pytest.approx(float(np.mean(ttfts)), rel=1e-12)
+    return done_steps
+
+
+@pytest.mark.parametrize("run", [admission_run, routing_run])
+def test_random_runs_keep_the_invariants(run):
+    steps = 500_000 if LONG else 3000
+    assert run(steps, seed=7) >= steps

@@ -1,0 +1,78 @@
+"""Ray RLlib training and Ray Tune sweeps (the ``ray`` extra; run by ``make test-ray`` in .venv-ray).
+
+Small on purpose: 50-request episodes, 200-step train batches, at most one remote env runner."""
+
+import math
+
+import pytest
+
+pytest.importorskip("ray", reason="needs the ray extra: make test-ray (pip install 'mooncake-gym[ray]')")
+
+import ray  # noqa: E402
+import torch  # noqa: E402
+
+from mooncake_gym import tune  # noqa: E402
+from mooncake_gym.rllib import train_rllib  # noqa: E402
+
+SMALL = {"train_batch_size_per_learner": 200, "minibatch_size": 50, "num_epochs": 1}
+EPISODE = {"episode_requests": 50}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    torch.set_num_threads(1)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def test_rllib_ppo_on_routing_with_a_remote_env_runner_reports_ttft_and_hit_share(tmp_path):
+    # the plain id on a remote env runner: works only through the registered creator (a worker
+    # process that never imported mooncake_gym would raise NamespaceNotFound)
+    history = train_rllib("routing", 2, num_env_runners=1, env_kwargs=EPISODE, overrides=SMALL, out=tmp_path / "ckpt")
+    assert [h["iteration"] for h in history] == [1, 2]
+    assert [h["timesteps"] for h in history] == [200, 400]
+    for h in history:
+        assert 0 < h["mean_ttft_s"] < 60 and 0 <= h["hit_ratio"] <= 1
+        # reward -TTFT / 5 s per request, 50 requests an episode: return = -10 x mean TTFT
+        assert h["episode_return_mean"] == pytest.approx(-10 * h["mean_ttft_s"], rel=1e-9)
+    assert (tmp_path / "ckpt" / "rllib_checkpoint.json").is_file()
+
+
+def test_rllib_ppo_on_admission_reports_completed_goodput_and_waste():
+    history = train_rllib("admission", 2, num_env_runners=0, env_kwargs=EPISODE, overrides=SMALL)
+    assert [h["timesteps"] for h in history] == [200, 400]
+    for h in history:
+        assert 0 < h["goodput"] <= h["completed"] <= 50
+        assert h["wasted_prefill_s"] >= 0 and math.isfinite(h["episode_return_mean"])
+        assert "mean_ttft_s" not in h and "hit_ratio" not in h
+
+
+def test_a_baseline_sweep_on_ray_tune_gives_the_local_loop_s_scores():
+    kwargs = dict(policy="early", env="admission", budget=2, search="random", seeds=2, episode_requests=200)
+    on_ray = tune.tune_baseline(backend="ray", **kwargs)
+    local = tune.tune_baseline(backend="local", **kwargs)
+    assert len(on_ray["results"]) == 2
+    assert on_ray["results"] == local["results"] and on_ray["knobs"] == local["knobs"]
+
+
+def test_a_two_trial_ppo_sweep_on_ray_tune():
+    doc = tune.tune_ppo("routing", budget=2, search="random", iterations=2, env_kwargs=EPISODE, overrides=SMALL)
+    assert len(doc["results"]) == 2
+    assert [r["knobs"] for r in doc["results"]] == tune.candidates(tune.PPO_KNOBS, "random", 2, 0)
+    for r in doc["results"]:
+        assert r["iteration"] == 2 and r["timesteps"] == 400
+        assert r["score"] == pytest.approx(-10 * r["mean_ttft_s"], rel=1e-9)
+    assert doc["score"] == max(r["score"] for r in doc["results"])
+
+
+def test_train_backend_rllib_on_the_command_line(tmp_path, capsys):
+    from mooncake_gym.cli import main
+
+    out = tmp_path / "run"
+    assert main(["train", "--env", "routing", "--backend", "rllib", "--iterations", "1", "--out", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    # hyperparams.yml's routing batch: 4 x 512 env steps, two whole 1,000-request episodes
+    assert lines[0].startswith("iteration   1  env steps     2048  episode_return_mean")
+    assert "mean_ttft_s" in lines[0] and "hit_ratio" in lines[0]
+    assert lines[-1] == f"RLlib checkpoint: {out}" and (out / "rllib_checkpoint.json").is_file()
