@@ -1,11 +1,12 @@
 """mooncake-gym: a simulator and Gymnasium environments for KV-cache-centric LLM-serving scheduling.
 
-Importing the package registers ``mooncake_gym/PrefillRouting-v0`` and
-``mooncake_gym/OverloadAdmission-v0`` with Gymnasium.
+Importing the package registers the environments (``mooncake_gym/PrefillRouting-v0``,
+``OverloadAdmission-v0``, ``PrefillRouting-v1``, ``OverloadAdmission-v1``, ``Conductor-v1``) and
+every benchmark scenario (:mod:`mooncake_gym.scenarios`) with Gymnasium.
 """
 
 __version__ = "0.1.0"
 
-from .envs import register_envs as _register_envs
+from .scenarios import register_scenarios as _register_scenarios
 
-_register_envs()
+_register_scenarios()

@@ -1,0 +1,136 @@
+"""Named, versioned benchmark scenarios: one environment configuration each, a registered env id each.
+
+A scenario fixes everything about an environment that a benchmark result depends on (cluster,
+workload, observation mode, objective), so that a number is reported as "PPO on
+``routing-saturated`` v1" and anyone can reproduce it. Each scenario is registered as the
+Gymnasium id ``mooncake_gym/<name>-v<version>``::
+
+    import gymnasium as gym, mooncake_gym
+    env = gym.make("mooncake_gym/routing-saturated-v1")
+
+or made by name with :func:`make`. Its :meth:`Scenario.fingerprint` (sha256 of its configuration
+and of the bytes of any trace file it reads) is printed by ``compare`` beside its results: two
+results with the same fingerprint were measured on the same problem.
+
+Changing a scenario's parameters means a new version (a new id); the old one stays registered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+
+PROBLEMS = ("routing", "admission", "conductor")
+#: Keyword arguments whose string value names a trace file: the fingerprint hashes the file's bytes.
+TRACE_ARGUMENTS = ("trace", "base_trace")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One benchmark problem: ``base_env_id`` made with ``kwargs``.
+
+    ``requires``: arguments the user must give at ``make`` time (e.g. the path of a trace that
+    the project does not ship); ``reset_options``: the ``reset(options=...)`` keys the scenario's
+    environment accepts per episode (documented in ``docs/scenarios.md``).
+    """
+
+    name: str
+    problem: str
+    base_env_id: str
+    kwargs: dict
+    description: str
+    version: int = 1
+    requires: tuple = ()
+    reset_options: tuple = ()
+
+    @property
+    def env_id(self) -> str:
+        return f"mooncake_gym/{self.name}-v{self.version}"
+
+    def config(self, **overrides) -> dict:
+        """The environment's keyword arguments with ``overrides`` applied (JSON-able description)."""
+        return {**self.kwargs, **overrides}
+
+    def fingerprint(self, **overrides) -> str:
+        """sha256 of the scenario's identity and configuration, and of every trace file it reads."""
+        h = hashlib.sha256()
+        h.update(json.dumps({"name": self.name, "version": self.version, "env": self.base_env_id,
+                             "kwargs": self.config(**overrides)}, sort_keys=True, default=repr).encode())
+        for key in TRACE_ARGUMENTS:
+            path = self.config(**overrides).get(key)
+            if isinstance(path, (str, os.PathLike)):
+                try:
+                    with open(path, "rb") as f:
+                        h.update(hashlib.file_digest(f, "sha256").digest() if hasattr(hashlib, "file_digest")
+                                 else hashlib.sha256(f.read()).digest())
+                except OSError as e:
+                    raise ValueError(f"{key}: scenario {self.name} cannot read trace file {path!r}: {e}") from None
+        return h.hexdigest()
+
+    def missing(self, **overrides) -> list[str]:
+        """The required arguments not given (empty when the scenario can be made)."""
+        return [k for k in self.requires if overrides.get(k) is None]
+
+
+SCENARIOS: dict[str, Scenario] = {}
+
+
+def _add(scenario: Scenario) -> None:
+    if scenario.problem not in PROBLEMS:
+        raise ValueError(f"scenario {scenario.name}: problem must be one of {PROBLEMS}")
+    if scenario.name in SCENARIOS:
+        raise ValueError(f"scenario {scenario.name} is defined twice")
+    SCENARIOS[scenario.name] = scenario
+
+
+def get_scenario(name: str) -> Scenario:
+    """The scenario called ``name``; ``ValueError`` listing the known ones otherwise."""
+    try:
+        return SCENARIOS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"scenario: expected one of {', '.join(SCENARIOS)}, got {name!r}") from None
+
+
+def scenarios_of(problem: str | None = None) -> list[Scenario]:
+    return [s for s in SCENARIOS.values() if problem is None or s.problem == problem]
+
+
+def make(name: str, **overrides):
+    """``gym.make`` of scenario ``name``; ``overrides`` replace its arguments (e.g. ``render_mode``)."""
+    import gymnasium as gym
+
+    scenario = get_scenario(name)
+    missing = scenario.missing(**overrides)
+    if missing:
+        raise ValueError(f"scenario {name}: give {', '.join(missing)} (it has no default)")
+    return gym.make(scenario.env_id, **overrides)
+
+
+def register_scenarios() -> None:
+    """Register every scenario's env id (called when :mod:`mooncake_gym` is imported)."""
+    import gymnasium as gym
+
+    from .envs import register_envs
+
+    register_envs()
+    for s in SCENARIOS.values():
+        if s.env_id not in gym.registry:
+            spec = gym.spec(s.base_env_id)
+            gym.register(s.env_id, entry_point=spec.entry_point, kwargs=dict(s.kwargs))
+
+
+# --- routing scenarios (PrefillRouting-v0's cluster; observation modes of mooncake_gym.observation)
+_add(Scenario("routing-sanity", "routing", "mooncake_gym/PrefillRouting-v0",
+              {"rate": 4.0, "episode_requests": 3000},
+              "The lecture's 8 prefill instances at 4 sessions/s, exact observation: the rules are near "
+              "the bound here; a check that an agent is not broken."))
+
+# --- admission scenarios (OverloadAdmission-v1 on the realistic presets)
+_add(Scenario("admission-load2", "admission", "mooncake_gym/OverloadAdmission-v1",
+              {"preset": "mooncake-overload", "load": 2.0, "episode_requests": 3000},
+              "16 prefill + 1 decode A800 nodes (LLaMA2-70B) offered twice the measured saturation "
+              "throughput."))
+
+# --- the Conductor environment (all three decisions)
