@@ -45,6 +45,9 @@ def _cmd_replay(args) -> int:
     from .routing import RoutingConfig, run_routing_baselines
     from .workload import load_workload
 
+    if args.preset != "lecture":  # the whole cluster of a realistic preset (mooncake_gym.clusterrun)
+        from .clusterrun import cmd_replay
+        return cmd_replay(args)
     trace = load_workload(args.trace, rate=args.rate, seed=args.seed, speed=args.speed)
     config = RoutingConfig(n_instances=args.instances, cache_blocks=args.cache_blocks, ttft_slo_s=args.ttft_slo,
                            instances=args.pool)
@@ -85,6 +88,9 @@ def _cmd_overload(args) -> int:
     from .overload import OverloadConfig, overload_workload, run_admission_baselines
     from .workload import load_workload
 
+    if args.preset != "lecture":  # the whole cluster of a realistic preset (mooncake_gym.clusterrun)
+        from .clusterrun import cmd_overload
+        return cmd_overload(args)
     config = OverloadConfig(ttft_slo_s=args.ttft_slo)
     base = load_workload(args.trace, rate=args.rate, seed=args.seed)
     trace, capacity = overload_workload(base, args.requests, args.load, args.seed, config)
@@ -240,6 +246,9 @@ def _cmd_tune(args) -> int:
 def _cmd_compare(args) -> int:
     from . import compare as cmp
 
+    if args.preset != "lecture":  # the v1 environments of a realistic preset (mooncake_gym.clusterrun)
+        from .clusterrun import cmd_compare
+        return cmd_compare(args)
     agents = None
     if args.agent:
         from .agents import load_agent
@@ -284,6 +293,14 @@ def _cmd_compare(args) -> int:
     if args.plot_dir:
         print(f"\nplots written to {args.plot_dir}")
     return 0
+
+
+def _add_preset_arg(p: argparse.ArgumentParser, realistic: str) -> None:
+    from .clusterrun import PRESET_NAMES
+
+    p.add_argument("--preset", choices=PRESET_NAMES, default="lecture",
+                   help=f"cluster preset (mooncake_gym.presets): lecture (default) is the lecture's toy, as without "
+                        f"this option; with {', '.join(n for n in PRESET_NAMES if n != 'lecture')}, {realistic}")
 
 
 def _cmd_bench(args) -> int:
@@ -419,6 +436,10 @@ def check_args(args) -> None:
         _check_tune_args(args)
     if command == "lecture" and args.plot is not None and args.demo not in (None, 3):
         raise _no_effect("plot", f"with --demo {args.demo}: only demo 3 draws a figure")
+    if command in ("replay", "overload", "compare"):
+        from .clusterrun import check_preset_args
+
+        check_preset_args(command, args)  # --preset's own checks; fills the lecture's defaults
     if command == "compare":
         if args.speed is not None and not args.trace:
             raise _no_effect("speed", "without --trace: it is the replay speed of a trace")
@@ -486,11 +507,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "'+', with ObservationConfig fields, e.g. 'scraped+noisy,scrape_delay_s=0.5'; repeat it "
                         "for one table of every mode (JSON: results keyed by mode)")
     p.add_argument("--markdown", action="store_true", help="print a Markdown table")
-    p.add_argument("--cache-blocks", type=int, default=3000, help="local prefix-cache blocks per instance (default 3000)")
-    p.add_argument("--ttft-slo", type=float, default=5.0, help="TTFT SLO in seconds (default 5)")
+    p.add_argument("--cache-blocks", type=int, default=None,
+                   help="local prefix-cache blocks per instance (default 3000, or the --preset's)")
+    p.add_argument("--ttft-slo", type=float, default=None, help="TTFT SLO in seconds (default 5, or the --preset's)")
     p.add_argument("--speed", type=float, default=1.0, help="replay speed-up: 2 = arrivals twice as fast (default 1)")
     p.add_argument("--threshold", type=float, default=None, help="kvcentric's kvcache_balancing_threshold")
     p.add_argument("--json", action="store_true", help="print one JSON document")
+    _add_preset_arg(p, "the routing baselines own the prefill decision of the whole cluster "
+                       "(conductor.simulate; TTFT and TBT)")
     p.set_defaults(func=_cmd_replay)
     # --- overload (admission) ------------------------------------------------------------------
     from .baselines import ADMISSION_POLICIES
@@ -507,9 +531,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--requests", type=int, default=DEMO3_REQUESTS, help=f"requests drawn (default {DEMO3_REQUESTS:,})")
     p.add_argument("--load", type=float, default=DEMO3_LOAD,
                    help=f"arrival rate as a multiple of the decode pool's capacity (default {DEMO3_LOAD:g})")
-    p.add_argument("--ttft-slo", type=float, default=OverloadConfig.ttft_slo_s, help="TTFT SLO in seconds (default 30)")
+    p.add_argument("--ttft-slo", type=float, default=None, help="TTFT SLO in seconds (default 30, or the --preset's)")
     p.add_argument("--plot", default=None, help="write the load series of the policies run to this PNG file")
     p.add_argument("--json", action="store_true", help="print one JSON document")
+    _add_preset_arg(p, "the admission baselines own the admission decision of the whole cluster, --load "
+                       "being a multiple of its measured saturation throughput")
     p.set_defaults(func=_cmd_overload)
 
     # --- cache (hit rate versus capacity) -----------------------------------------------------
@@ -585,6 +611,8 @@ def build_parser() -> argparse.ArgumentParser:
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print one JSON document")
     fmt.add_argument("--markdown", action="store_true", help="print Markdown tables")
+    _add_preset_arg(p, "the baselines on mooncake_gym/PrefillRouting-v1 and OverloadAdmission-v1, "
+                       "--loads applying to both problems")
     p.set_defaults(func=_cmd_compare)
 
     from .tune import BACKENDS, MAX_TUNE_SEEDS, SEARCHES, TUNE_EPISODE_REQUESTS

@@ -43,6 +43,9 @@ def mean_ci95(values) -> tuple[float, float]:
 
 def columns_of(problem: str):
     """The table columns of ``problem`` and the function turning one run's metrics into a row."""
+    if problem.endswith("-cluster"):  # a realistic preset's problems (mooncake_gym.clusterrun)
+        from .clusterrun import columns_of_cluster
+        return columns_of_cluster(problem)
     if problem == "routing":
         return report.ROUTING_COLUMNS, report.routing_row
     return report.ADMISSION_COLUMNS, lambda name, metrics: {"policy": name, **report.overload_row(metrics)}

@@ -42,6 +42,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from .decode import BatchingDecodeInstance, Completion, ReservingDecodeInstance, tail_means
+from .observation import as_observation, observation_rng
 from .overload import load_correlation
 from .policy import policy_name, reset_policy
 from .presets import ClusterPreset, get_preset
@@ -219,12 +220,18 @@ class ClusterSimulator:
     - ``oracle``: show the request's output length in the view.
     - ``sample_period_s``, ``warmup_s``: the load series (every period up to the last arrival) and
       the samples / completions before ``warmup_s`` left out of the correlation and steady rate.
-    - ``seed``: seeds the default router's tie-breaks.
+    - ``seed``: seeds the default router's tie-breaks (and the observation's noise).
+    - ``observation``: what the policies see of the prefill pool (``mooncake_gym.observation``; None
+      or ``"exact"``: the exact state). It is the prefill pool's ``RoutingSimulator(observation=,
+      rng=)``: ``view.routing``, the default router's choice and ``view.predicted_ttft_s`` come from
+      the observed view, while every admitted request is served exactly. Its noise is drawn from a
+      generator spawned from ``seed`` (``observation.observation_rng``), anew at each ``reset``.
     """
 
     def __init__(self, trace: Trace, preset: str | ClusterPreset = "mooncake", router: Callable | None = None,
                  decode_check: str = "tbt", refuse_never_fit: bool = True, kv_transfer: bool = True,
-                 oracle: bool = False, sample_period_s: float = 5.0, warmup_s: float = 30.0, seed: int = 0):
+                 oracle: bool = False, sample_period_s: float = 5.0, warmup_s: float = 30.0, seed: int = 0,
+                 observation=None):
         if not isinstance(trace, Trace):
             raise ValueError(f"trace: expected a mooncake_gym.workload.Trace, got {type(trace).__name__}")
         if len(trace) == 0:
@@ -250,6 +257,7 @@ class ClusterSimulator:
         self.sample_period_s = float(sample_period_s)
         self.warmup_s = float(warmup_s)
         self.seed = seed
+        self.observation = as_observation(observation)
         if router is None:
             from .baselines.routing import KVCentric
             router = KVCentric()
@@ -279,7 +287,8 @@ class ClusterSimulator:
         """Start over; the view of the first arrival (None if every request is refused)."""
         p = self.preset
         reset_policy(self.router, self.seed)
-        self.prefill = RoutingSimulator(self.trace, self._routing_config, p.prefill_cost)
+        self.prefill = RoutingSimulator(self.trace, self._routing_config, p.prefill_cost, self.observation,
+                                        None if self.observation.exact else observation_rng(self.seed))
         if self.reserve:
             self.decode = [ReservingDecodeInstance(j, self.capacity_tokens, p.tbt_s) for j in range(p.n_decode)]
         else:
