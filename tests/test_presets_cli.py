@@ -1,0 +1,127 @@
+"""``--preset`` on replay, overload and compare (mooncake_gym.clusterrun): ``lecture`` is the lecture's
+simulators exactly; a realistic preset runs the whole cluster (conductor.simulate, the v1 envs);
+options a preset does not take are one-line errors before any work."""
+
+import json
+
+import pytest
+
+from mooncake_gym import conductor, overload, routing
+from mooncake_gym.baselines import ADMISSION_POLICIES, ROUTING_POLICIES, make_policy
+from mooncake_gym.cli import main
+from mooncake_gym.envs import ADMISSION_V1_ENV_ID, ROUTING_V1_ENV_ID
+from mooncake_gym.presets import get_preset
+from mooncake_gym.report import to_jsonable
+from mooncake_gym.workload import read_trace, synthetic_trace, write_trace
+
+
+def run_json(capsys, *argv) -> dict:
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture(scope="module")
+def small_trace(tmp_path_factory):
+    path = tmp_path_factory.mktemp("presets") / "small.jsonl"
+    write_trace(synthetic_trace(3, rate=6.0).head(600), path)
+    return str(path)
+
+
+# --- lecture: the lecture's simulators, as without the option ----------------------------------------
+def test_lecture_preset_is_the_routing_simulator_and_prints_the_same(capsys, small_trace):
+    doc = run_json(capsys, "replay", "--trace", small_trace, "--policy", "kvcentric", "--preset", "lecture")
+    expected = routing.simulate(read_trace(small_trace), make_policy("routing", "kvcentric")).metrics
+    assert doc["results"]["kvcentric"] == to_jsonable(expected)
+    assert "preset" not in doc and doc["config"]["ttft_slo_s"] == 5.0 and doc["config"]["cache_blocks"] == 3000
+    outs = []
+    for argv in (["--preset", "lecture"], []):
+        assert main(["replay", "--trace", small_trace, "--policy", "cache", *argv]) == 0
+        outs.append(capsys.readouterr().out)
+    assert outs[0] == outs[1] and "preset" not in outs[0]
+
+
+def test_lecture_preset_is_the_overload_simulator(capsys):
+    doc = run_json(capsys, "overload", "--requests", "800", "--policy", "early", "--preset", "lecture")
+    trace, capacity = overload.overload_workload(synthetic_trace(0, rate=4.0), 800, 2.0, 0)
+    expected = overload.run_admission_baselines(trace, ["early"], overload.OverloadConfig(), seed=0)["early"].metrics
+    assert doc["results"]["early"] == to_jsonable(expected)
+    assert doc["decode_capacity_per_s"] == capacity and doc["config"]["ttft_slo_s"] == 30.0
+
+
+# --- realistic presets: the cluster simulator ---------------------------------------------------------
+def test_replay_on_a_cluster_preset_is_conductor_simulate_with_the_router(capsys, small_trace):
+    doc = run_json(capsys, "replay", "--trace", small_trace, "--policy", "kvcentric", "--preset", "mooncake")
+    expected = conductor.simulate(read_trace(small_trace), "mooncake", routing=make_policy("routing", "kvcentric"))
+    assert doc["results"]["kvcentric"] == to_jsonable(expected.metrics)
+    assert doc["preset"]["name"] == "mooncake" and doc["preset"]["ttft_slo_s"] == 30.0
+    assert doc["preset"]["decode_capacity_tokens"] == get_preset("mooncake").capacity_tokens
+
+
+def test_replay_on_a_cluster_preset_prints_ttft_and_tbt_per_router(capsys, small_trace):
+    assert main(["replay", "--trace", small_trace, "--preset", "h100", "--instances", "4", "--ttft-slo", "10"]) == 0
+    header, columns, _, *rows = capsys.readouterr().out.strip().splitlines()
+    assert "preset h100: 4 prefill + 8 decode instances" in header and "TTFT SLO 10 s" in header
+    assert "mean TTFT s" in columns and "mean TBT s" in columns and "TBT<=SLO" in columns
+    assert [r.split()[0] for r in rows] == list(ROUTING_POLICIES)
+
+
+def test_replay_overrides_and_observation_reach_the_cluster(capsys, small_trace):
+    doc = run_json(capsys, "replay", "--trace", small_trace, "--policy", "kvcentric", "--preset", "mooncake",
+                   "--cache-blocks", "100", "--observation", "noisy,noise_sigma=1")
+    tr = read_trace(small_trace)
+    p = get_preset("mooncake").with_(cache_blocks=100)
+    expected = conductor.simulate(tr, p, routing=make_policy("routing", "kvcentric"), observation="noisy,noise_sigma=1")
+    assert doc["results"]["kvcentric"] == to_jsonable(expected.metrics)
+    assert doc["preset"]["cache_blocks"] == 100 and doc["observation"]["mode"] == "noisy"
+
+
+def test_overload_on_the_overload_preset_measures_saturation_and_early_wastes_less(capsys):
+    doc = run_json(capsys, "overload", "--requests", "1500", "--preset", "mooncake-overload", "--seed", "1")
+    trace, sat = conductor.overload_workload(synthetic_trace(1, rate=4.0), 2.0, 1500, 1, "mooncake-overload")
+    assert doc["saturation"]["bottleneck"] == "decode" and doc["saturation"]["cluster_per_s"] == sat.cluster_per_s
+    assert doc["arrival_rate_per_s"] == 2.0 * sat.cluster_per_s
+    res = doc["results"]
+    assert set(res) == set(ADMISSION_POLICIES)
+    expected = conductor.simulate(trace, "mooncake-overload", admission=make_policy("admission", "early"), seed=1)
+    assert res["early"] == to_jsonable(expected.metrics)
+    assert res["baseline"]["rejected_after_prefill"] > 0
+    assert res["early"]["wasted_prefill_s"] < 0.8 * res["baseline"]["wasted_prefill_s"]
+
+
+def test_compare_on_a_cluster_preset_runs_the_v1_envs(capsys):
+    doc = run_json(capsys, "compare", "--preset", "mooncake-overload", "--env", "admission", "--seeds", "1",
+                   "--loads", "2")
+    (setting,) = doc["settings"]
+    assert setting["env_id"] == ADMISSION_V1_ENV_ID and setting["env_kwargs"]["preset"] == "mooncake-overload"
+    rows = {r["policy"]: r for r in setting["rows"]}
+    assert set(rows) == set(ADMISSION_POLICIES)
+    assert rows["early"]["wasted_prefill_s"] < rows["baseline"]["wasted_prefill_s"]
+
+
+def test_compare_routing_on_a_cluster_preset_takes_loads(capsys):
+    doc = run_json(capsys, "compare", "--preset", "mooncake", "--env", "routing", "--seeds", "1", "--loads", "0.5")
+    (setting,) = doc["settings"]
+    assert setting["env_id"] == ROUTING_V1_ENV_ID and setting["env_kwargs"]["load"] == 0.5
+    rows = {r["policy"]: r for r in setting["rows"]}
+    assert set(rows) == set(ROUTING_POLICIES)
+    assert rows["kvcentric"]["mean_ttft_s"] < rows["random"]["mean_ttft_s"]
+
+
+# --- bad input: named, before any work ----------------------------------------------------------------
+@pytest.mark.parametrize("argv, message", [
+    (["replay", "--preset", "mooncake", "--pool", "4xH800+4xA800"], "--pool: not with --preset mooncake"),
+    (["replay", "--preset", "mooncake", "--instances", "0"], "--instances"),
+    (["compare", "--preset", "mooncake", "--rates", "4"], "--rates: not with --preset mooncake"),
+    (["compare", "--preset", "h100", "--tuned", "x.json"], "--tuned: not with --preset h100"),
+    (["compare", "--preset", "mooncake", "--plot-dir", "plots"], "--plot-dir: not with --preset mooncake"),
+])
+def test_options_a_cluster_preset_does_not_take_are_named(capsys, argv, message):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_unknown_preset_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["overload", "--preset", "tpu"])
+    assert e.value.code == 2 and "--preset" in capsys.readouterr().err
