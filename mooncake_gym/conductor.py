@@ -352,9 +352,10 @@ class ClusterSimulator:
             self.rejected_at_arrival += 1
             self.prefill.skip()
         else:
-            if route is None:
-                route = self._view.default_route
-            self.prefill.step(route)
+            if route is None:  # the default router's answer, checked by the prefill pool's step
+                self.prefill.step(self._view.default_route)
+            else:  # checked by _parse already
+                self.prefill.dispatch(route[0], route[1])
             last = self.prefill.last
             k = last["instance"]
             finish = self.prefill.instances[k].busy_until
@@ -371,6 +372,13 @@ class ClusterSimulator:
         return self._view
 
     def _parse(self, action) -> tuple[bool, Route | None, int | None]:
+        if type(action) is ClusterAction:  # the common case, already in its final types: no conversion
+            admit, route, decode = action
+            if (admit is True or admit is False) \
+                    and (route is None or (type(route) is Route and type(route[0]) is int
+                                           and 0 <= route[0] < self.preset.n_prefill and type(route[1]) is bool)) \
+                    and (decode is None or (type(decode) is int and 0 <= decode < self.preset.n_decode)):
+                return action
         if isinstance(action, (bool, np.bool_)):
             return bool(action), None, None
         if not isinstance(action, tuple) or len(action) != 3:

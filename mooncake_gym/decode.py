@@ -106,9 +106,10 @@ class BatchingDecodeInstance:
         self.next_event_s = math.inf
         self.version = 0
         self.busy_s = 0.0
-        self._context_now = None
+        self._context_now = None  # the last _context_tokens(now) and its value, valid for _context_version
         self._context_version = -1
         self._context_value = 0
+        self._context_params = (0.0, 0.0, 0.0)
         self.finished: list[tuple] = []  # (r, first boundary, end boundary, first segment, wait before boundary)
 
     # -- iteration arithmetic ------------------------------------------------------------------
@@ -162,24 +163,28 @@ class BatchingDecodeInstance:
         t0 = self.t0
         if now is None or now <= t0:
             return self.k_base + b * self.it0
-        if self._context_now == now and self._context_version == self.version:
-            return self._context_value
-        co = self._coefficients.get(b)
-        if co is None:
-            co = self._coefficients[b] = self.cost.decode_step_coefficients(b)
-        it0 = self.it0
-        h = co[1] * b / 2  # iteration k takes alpha + 2 h k
-        first = co[0] + co[1] * self.k_base + 2 * h * it0
+        if self._context_version == self.version:  # the batch's constants of this state, computed once
+            if self._context_now == now:
+                return self._context_value
+            first, h, lin = self._context_params
+        else:
+            co = self._coefficients.get(b)
+            if co is None:
+                co = self._coefficients[b] = self.cost.decode_step_coefficients(b)
+            h = co[1] * b / 2  # iteration k takes alpha + 2 h k
+            first = co[0] + co[1] * self.k_base + 2 * h * self.it0
+            lin = first - h
+            self._context_params = (first, h, lin)
+            self._context_version = self.version
         dt = now - t0
         # n iterations take n * first + h n (n - 1) = (first - h) n + h n^2: the largest n within dt
-        lin = first - h
         n = int((-lin + math.sqrt(lin * lin + 4 * h * dt)) / (2 * h)) if h > 0 else int(dt / first)
         if n * first + h * n * (n - 1) > dt:  # float rounding: off by at most one either way
             n -= 1
         elif (n + 1) * first + h * (n + 1) * n <= dt:
             n += 1
-        value = self.k_base + b * (it0 + n)
-        self._context_now, self._context_version, self._context_value = now, self.version, value
+        value = self.k_base + b * (self.it0 + n)
+        self._context_now, self._context_value = now, value
         return value
 
     def used_tokens(self, now: float | None = None) -> int:
