@@ -57,6 +57,15 @@ def _cmd_replay(args) -> int:
     by_mode = {mode: run_routing_baselines(trace, names, config, seed=args.seed, threshold=args.threshold,
                                            observation=observation)
                for mode, observation in zip(modes, observations)}
+    if args.tuned:  # each tuned baseline right after its default row, under every observation mode
+        from .compare import with_tuned
+        from .routing import simulate
+
+        for mode, observation in zip(modes, observations):
+            runs = by_mode[mode]
+            by_mode[mode] = {name: runs[name] if policy is None else
+                             simulate(trace, policy.policy, config, seed=args.seed, observation=observation)
+                             for name, policy in with_tuned(dict.fromkeys(runs), "routing", args.tuned_docs).items()}
     if args.json:
         config_json = vars(config) if config.instances is None else \
             {**vars(config), "instances": [asdict(spec) for spec in config.instances]}
@@ -417,6 +426,13 @@ def check_args(args) -> None:
                 as_observation(mode)  # a bad mode or setting is named before the trace is read
             except ValueError as e:
                 raise ValueError(f"--observation {mode}: {e}") from None
+        if args.tuned and args.preset == "lecture":
+            from .tune import read_tuned
+
+            args.tuned_docs = [read_tuned(path) for path in args.tuned]
+            for path, doc in zip(args.tuned, args.tuned_docs):
+                if doc["env"] != "routing":
+                    raise ValueError(f"--tuned {path}: tuned for {doc['env']}, but replay routes")
     if command == "train":
         if args.backend == "rllib":
             for dest, default in _SB3_ONLY.items():
@@ -512,6 +528,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ttft-slo", type=float, default=None, help="TTFT SLO in seconds (default 5, or the --preset's)")
     p.add_argument("--speed", type=float, default=1.0, help="replay speed-up: 2 = arrivals twice as fast (default 1)")
     p.add_argument("--threshold", type=float, default=None, help="kvcentric's kvcache_balancing_threshold")
+    p.add_argument("--tuned", action="append", default=None, metavar="FILE",
+                   help="also run the baseline of this `mooncake-gym tune --env routing` result with its tuned knobs, "
+                        "as 'NAME (tuned)' (repeatable)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     _add_preset_arg(p, "the routing baselines own the prefill decision of the whole cluster "
                        "(conductor.simulate; TTFT and TBT)")

@@ -188,7 +188,8 @@ def columns_of_cluster(problem: str):
 # ------------------------------------------------------------------------------------------------
 #: Per command, the options a cluster preset does not take, and why.
 _LECTURE_ONLY = {
-    "replay": {"pool": "a heterogeneous prefill pool is built for the lecture's routing simulator only"},
+    "replay": {"pool": "a heterogeneous prefill pool is built for the lecture's routing simulator only",
+               "tuned": "tuned knobs come from the v0 environments"},
     "compare": {"rates": "the v1 environments' workloads are set by --loads (x the measured saturation)",
                 "agent": "the shipped and --agent agents act on the v0 environments",
                 "tuned": "tuned knobs come from the v0 environments",

@@ -505,6 +505,8 @@ class ClusterSimulator:
                 if idle_seen:  # every idle instance predicts the same step: the first one wins ties
                     continue
                 idle_seen = True
+            elif inst.step_lower_bound(tokens) >= best_step:  # its step is at least that: it cannot win
+                continue
             s = inst.step_if_accepted(tokens, t, check)
             if s is not None and s < best_step:
                 best, best_step = j, s
@@ -589,9 +591,8 @@ class ClusterSimulator:
         now = self.now
         tokens = self._footprint[self._i]
         decode = self.decode
-        return (tuple([d.batch for d in decode]), tuple([d.used_tokens(now) for d in decode]),
-                tuple([d.step_s(now) for d in decode]), tuple([d.step_s(now, 1, tokens) for d in decode]),
-                self._mean_decode_s())
+        batch, used, step, step_with = zip(*[d.load(now, tokens) for d in decode])
+        return batch, used, step, step_with, self._mean_decode_s()
 
     def _quantile_table(self, quantile: float) -> list[int]:
         """``table[k]``: the ``quantile`` of the output lengths longer than k (k + 1 if none)."""

@@ -190,6 +190,8 @@ class BatchingDecodeInstance:
     def used_tokens(self, now: float | None = None) -> int:
         """KV tokens held at ``now``: the batch's contexts plus the KV of accepted requests still in
         transfer (``now=None``: at the last event)."""
+        if now == self._context_now and self._context_version == self.version and now is not None:
+            return self._context_value + self.pending_tokens  # read at this time already (the view's fields)
         return self._context_tokens(now) + self.pending_tokens
 
     def step_s(self, now: float | None = None, extra_requests: int = 0, extra_tokens: int = 0) -> float:
@@ -202,7 +204,11 @@ class BatchingDecodeInstance:
         co = self._coefficients.get(b)
         if co is None:
             co = self._coefficients[b] = self.cost.decode_step_coefficients(b)
-        return co[0] + co[1] * (self._context_tokens(now) + self.pending_tokens + extra_tokens)
+        if now == self._context_now and self._context_version == self.version and now is not None:
+            context = self._context_value  # read at this time already (the view's fields)
+        else:
+            context = self._context_tokens(now)
+        return co[0] + co[1] * (context + self.pending_tokens + extra_tokens)
 
     def step_if_accepted(self, tokens: int, now: float | None = None, check_tbt: bool = True) -> float | None:
         """The predicted iteration time once a request with a prompt of ``tokens`` joins, if the
@@ -218,6 +224,33 @@ class BatchingDecodeInstance:
             co = self._coefficients[b] = self.cost.decode_step_coefficients(b)
         step = co[0] + co[1] * context
         return None if check_tbt and step > self.tbt_slo_s else step
+
+    def load(self, now: float, tokens: int) -> tuple:
+        """``(batch, used_tokens(now), step_s(now), step_s(now, 1, tokens))`` in one call: what a
+        router or admitter reads of the instance for a request of ``tokens`` prompt tokens."""
+        b = self.batch
+        used = self._context_tokens(now) + self.pending_tokens
+        coefficients = self._coefficients
+        co = coefficients.get(b + 1)
+        if co is None:
+            co = coefficients[b + 1] = self.cost.decode_step_coefficients(b + 1)
+        step_with = co[0] + co[1] * (used + tokens)
+        if not b:
+            return 0, used, 0.0, step_with
+        co = coefficients.get(b)
+        if co is None:
+            co = coefficients[b] = self.cost.decode_step_coefficients(b)
+        return b, used, co[0] + co[1] * used, step_with
+
+    def step_lower_bound(self, tokens: int) -> float:
+        """A lower bound of :meth:`step_if_accepted`'s iteration time at any ``now`` from the last
+        event on (the contexts only grow between events): the same formula with the contexts at the
+        last event. It lets the default decode rule skip instances that cannot win."""
+        b = self.batch + 1
+        co = self._coefficients.get(b)
+        if co is None:
+            co = self._coefficients[b] = self.cost.decode_step_coefficients(b)
+        return co[0] + co[1] * (self.k_base + self.batch * self.it0 + self.pending_tokens + tokens)
 
     def accepts(self, tokens: int, now: float | None = None, check_tbt: bool = True) -> bool:
         """Whether :meth:`step_if_accepted` accepts the request."""
@@ -378,6 +411,10 @@ class ReservingDecodeInstance:
 
     def accepts(self, tokens: int, now: float | None = None, check_tbt: bool = True) -> bool:
         return self.used + tokens <= self.capacity_tokens
+
+    def load(self, now: float, tokens: int) -> tuple:
+        """``(batch, used_tokens(now), step_s(now), step_s(now, 1, tokens))`` in one call."""
+        return len(self._ends), self.used, self.tbt_s if self._ends else 0.0, self.tbt_s
 
     def reserve(self, tokens: int) -> None:
         pass

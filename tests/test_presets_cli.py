@@ -125,3 +125,23 @@ def test_an_unknown_preset_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as e:
         main(["overload", "--preset", "tpu"])
     assert e.value.code == 2 and "--preset" in capsys.readouterr().err
+
+
+# --- replay --tuned: a tuned baseline's row beside its default one ---------------------------------------
+def test_replay_tuned_adds_the_tuned_row_after_the_default_in_every_mode(capsys, small_trace, tmp_path):
+    tuned = tmp_path / "kv.json"
+    tuned.write_text(json.dumps({"policy": "kvcentric", "env": "routing", "knobs": {"threshold": 4.0}}))
+    doc = run_json(capsys, "replay", "--trace", small_trace, "--policy", "kvcentric", "--tuned", str(tuned),
+                   "--observation", "exact", "--observation", "approximate")
+    tr = read_trace(small_trace)
+    for mode in ("exact", "approximate"):
+        assert list(doc["results"][mode]) == ["kvcentric", "kvcentric (tuned)"]
+        expected = routing.simulate(tr, make_policy("routing", "kvcentric", threshold=4.0), observation=mode)
+        assert doc["results"][mode]["kvcentric (tuned)"] == to_jsonable(expected.metrics)
+    assert doc["results"]["exact"]["kvcentric (tuned)"] != doc["results"]["exact"]["kvcentric"]
+    admission = tmp_path / "early.json"
+    admission.write_text(json.dumps({"policy": "early", "env": "admission", "knobs": {"threshold": 1.0}}))
+    for argv, message in ((["--tuned", str(admission)], "tuned for admission"),
+                          (["--tuned", str(tuned), "--preset", "mooncake"], "--tuned: not with --preset mooncake")):
+        assert main(["replay", "--trace", small_trace, *argv]) == 2
+        assert message in capsys.readouterr().err

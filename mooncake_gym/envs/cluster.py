@@ -198,8 +198,8 @@ class ClusterEnv(gym.Env):
         # time, which costs a third more and is not observed (tests/test_envs_v1.py checks they agree)
         cap, step_den, now, tokens = v.decode_capacity_per_instance, self._step_den, v.now, v.input_tokens
         for d in self.sim.decode:
-            vals += (d.batch / BATCH_CAP, d.used_tokens(now) / cap, d.step_s(now) / step_den,
-                     d.step_s(now, 1, tokens) / step_den)
+            batch, used, step, step_with = d.load(now, tokens)
+            vals += (batch / BATCH_CAP, used / cap, step / step_den, step_with / step_den)
         ttft = v.predicted_ttft_s
         vals += (ttft / self._ttft_den, 1.0 if ttft > v.ttft_slo_s else 0.0, v.requests_in_prefill / self._in_prefill_den)
         if self.oracle:
