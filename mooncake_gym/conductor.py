@@ -41,7 +41,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from .decode import BatchingDecodeInstance, Completion, ReservingDecodeInstance, tail_means
+from .decode import BatchingDecodeInstance, Completion, ReservingDecodeInstance, fastest_accepting, tail_means
 from .observation import as_observation, observation_rng
 from .overload import load_correlation
 from .policy import policy_name, reset_policy
@@ -497,20 +497,7 @@ class ClusterSimulator:
         if self.reserve:  # the lecture's rule: the instance with the most free room, if it fits
             best = min(range(len(decode)), key=lambda j: (decode[j].used, j))
             return best if decode[best].accepts(tokens, t) else -1
-        best, best_step = -1, math.inf
-        check = self.check_tbt
-        idle_seen = False
-        for j, inst in enumerate(decode):
-            if not inst.batch and not inst.pending_tokens:
-                if idle_seen:  # every idle instance predicts the same step: the first one wins ties
-                    continue
-                idle_seen = True
-            elif inst.step_lower_bound(tokens) >= best_step:  # its step is at least that: it cannot win
-                continue
-            s = inst.step_if_accepted(tokens, t, check)
-            if s is not None and s < best_step:
-                best, best_step = j, s
-        return best
+        return fastest_accepting(decode, tokens, t, self.check_tbt)
 
     def _ended(self, completions: list[Completion]) -> None:
         for c in completions:

@@ -242,16 +242,6 @@ class BatchingDecodeInstance:
             co = coefficients[b] = self.cost.decode_step_coefficients(b)
         return b, used, co[0] + co[1] * used, step_with
 
-    def step_lower_bound(self, tokens: int) -> float:
-        """A lower bound of :meth:`step_if_accepted`'s iteration time at any ``now`` from the last
-        event on (the contexts only grow between events): the same formula with the contexts at the
-        last event. It lets the default decode rule skip instances that cannot win."""
-        b = self.batch + 1
-        co = self._coefficients.get(b)
-        if co is None:
-            co = self._coefficients[b] = self.cost.decode_step_coefficients(b)
-        return co[0] + co[1] * (self.k_base + self.batch * self.it0 + self.pending_tokens + tokens)
-
     def accepts(self, tokens: int, now: float | None = None, check_tbt: bool = True) -> bool:
         """Whether :meth:`step_if_accepted` accepts the request."""
         return self.step_if_accepted(tokens, now, check_tbt) is not None
@@ -382,6 +372,36 @@ class BatchingDecodeInstance:
         ended += self._make_room()
         self._reschedule()
         return ended
+
+
+def fastest_accepting(instances: list[BatchingDecodeInstance], tokens: int, now: float, check_tbt: bool = True) -> int:
+    """The index of the instance with the shortest predicted iteration time once a request with a
+    prompt of ``tokens`` joins (:meth:`BatchingDecodeInstance.step_if_accepted`) among those that
+    accept it at ``now``; the first such on ties; -1 if none accepts. The cluster's default decode
+    rule.
+
+    An instance is skipped without computing its contexts at ``now`` when a lower bound of its step
+    already reaches the best one found: the same formula with its contexts at its last event (they
+    only grow between events, and the step grows with them). Idle instances all predict the same
+    step: only the first is computed."""
+    best, best_step = -1, math.inf
+    idle_seen = False
+    for j, inst in enumerate(instances):
+        b = inst.batch
+        if not b and not inst.pending_tokens:
+            if idle_seen:
+                continue
+            idle_seen = True
+        elif best >= 0:
+            co = inst._coefficients.get(b + 1)
+            if co is None:
+                co = inst._coefficients[b + 1] = inst.cost.decode_step_coefficients(b + 1)
+            if co[0] + co[1] * (inst.k_base + b * inst.it0 + inst.pending_tokens + tokens) >= best_step:
+                continue  # its step is at least the best one: it cannot win
+        s = inst.step_if_accepted(tokens, now, check_tbt)
+        if s is not None and s < best_step:
+            best, best_step = j, s
+    return best
 
 
 class ReservingDecodeInstance:
