@@ -56,8 +56,11 @@ class Scenario:
     def fingerprint(self, **overrides) -> str:
         """sha256 of the scenario's identity and configuration, and of every trace file it reads."""
         h = hashlib.sha256()
+        # a trace file counts by its bytes (below), not by the spelling of its path
+        kwargs = {k: ("<file>" if k in TRACE_ARGUMENTS and isinstance(v, (str, os.PathLike)) else v)
+                  for k, v in self.config(**overrides).items()}
         h.update(json.dumps({"name": self.name, "version": self.version, "env": self.base_env_id,
-                             "kwargs": self.config(**overrides)}, sort_keys=True, default=repr).encode())
+                             "kwargs": kwargs}, sort_keys=True, default=repr).encode())
         for key in TRACE_ARGUMENTS:
             path = self.config(**overrides).get(key)
             if isinstance(path, (str, os.PathLike)):

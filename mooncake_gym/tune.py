@@ -169,6 +169,8 @@ def tune_baseline(policy: str, env: str, budget: int | None = None, search: str 
         sc = get_scenario(scenario)
         if sc.problem != env:
             raise ValueError(f"--scenario: {scenario} is a {sc.problem} scenario, but --env is {env}")
+        if trace is not None and "trace" not in sc.requires:
+            raise ValueError(f"--trace: has no effect with --scenario {scenario}: it fixes its own workload")
         given = {} if trace is None else {"trace": trace}
         missing = sc.missing(**given)
         if missing:

@@ -66,6 +66,9 @@ def test_fingerprint_is_stable_and_follows_parameters_and_trace_bytes(tmp_path):
     mt = scenarios.get_scenario("routing-mooncake-trace")
     before = mt.fingerprint(trace=str(path))
     assert mt.fingerprint(trace=str(path)) == before
+    copy = tmp_path / "elsewhere.jsonl"
+    copy.write_bytes(path.read_bytes())
+    assert mt.fingerprint(trace=str(copy)) == before  # the bytes count, not the path
     data = path.read_bytes()
     path.write_bytes(data.replace(b'"output_length": 10', b'"output_length": 11', 1))
     assert mt.fingerprint(trace=str(path)) != before
