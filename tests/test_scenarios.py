@@ -19,6 +19,7 @@ from mooncake_gym.evaluation import ViewPolicy, run_episode
 from mooncake_gym.observation import ObservationConfig
 from mooncake_gym.routing import RoutingConfig, RoutingSimulator
 from mooncake_gym.scenario_docs import PAGE, scenarios_markdown
+from mooncake_gym.tune import tune_baseline
 from mooncake_gym.workload import BurstyArrivals, Request, Trace, synthetic_trace, trace_lines, write_trace
 
 from conftest import REPO_ROOT, SHARED_TRACE
@@ -205,10 +206,16 @@ def test_compare_scenario_bound_row_is_never_beaten(monkeypatch):
     for name, kwargs in tiny.items():
         monkeypatch.setitem(scenarios.SCENARIOS, name, scenarios.Scenario(
             name, "routing", "mooncake_gym/PrefillRouting-v0", kwargs, "a test scenario"))
+    doc = tune_baseline("kvcentric", "routing", seeds=1, scenario="routing-tiny")
+    assert doc["scenario"] == "routing-tiny" and doc["fingerprint"] == scenarios.SCENARIOS["routing-tiny"].fingerprint()
+    assert doc["workloads"][0]["env_kwargs"] == tiny["routing-tiny"]
     settings, skipped = compare_scenarios(list(tiny) + ["routing-mooncake-trace"], seeds=2, agents={},
-                                          progress=False)
+                                          tuned=[doc], progress=False)
     assert skipped == ["routing-mooncake-trace: skipped, it needs --trace (not given)"]
     assert [s.scenario for s in settings] == list(tiny)
+    names = [[r["policy"] for r in s.rows] for s in settings]
+    assert "kvcentric (tuned on routing-tiny)" in names[0]  # only on the scenario it was tuned on
+    assert not any("tuned" in n for n in names[1])
     for s in settings:
         assert s.fingerprint == scenarios.SCENARIOS[s.scenario].fingerprint()
         assert s.bound["policy"] == "bound" and len(s.rows) >= 15
@@ -227,4 +234,10 @@ def test_cli_compare_scenario_skips_with_the_reason(capsys):
     assert main(["compare", "--scenario", "routing-nothing"]) == 2
     assert "scenario: expected one of" in capsys.readouterr().err
     assert main(["compare", "--scenario", "all", "--rates", "4"]) == 2
+    assert "--rates: has no effect with --scenario" in capsys.readouterr().err
+    assert main(["tune", "--policy", "early", "--env", "admission", "--scenario", "routing-sanity",
+                 "--out", "x.json"]) == 2
+    assert "routing-sanity is a routing scenario, but --env is admission" in capsys.readouterr().err
+    assert main(["tune", "--policy", "kvcentric", "--env", "routing", "--scenario", "routing-sanity",
+                 "--rates", "4", "--out", "x.json"]) == 2
     assert "--rates: has no effect with --scenario" in capsys.readouterr().err
