@@ -225,6 +225,15 @@ def test_compare_scenario_bound_row_is_never_beaten(monkeypatch):
                 assert e["mean_ttft_s"] >= b, (s.scenario, name, e["seed"])
 
 
+def test_every_scenario_asked_for_is_run_or_skipped_with_a_reason(monkeypatch):
+    import mooncake_gym.compare as cmp
+
+    monkeypatch.setattr(cmp, "SCENARIO_PROBLEMS", ())  # as for a problem whose table is not wired in
+    settings, skipped = compare_scenarios("all", seeds=1, agents={}, progress=False)
+    assert settings == [] and len(skipped) == len(scenarios.SCENARIOS)
+    assert skipped[0] == "routing-sanity: skipped, compare has no table for routing scenarios yet"
+
+
 def test_cli_compare_scenario_skips_with_the_reason(capsys):
     from mooncake_gym.cli import main
 
