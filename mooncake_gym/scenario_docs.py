@@ -113,7 +113,9 @@ cell the mean ± 95 % confidence interval (Student's t) over {seeds} held-out se
 workloads for every policy. `kvcentric (tuned on NAME)` is kvcentric with the
 `kvcache_balancing_threshold` its search chose on that scenario's training seeds. `ppo_routing` is
 the shipped agent (trained on `PrefillRouting-v0` at 2-12 sessions/s with the exact observation,
-card in `agents/`): it never saw any of these scenarios. `bound` is a lower bound on the mean TTFT
+card in `agents/`): the rates of `routing-sanity`, `-sanity-8` and `-saturated` are inside its
+training range, but it never saw a heterogeneous pool, stale or shared views, bursty arrivals or
+Mooncake's trace. `bound` is a lower bound on the mean TTFT
 of every routing policy on the same episodes (`mooncake_gym.bounds`): no row can be below it, and
 the gap between the best row and the bound is the room left.
 
