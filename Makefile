@@ -82,3 +82,24 @@ results: $(STAMP)
 .PHONY: fuzz
 fuzz: $(STAMP)
 	MOONCAKE_FUZZ=long $(BIN)/python -m pytest -q tests/test_fuzz.py --hypothesis-show-statistics
+
+# docs/leaderboard.md: every scenario's ranked table (`mooncake-gym compare --scenario all`), with
+# kvcentric tuned on each routing scenario's training seeds first (`tune --scenario`). The scenario
+# that replays Mooncake's trace runs where $(SHARED_TRACE) exists, and is skipped with the reason
+# otherwise. About 10 minutes on two cores with the default seeds.
+.PHONY: leaderboard
+LEADERBOARD_SEEDS ?= 5
+LEADERBOARD_TUNE_SEEDS ?= 3
+LEADERBOARD_DIR ?= build/leaderboard
+LEADERBOARD_TRACE = $(if $(wildcard $(SHARED_TRACE)),--trace $(SHARED_TRACE),)
+leaderboard: $(STAMP)
+	mkdir -p $(LEADERBOARD_DIR)
+	rm -f $(LEADERBOARD_DIR)/*.json
+	$(BIN)/python -m mooncake_gym.scenario_docs --tune-targets routing $(LEADERBOARD_TRACE) | while read s trace; do \
+	  $(BIN)/mooncake-gym tune --policy kvcentric --env routing --scenario $$s --seeds $(LEADERBOARD_TUNE_SEEDS) $$trace \
+	    --out $(LEADERBOARD_DIR)/kvcentric-$$s.json --json > /dev/null || exit 1; \
+	done
+	$(BIN)/mooncake-gym compare --scenario all --seeds $(LEADERBOARD_SEEDS) --markdown --no-progress $(LEADERBOARD_TRACE) \
+	  $$(for f in $(LEADERBOARD_DIR)/*.json; do echo --tuned $$f; done) > $(LEADERBOARD_DIR)/tables.md
+	$(BIN)/python -m mooncake_gym.scenario_docs --leaderboard $(LEADERBOARD_DIR)/tables.md \
+	  --seeds $(LEADERBOARD_SEEDS) --command "make leaderboard LEADERBOARD_SEEDS=$(LEADERBOARD_SEEDS)" > docs/leaderboard.md

@@ -30,7 +30,15 @@ dates (Schrage, Operations Research 16, 1968). So ``sum_j C_j^SRPT <= sum_j C_j`
 cluster's total work approaches its capacity, where the per-request bound does not.
 
 Both are lower bounds on the same sum, so their maximum is one; divided by the number of requests,
-it bounds the mean TTFT. It assumes every instance runs ``cost`` (one instance kind).
+it bounds the mean TTFT.
+
+**Heterogeneous pools** (``RoutingConfig(instances=...)``: instances of several speeds). Let
+``w_j^g`` be the per-request bound on an instance of kind *g* (its own cost model) and
+``w_j = min_g w_j^g``, so ``TTFT_j >= w_j`` wherever *j* runs. In the fast-machine argument, the
+machine works on request *j* in service on instance *i* (kind *g*) at rate ``w_j / w_j^g <= 1``:
+*j* receives ``w_j`` by ``S_j + w_j^g <= C_j``, and the total rate never exceeds
+``speed = sum_i max_j (w_j / w_j^{g(i)})``. With one kind every ratio is 1 and ``speed = m``, the
+bound above.
 """
 
 from __future__ import annotations
@@ -119,7 +127,15 @@ def ttft_lower_bound(trace: Trace, config: RoutingConfig | None = None, cost: Co
     if len(trace) == 0:
         raise ValueError("trace: expected at least one request")
     config = config or RoutingConfig()
-    w = min_service_s(trace, cost)
+    costs = config.instance_costs(cost or CostModel())
+    kinds = list(dict.fromkeys(costs))
+    if len(kinds) == 1:
+        w = min_service_s(trace, kinds[0])
+        speed = float(config.n_instances)
+    else:  # a heterogeneous pool (module docstring)
+        per_kind = {c: min_service_s(trace, c) for c in kinds}
+        w = np.minimum.reduce(list(per_kind.values()))
+        speed = float(sum(float(np.max(w / per_kind[c])) for c in costs))
     isolated = float(w.mean())
-    srpt = float(srpt_flow_times(trace.arrival_s, w, float(config.n_instances)).mean())
+    srpt = float(srpt_flow_times(trace.arrival_s, w, speed).mean())
     return TTFTBound(max(isolated, srpt), isolated, srpt, w)

@@ -228,7 +228,9 @@ def _cmd_tune(args) -> int:
                             env_kwargs=env_kwargs, overrides=overrides)
     else:
         trace = None
-        if args.trace:
+        if args.trace and args.scenario:
+            trace = args.trace  # the scenario's required trace, by path (its fingerprint hashes the file)
+        elif args.trace:
             from .workload import read_trace
 
             trace = read_trace(args.trace)
@@ -239,7 +241,8 @@ def _cmd_tune(args) -> int:
                                  episode_requests=(tune.TUNE_EPISODE_REQUESTS if args.episode_requests is None
                                                    else args.episode_requests),
                                  backend=args.backend,
-                                 address=args.address, seed=args.seed, metric=args.metric, progress=show)
+                                 address=args.address, seed=args.seed, metric=args.metric, progress=show,
+                                 scenario=args.scenario)
     tune.write_result(doc, args.out)
     if args.json:
         report.print_json(doc)
@@ -249,6 +252,34 @@ def _cmd_tune(args) -> int:
           + (f", training seeds {doc['seeds'][0]}..{doc['seeds'][-1]}" if "seeds" in doc else ""))
     print(tune.format_results(doc))
     print(f"best: {doc['knobs']} ({doc['metric']} {doc['score']:.4f}); written to {args.out}")
+    return 0
+
+
+def _cmd_compare_scenarios(args, agents, tuned) -> int:
+    """``compare --scenario NAME[,NAME...]|all``: one ranked table per scenario, its fingerprint above it."""
+    from . import compare as cmp
+
+    names = "all" if args.scenario == "all" else [n.strip() for n in args.scenario.split(",") if n.strip()]
+    settings, skipped = cmp.compare_scenarios(names, seeds=args.seeds, trace=args.trace, agents=agents, tuned=tuned,
+                                              progress=not (args.json or args.no_progress), threads=args.threads)
+    if args.json:
+        doc = cmp.settings_json(settings, args.seeds)
+        for s, out in zip(settings, doc["settings"]):
+            out.update({"scenario": s.scenario, "fingerprint": s.fingerprint})
+        doc["skipped"] = skipped
+        report.print_json(doc)
+        return 0
+    seeds = [cmp.COMPARE_SEED_BASE + i for i in range(args.seeds)]
+    print(f"Mean ± 95% CI over {args.seeds} held-out seed{'s' if args.seeds > 1 else ''} "
+          f"({seeds[0]}..{seeds[-1]}), same workloads for every policy; ranked by the problem's main metric.")
+    for path, doc in zip(args.tuned or [], tuned or []):
+        print(f"{doc['policy']} (tuned{' on ' + doc['scenario'] if doc.get('scenario') else ''}): {doc['knobs']} from {path}")
+    for s in settings:
+        print(f"\n{'### ' if args.markdown else ''}{s.label}\n")
+        print(f"fingerprint: {'`' if args.markdown else ''}{s.fingerprint}{'`' if args.markdown else ''}\n")
+        print(cmp.format_setting(cmp.ranked(s), markdown=args.markdown))
+    for reason in skipped:
+        print(f"\n{reason}")
     return 0
 
 
@@ -266,14 +297,9 @@ def _cmd_compare(args) -> int:
         if model.source == "pickle":
             print(f"note: {args.agent} was unpickled (--unsafe-pickle): loading it could run code", file=sys.stderr)
         problem = args.agent_env or cmp.problem_of(model)
-        if args.env not in ("all", problem):
+        if args.env not in ("all", problem) and not args.scenario:
             raise ValueError(f"--agent: the agent solves {problem}, but --env is {args.env}")
         agents = {**cmp.shipped_agents(), "user_agent": (problem, model)}
-    trace = None
-    if args.trace:
-        from .workload import read_trace
-
-        trace = read_trace(args.trace)
     tuned = None
     if args.tuned:
         from .tune import read_tuned
@@ -282,6 +308,13 @@ def _cmd_compare(args) -> int:
         for path, doc in zip(args.tuned, tuned):
             if args.env not in ("all", doc["env"]):
                 raise ValueError(f"--tuned {path}: tuned for {doc['env']}, but --env is {args.env}")
+    if args.scenario:
+        return _cmd_compare_scenarios(args, agents, tuned)
+    trace = None
+    if args.trace:
+        from .workload import read_trace
+
+        trace = read_trace(args.trace)
     settings = cmp.compare(env=args.env, seeds=args.seeds, rates=args.rates, loads=args.loads, trace=trace,
                            speed=args.speed, agents=agents, plot_dir=args.plot_dir,
                            progress=not (args.json or args.no_progress), threads=args.threads, tuned=tuned)
@@ -374,6 +407,15 @@ def _check_tune_args(args) -> None:
             raise _no_effect("loads", "with --env routing: it sets the admission workloads")
         if args.speed is not None and not args.trace:
             raise _no_effect("speed", "without --trace: it is the replay speed of a trace")
+    if args.scenario is not None:
+        from .scenarios import get_scenario
+
+        if args.algo is not None:
+            raise _no_effect("scenario", "with --algo: PPO sweeps run on the problem's environment")
+        get_scenario(args.scenario)  # an unknown name is named before any work
+        for dest in ("rates", "loads", "speed", "episode_requests"):
+            if getattr(args, dest) is not None:
+                raise _no_effect(dest, "with --scenario: the scenario fixes its workload (docs/scenarios.md)")
     for dest, default in own.items():
         if getattr(args, dest) is None:
             setattr(args, dest, default)
@@ -452,6 +494,19 @@ def check_args(args) -> None:
         _check_tune_args(args)
     if command == "lecture" and args.plot is not None and args.demo not in (None, 3):
         raise _no_effect("plot", f"with --demo {args.demo}: only demo 3 draws a figure")
+    if command == "compare" and args.scenario:
+        from .scenarios import get_scenario
+
+        if args.scenario != "all":
+            for name in args.scenario.split(","):
+                get_scenario(name.strip())  # an unknown name is named before any work
+        for dest in ("speed", "rates", "loads", "plot_dir"):
+            if getattr(args, dest) is not None:
+                raise _no_effect(dest, "with --scenario: a scenario fixes its workload (docs/scenarios.md)")
+        if args.env != "all":
+            raise _no_effect("env", "with --scenario: each scenario names its problem")
+        if args.preset != "lecture":
+            raise _no_effect("preset", "with --scenario: each scenario names its cluster")
     if command in ("replay", "overload", "compare"):
         from .clusterrun import check_preset_args
 
@@ -627,6 +682,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--tuned", action="append", default=None, metavar="FILE",
                    help="also run the baseline of this `mooncake-gym tune` result with its tuned knobs (repeatable)")
+    p.add_argument("--scenario", default=None, metavar="NAME[,NAME...]|all",
+                   help="compare on named benchmark scenarios instead (docs/scenarios.md); --trace gives the trace of "
+                        "those that need one, the others are skipped with the reason")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print one JSON document")
     fmt.add_argument("--markdown", action="store_true", help="print Markdown tables")
@@ -658,6 +716,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iterations", type=int, default=None, help="ppo: RLlib iterations per trial (default 10)")
     p.add_argument("--num-env-runners", type=int, default=None, help="ppo: remote env runners per trial (default 0)")
     p.add_argument("--train-batch", type=int, default=None, help="ppo: env steps per iteration (default: hyperparams.yml)")
+    p.add_argument("--scenario", default=None, metavar="NAME",
+                   help="tune on this scenario's environment (docs/scenarios.md; --trace gives its trace if it needs one)")
     p.add_argument("--out", required=True, metavar="FILE.json", help="write the result (best knobs) here")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.set_defaults(func=_cmd_tune)

@@ -64,6 +64,9 @@ class Setting:
     #: routing only: the lower bound on mean TTFT over the same seeds (``routing_bound``), shown as
     #: the table's last row ``bound``
     bound: dict | None = None
+    #: a scenario's setting (``compare --scenario``): its name and fingerprint
+    scenario: str | None = None
+    fingerprint: str | None = None
 
 
 def routing_settings(rates=(4.0, 8.0), trace=None, speed=1.0, episode_requests=ROUTING_EPISODE_REQUESTS):
@@ -149,7 +152,8 @@ def routing_bound(setting: Setting, seeds) -> dict:
     finally:
         env.close()
     mean, ci = mean_ci95(values)
-    return {"policy": "bound", "episodes": len(values), "mean_ttft_s": mean, "mean_ttft_s_ci95": ci}
+    return {"policy": "bound", "episodes": len(values), "mean_ttft_s": mean, "mean_ttft_s_ci95": ci,
+            "per_seed": values}
 
 
 def format_setting(setting: Setting, markdown: bool = False) -> str:
@@ -198,6 +202,17 @@ def compare(env: str = "all", seeds: int = 5, rates=(4.0, 8.0), loads=(2.0,), tr
     if env in ("admission", "all"):
         settings += admission_settings(loads, trace if env == "admission" else None)
     plan = [(s, with_tuned(policies_for(s.problem, agents), s.problem, tuned or [])) for s in settings]
+    run_plan(plan, seed_list, progress, threads, keep_results=plot_dir is not None)
+    if plot_dir is not None:
+        from .plots import compare_plots
+
+        compare_plots(settings, plot_dir)
+    return settings
+
+
+def run_plan(plan: list, seed_list, progress: bool, threads: int | None, keep_results: bool = False) -> None:
+    """Run every ``(setting, policies)`` of ``plan`` on ``seed_list``, then its problem's bound
+    (:data:`BOUNDS`), with one progress bar."""
     bar = None
     if progress:
         from tqdm import tqdm
@@ -207,17 +222,99 @@ def compare(env: str = "all", seeds: int = 5, rates=(4.0, 8.0), loads=(2.0,), tr
         for s, pols in plan:
             if bar is not None:
                 bar.set_postfix_str(s.label.split(",")[0])
-            run_setting(s, pols, seed_list, keep_results=plot_dir is not None, progress=bar, threads=threads)
-            if s.problem == "routing":
-                s.bound = routing_bound(s, seed_list)
+            run_setting(s, pols, seed_list, keep_results=keep_results, progress=bar, threads=threads)
+            bound = BOUNDS.get(s.problem)
+            if bound is not None:
+                s.bound = bound(s, seed_list)
     finally:
         if bar is not None:
             bar.close()
-    if plot_dir is not None:
-        from .plots import compare_plots
 
-        compare_plots(settings, plot_dir)
-    return settings
+
+#: The problems whose scenarios ``compare --scenario`` tabulates (with the columns of
+#: :func:`columns_of`); a scenario of another problem is skipped with the reason until its
+#: columns are wired in here.
+SCENARIO_PROBLEMS = ("routing",)
+
+#: The bound row of each problem's tables: ``problem -> function(setting, seeds) -> row`` (a
+#: lower bound on mean TTFT for routing). The one place where a problem's bound is chosen.
+BOUNDS = {"routing": routing_bound}
+
+
+def scenario_setting(scenario, **given) -> Setting:
+    """The comparison of one scenario (:mod:`mooncake_gym.scenarios`): its base environment made with
+    its arguments and ``given`` (e.g. ``trace``), so that agents trained on the base environment fit.
+    The label names the scenario and its version; ``fingerprint`` is its sha256."""
+    kwargs = scenario.config(**given)
+    return Setting(scenario.problem, f"{scenario.name} v{scenario.version} ({scenario.env_id})",
+                   scenario.base_env_id, kwargs, scenario=scenario.name, fingerprint=scenario.fingerprint(**given))
+
+
+def agents_fitting(setting: Setting, agents: dict) -> dict:
+    """``{name: (problem, model)}`` of ``agents`` that solve ``setting``'s problem and fit its
+    environment's spaces (the others are left out: a scenario may change the number of instances)."""
+    import gymnasium as gym
+
+    from .evaluation import ModelPolicy
+
+    out = {}
+    env = gym.make(setting.env_id, **setting.env_kwargs)
+    try:
+        for name, (problem, model) in agents.items():
+            if problem != setting.problem:
+                continue
+            try:
+                ModelPolicy(model, name).prepare(env)
+            except ValueError:
+                continue
+            out[name] = (problem, model)
+    finally:
+        env.close()
+    return out
+
+
+def compare_scenarios(names="all", seeds: int = 5, trace=None, agents: dict | None = None, tuned: list | None = None,
+                      progress: bool = True, threads: int | None = 1) -> tuple[list[Setting], list[str]]:
+    """``compare --scenario``: every baseline at its defaults, the tuned baselines (``tuned``: the
+    results of ``tune`` for this problem, on this scenario or on no scenario), the agents that fit
+    and the bound, on each scenario of ``names`` ("all" or a list of names). A scenario whose
+    ``requires`` are not given (``trace``) is skipped: returns ``(settings, skipped)``, ``skipped``
+    holding one reason per skipped scenario."""
+    from .scenarios import SCENARIOS, get_scenario
+
+    if not isinstance(seeds, int) or isinstance(seeds, bool) or seeds < 1:
+        raise ValueError(f"--seeds: expected an integer >= 1, got {seeds!r}")
+    chosen = list(SCENARIOS.values()) if names == "all" else [get_scenario(n) for n in names]
+    if agents is None:
+        agents = shipped_agents()
+    given = {} if trace is None else {"trace": trace}
+    plan, skipped = [], []
+    for sc in chosen:
+        if sc.problem not in SCENARIO_PROBLEMS:
+            skipped.append(f"{sc.name}: skipped, compare has no table for {sc.problem} scenarios yet")
+            continue
+        own = {k: v for k, v in given.items() if k in sc.requires}
+        missing = sc.missing(**own)
+        if missing:
+            skipped.append(f"{sc.name}: skipped, it needs {', '.join('--' + m for m in missing)} (not given)")
+            continue
+        s = scenario_setting(sc, **own)
+        docs = [d for d in tuned or [] if d.get("scenario") in (None, sc.name)]
+        plan.append((s, with_tuned(policies_for(s.problem, agents_fitting(s, agents)), s.problem, docs)))
+    run_plan(plan, [COMPARE_SEED_BASE + i for i in range(seeds)], progress, threads)
+    return [s for s, _ in plan], skipped
+
+
+def ranked(setting: Setting) -> Setting:
+    """``setting`` with its rows sorted best first by the problem's main metric (``tune``'s default
+    objective); the bound stays the last row."""
+    from .tune import TUNE_METRICS
+
+    key, goal = TUNE_METRICS[setting.problem]
+    sign = 1.0 if goal == "min" else -1.0
+    rows = sorted(setting.rows, key=lambda r: (math.isnan(r[key]), sign * r[key] if not math.isnan(r[key]) else 0.0))
+    return Setting(setting.problem, setting.label, setting.env_id, setting.env_kwargs, rows, setting.episodes,
+                   setting.bound, setting.scenario, setting.fingerprint)
 
 
 def problem_of(model) -> str:

@@ -43,6 +43,15 @@ Modes (``ObservationConfig.mode``; the parts combine with ``+``, e.g. ``"scraped
     router-side counts of the requests it has sent in the manner of NVIDIA Dynamo's KV router, which
     tracks the blocks and prefill tokens of the requests it routed (Dynamo docs, "Router Design",
     block tracking; Dynamo also decrements them when a request completes, which this model does not).
+    ``routers=K`` (default 1) models K independent routers in front of the same instances (several
+    gateway replicas): arriving request ``j`` (its position in the trace) goes to router
+    ``j mod K`` (round robin), and each router has its own snapshots, taken at times
+    ``k * scrape_period_s + r * scrape_period_s / K`` (router ``r``'s phase), and its own in-flight
+    counters, of only the requests IT sent. A router therefore does not see what the others sent
+    since its last snapshot, and routers that see the same idle instance all send to it: the herd
+    effect of load balancing on stale, unshared information (Mitzenmacher, "How useful is old
+    information?", IEEE TPDS 11(1), 2000). The prefix index (``approximate``, ``precise``) and the
+    noise stay one for all routers. With ``routers=1`` the view is exactly the single router's above.
 
 ``approximate`` -- a router-side prefix index (no view of the caches)
     The router never reads the instances' caches: it keeps, per instance, an index of the blocks it
@@ -121,6 +130,8 @@ class ObservationConfig:
     kv_event_delay_s: delay of the instances' KV events (``precise``). 0.1 s is an assumption
         (event batching and transport), not a published figure.
     noise_sigma: log-normal error size of the predicted times (``noisy``).
+    routers: independent routers, each with its own snapshots and in-flight counters, requests
+        assigned round robin (``scraped``; default 1).
 
     A setting changed from its default for a mode that ``mode`` does not include is a
     ``ValueError`` (it would have no effect).
@@ -134,6 +145,7 @@ class ObservationConfig:
     index_ttl_s: float | None = None
     kv_event_delay_s: float = 0.1
     noise_sigma: float = 0.3
+    routers: int = 1
 
     def __post_init__(self):
         object.__setattr__(self, "_parts", None)
@@ -149,6 +161,9 @@ class ObservationConfig:
         cap = self.index_capacity_blocks
         if cap is not None and (not isinstance(cap, (int, np.integer)) or isinstance(cap, bool) or cap < 0):
             raise ValueError(f"index_capacity_blocks: expected an integer >= 0 or None, got {cap!r}")
+        r = self.routers
+        if not isinstance(r, (int, np.integer)) or isinstance(r, bool) or not 1 <= r <= 1024:
+            raise ValueError(f"routers: expected an integer in [1, 1024], got {r!r}")
         if not isinstance(self.inflight, bool):
             raise ValueError(f"inflight: expected True or False, got {self.inflight!r}")
         for f in fields(self):  # a setting of a mode not asked for would be silently ignored
@@ -208,7 +223,7 @@ class ObservationConfig:
                     kwargs[key] = None
                 elif key == "inflight":
                     kwargs[key] = {"true": True, "false": False}[value.lower()]
-                elif key == "index_capacity_blocks":
+                elif key in ("index_capacity_blocks", "routers"):
                     kwargs[key] = int(value)
                 else:
                     kwargs[key] = float(value)
@@ -220,7 +235,7 @@ class ObservationConfig:
 #: The mode each setting belongs to.
 _FIELD_MODE = {"scrape_period_s": "scraped", "scrape_delay_s": "scraped", "inflight": "scraped",
                "index_capacity_blocks": "approximate", "index_ttl_s": "approximate",
-               "kv_event_delay_s": "precise", "noise_sigma": "noisy"}
+               "kv_event_delay_s": "precise", "noise_sigma": "noisy", "routers": "scraped"}
 
 
 def _check_seconds(name: str, value) -> None:
@@ -272,11 +287,17 @@ class Observer:
         self._factors: list[float] = []  # noise factors exp(sigma z), drawn in blocks, used from the end
         self._seen = None  # the last view handed to the policy
         n = len(instances)
-        # scraped: snapshots (time taken, dispatches before it, queue_s, queued_requests), oldest first;
-        # the first is always visible (at the start: an empty cluster, known in advance)
-        self._snapshots = deque([(-math.inf, 0, (0.0,) * n, (0,) * n, (0,) * n)])
-        self._next_k = 0  # index of the next periodic snapshot time
-        self._sent: deque = deque()  # (dispatch number, instance, estimated service s, computed tokens) of this router
+        # scraped, per router: snapshots (time taken, dispatches before it, queue_s, queued_requests,
+        # queued_tokens), oldest first; the first is always visible (at the start: an empty cluster,
+        # known in advance)
+        k = config.routers
+        self._routers = k
+        self._all_snapshots = [deque([(-math.inf, 0, (0.0,) * n, (0,) * n, (0,) * n)]) for _ in range(k)]
+        self._all_next_k = [0] * k  # per router: index of its next periodic snapshot time
+        # per router: (dispatch number, instance, estimated service s, computed tokens) of what it sent
+        self._all_sent = [deque() for _ in range(k)]
+        self._phase = [r * config.scrape_period_s / k for r in range(k)]  # router r's snapshot times: phase + k period
+        self._router = 0  # the router of the last observed request
         self._dispatches = 0
         # prefix index: the router's per-instance block indexes
         kind = config.prefix_index
@@ -300,27 +321,31 @@ class Observer:
         c = self.config
         period = c.scrape_period_s
         if period == 0:
-            self._take(now)
+            for snapshots in self._all_snapshots:
+                snapshots.append(self._take(now))
             return
         # Only snapshots that some decision at or after ``now`` may hold are taken: the state between
         # two decisions is the state after the earlier one's dispatch, aged.
-        first = max(self._next_k, math.floor((now - c.scrape_delay_s) / period) - 1, 0)
-        last = math.floor(now / period)
-        for k in range(first, last + 1):
-            self._take(min(k * period, now))
-        self._next_k = max(self._next_k, last + 1)
+        for r, (snapshots, phase) in enumerate(zip(self._all_snapshots, self._phase)):
+            next_k = self._all_next_k[r]
+            first = max(next_k, math.floor((now - phase - c.scrape_delay_s) / period) - 1, 0)
+            last = math.floor((now - phase) / period)
+            for k in range(first, last + 1):
+                snapshots.append(self._take(min(k * period + phase, now)))
+            self._all_next_k[r] = max(next_k, last + 1)
 
-    def _take(self, t: float) -> None:
+    def _take(self, t: float) -> tuple:
         queue = tuple([inst.queue_s(t) for inst in self.instances])
         queued, tokens = zip(*[(inst.queued_requests(t), inst.queued_tokens) if q else (0, 0)
                                for inst, q in zip(self.instances, queue)])
-        self._snapshots.append((t, self._dispatches, queue, queued, tokens))
+        return t, self._dispatches, queue, queued, tokens
 
     def observe(self, exact) -> object:
         """The view the policy sees for the exact view ``exact`` (a named tuple of the same class,
         with the fields the modes change replaced)."""
         changes: dict = {}
         now = exact.now
+        self._router = exact.index % self._routers  # round robin over the trace's requests
         if self._scraped:
             self._scraped_load(exact, now, changes)
         if self._index is not None:
@@ -340,7 +365,7 @@ class Observer:
             pulled = pull and v.best_hit_tokens > v.hit_tokens[i]
             service = v.transfer_s[i] + v.pull_prefill_s[i] if pulled else v.prefill_s[i]
             tokens = v.input_tokens - (v.best_hit_tokens if pulled else v.hit_tokens[i])
-            self._sent.append((self._dispatches - 1, i, service, tokens))
+            self._all_sent[self._router].append((self._dispatches - 1, i, service, tokens))
         kind = self._kind
         if kind == "approximate":
             self._index[i].insert(v.block_ids)
@@ -352,11 +377,11 @@ class Observer:
     # -- the modes --------------------------------------------------------------------------------
     def _scraped_load(self, v, now: float, changes: dict) -> None:
         delay = self.config.scrape_delay_s
-        snaps = self._snapshots
+        snaps = self._all_snapshots[self._router]
         while len(snaps) > 1 and snaps[1][0] + delay <= now:
             snaps.popleft()
         t, seen_dispatches, queue, queued, tokens = snaps[0]
-        sent = self._sent
+        sent = self._all_sent[self._router]
         while sent and sent[0][0] < seen_dispatches:  # already in the snapshot
             sent.popleft()
         elapsed = now - t

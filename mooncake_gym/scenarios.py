@@ -56,8 +56,11 @@ class Scenario:
     def fingerprint(self, **overrides) -> str:
         """sha256 of the scenario's identity and configuration, and of every trace file it reads."""
         h = hashlib.sha256()
+        # a trace file counts by its bytes (below), not by the spelling of its path
+        kwargs = {k: ("<file>" if k in TRACE_ARGUMENTS and isinstance(v, (str, os.PathLike)) else v)
+                  for k, v in self.config(**overrides).items()}
         h.update(json.dumps({"name": self.name, "version": self.version, "env": self.base_env_id,
-                             "kwargs": self.config(**overrides)}, sort_keys=True, default=repr).encode())
+                             "kwargs": kwargs}, sort_keys=True, default=repr).encode())
         for key in TRACE_ARGUMENTS:
             path = self.config(**overrides).get(key)
             if isinstance(path, (str, os.PathLike)):
@@ -125,7 +128,46 @@ def register_scenarios() -> None:
 _add(Scenario("routing-sanity", "routing", "mooncake_gym/PrefillRouting-v0",
               {"rate": 4.0, "episode_requests": 3000},
               "The lecture's 8 prefill instances at 4 sessions/s, exact observation: the rules are near "
-              "the bound here; a check that an agent is not broken."))
+              "the bound here; a check that an agent is not broken.",
+              reset_options=("trace",)))
+_add(Scenario("routing-sanity-8", "routing", "mooncake_gym/PrefillRouting-v0",
+              {"rate": 8.0, "episode_requests": 3000},
+              "The same at 8 sessions/s (lecture demo 2's load, where random routing overloads): kvcentric "
+              "is within about 30 % of the bound; the second sanity check.",
+              reset_options=("trace",)))
+_add(Scenario("routing-saturated", "routing", "mooncake_gym/PrefillRouting-v0",
+              {"rate": 11.0, "episode_requests": 3000},
+              "8 A800 instances at 11 sessions/s, exact observation: near saturation. kvcentric starts to "
+              "queue at about 10/s (mean TTFT 0.70 s, 2x the bound) and at 12/s its queues grow with the "
+              "episode's length; at 11/s a 3,000-request episode stays finite with kvcentric at 3-4x the bound.",
+              reset_options=("trace",)))
+_add(Scenario("routing-heterogeneous", "routing", "mooncake_gym/PrefillRouting-v0",
+              {"rate": 18.0, "episode_requests": 3000, "instances": "4xH800+4xA800"},
+              "Two GPU generations in one pool: 4 H800 nodes (989 TFLOPS per GPU) and 4 A800 nodes "
+              "(312) at 18 sessions/s; each instance prefills at its own speed, so a rule must weigh "
+              "work against speed.",
+              reset_options=("trace",)))
+_add(Scenario("routing-stale-multirouter", "routing", "mooncake_gym/PrefillRouting-v0",
+              {"rate": 8.0, "episode_requests": 3000,
+               "observation": {"mode": "scraped", "routers": 4, "scrape_period_s": 0.5, "scrape_delay_s": 0.1}},
+              "4 routers (gateway replicas) take turns over the arrivals; each sees load snapshots scraped "
+              "every 0.5 s at its own phase, 0.1 s late, plus only its own in-flight requests: routers "
+              "that see the same idle instance all send to it (the herd effect). 8 sessions/s.",
+              reset_options=("trace",)))
+_add(Scenario("routing-bursty", "routing", "mooncake_gym/PrefillRouting-v0",
+              {"rate": 8.0, "episode_requests": 3000,
+               "arrivals": {"burst_ratio": 2.0, "calm_s": 20.0, "burst_s": 10.0}},
+              "Bursty sessions: a two-state Markov-modulated Poisson process with mean 8 sessions/s, "
+              "6/s in calm periods (mean 20 s) and 12/s in bursts (mean 10 s); queues built in a burst "
+              "drain in the calm.",
+              reset_options=("trace",)))
+_add(Scenario("routing-mooncake-trace", "routing", "mooncake_gym/PrefillRouting-v0",
+              {"speed": 2.0, "window_requests": 1000},
+              "Mooncake's public synthetic trace (FAST'25 release, 3,993 requests) replayed at twice its "
+              "speed; each episode a window of 1,000 consecutive requests from an offset drawn from the "
+              "episode's seed (heavily loaded: queues build in its busy stretches). Not shipped: give "
+              "trace=PATH.",
+              requires=("trace",), reset_options=("offset", "trace")))
 
 # --- admission scenarios (OverloadAdmission-v1 on the realistic presets)
 _add(Scenario("admission-load2", "admission", "mooncake_gym/OverloadAdmission-v1",

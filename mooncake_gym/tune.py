@@ -114,15 +114,18 @@ def metric_goal(problem: str, metric: str | None) -> tuple[str, str]:
     return metric, METRIC_GOALS[problem][metric]
 
 
-def objective(problem: str, name: str, knobs: dict, seeds, settings, metric: str | None = None) -> float:
+def objective(problem: str, name: str, knobs: dict, seeds, settings, metric: str | None = None,
+              env_id: str | None = None) -> float:
     """The score of baseline ``name`` with ``knobs``: ``metric`` (default ``TUNE_METRICS[problem]``)
-    averaged over every seed of every workload in ``settings`` (``[(label, env kwargs)]``)."""
+    averaged over every seed of every workload in ``settings`` (``[(label, env kwargs)]``) of
+    ``env_id`` (default: the problem's v0 environment; a scenario's base environment with ``--scenario``)."""
     from .baselines import make_policy
     from .envs import ADMISSION_ENV_ID, ROUTING_ENV_ID
     from .evaluation import evaluate
 
     metric, _ = metric_goal(problem, metric)
-    env_id = ROUTING_ENV_ID if problem == "routing" else ADMISSION_ENV_ID
+    if env_id is None:
+        env_id = ROUTING_ENV_ID if problem == "routing" else ADMISSION_ENV_ID
     values = []
     for _, env_kwargs in settings:
         values += [e[metric] for e in evaluate(env_id, make_policy(problem, name, **knobs), seeds, **env_kwargs)]
@@ -141,45 +144,71 @@ def _best(results: list[dict], goal: str, hint: str = "") -> dict:
 def tune_baseline(policy: str, env: str, budget: int | None = None, search: str = "grid", seeds: int = 3,
                   rates=(4.0, 8.0), loads=(2.0,), trace=None, speed: float = 1.0,
                   episode_requests: int = TUNE_EPISODE_REQUESTS, backend: str = "local",
-                  address: str | None = None, seed: int = 0, metric: str | None = None, progress=None) -> dict:
+                  address: str | None = None, seed: int = 0, metric: str | None = None, progress=None,
+                  scenario: str | None = None) -> dict:
     """Search the knobs of baseline ``policy`` on ``env`` ('routing' or 'admission'); returns the
     document ``tune`` writes: the best ``knobs``, its ``score``, every tried setting's score
     (``results``, in the order tried), the seeds and workloads used.
 
-    ``progress(result)`` is called after each setting (local backend) as it finishes."""
+    ``progress(result)`` is called after each setting (local backend) as it finishes.
+
+    ``scenario``: tune on that scenario (:mod:`mooncake_gym.scenarios`) instead of the synthetic
+    workloads: its environment and arguments as they are (``trace`` fills its required trace; the
+    rates, loads, speed and episode length are the scenario's); the document then names the scenario
+    and its fingerprint, and ``compare --scenario`` shows the row as ``NAME (tuned on SCENARIO)``."""
     if backend not in BACKENDS:
         raise ValueError(f"--backend: expected one of {BACKENDS}, got {backend!r}")
     knobs = knobs_of(env, policy)
     settings_to_try = candidates(knobs, search, budget, seed)
     seed_list = tune_seeds(seeds)
-    settings = workloads(env, rates, loads, trace, speed, episode_requests)
+    env_id, extra = None, {}
+    if scenario is not None:
+        from .compare import scenario_setting
+        from .scenarios import get_scenario
+
+        sc = get_scenario(scenario)
+        if sc.problem != env:
+            raise ValueError(f"--scenario: {scenario} is a {sc.problem} scenario, but --env is {env}")
+        if trace is not None and "trace" not in sc.requires:
+            raise ValueError(f"--trace: has no effect with --scenario {scenario}: it fixes its own workload")
+        given = {} if trace is None else {"trace": trace}
+        missing = sc.missing(**given)
+        if missing:
+            raise ValueError(f"--scenario: {scenario} needs {', '.join('--' + m for m in missing)}")
+        s = scenario_setting(sc, **given)
+        settings, env_id = [(s.label, s.env_kwargs)], s.env_id
+        extra = {"scenario": sc.name, "fingerprint": s.fingerprint}
+    else:
+        settings = workloads(env, rates, loads, trace, speed, episode_requests)
     metric, goal = metric_goal(env, metric)
     if backend == "local":
         results = []
         for k in settings_to_try:
-            results.append({"knobs": k, "score": objective(env, policy, k, seed_list, settings, metric)})
+            results.append({"knobs": k, "score": objective(env, policy, k, seed_list, settings, metric, env_id)})
             if progress is not None:
                 progress(results[-1])
     else:
         results = _ray_tune(_baseline_trial, settings_to_try, goal, address,
-                            {"problem": env, "name": policy, "seeds": seed_list, "settings": settings, "metric": metric},
+                            {"problem": env, "name": policy, "seeds": seed_list, "settings": settings, "metric": metric,
+                             "env_id": env_id},
                             cpus=1)
     best = _best(results, goal)
     return {"policy": policy, "env": env, "knobs": best["knobs"], "metric": metric, "goal": goal,
             "score": best["score"], "search": search, "backend": backend, "grid": knobs, "seeds": seed_list,
             "workloads": [{"label": label, "env_kwargs": _jsonable_kwargs(kw)} for label, kw in settings],
-            "results": results}
+            "results": results, **extra}
 
 
 def _jsonable_kwargs(kwargs: dict) -> dict:
-    return {k: (v if isinstance(v, (int, float, str, list, tuple)) or v is None else str(v)) for k, v in kwargs.items()}
+    return {k: (v if isinstance(v, (int, float, str, list, tuple, dict)) or v is None else str(v))
+            for k, v in kwargs.items()}
 
 
 def _baseline_trial(config: dict) -> dict:
     """One Ray Tune trial of a baseline search: the same :func:`objective` as the local loop."""
     fixed = config["fixed"]
     return {"score": objective(fixed["problem"], fixed["name"], config["knobs"], fixed["seeds"], fixed["settings"],
-                               fixed["metric"])}
+                               fixed["metric"], fixed.get("env_id"))}
 
 
 def _ppo_trial(config: dict) -> dict:
@@ -314,7 +343,10 @@ def read_tuned(path: str | os.PathLike) -> dict:
 
 
 def tuned_name(doc: dict) -> str:
-    """The table row name of a tuned baseline, e.g. ``kvcentric (tuned)``."""
+    """The table row name of a tuned baseline, e.g. ``kvcentric (tuned)`` (``kvcentric (tuned on
+    routing-saturated)`` when tuned on a scenario)."""
+    if doc.get("scenario"):
+        return f"{doc['policy']} (tuned on {doc['scenario']})"
     return f"{doc['policy']} (tuned)"
 
 

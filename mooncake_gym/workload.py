@@ -511,6 +511,85 @@ class SyntheticConfig:
 DEFAULT_SYNTHETIC = SyntheticConfig()
 
 
+@dataclass(frozen=True)
+class BurstyArrivals:
+    """Bursty session arrivals: a two-state Markov-modulated Poisson process (MMPP-2).
+
+    The session arrival rate alternates between a *calm* and a *burst* state; each state lasts an
+    exponential time with mean ``calm_s`` or ``burst_s`` seconds, and in the burst state sessions
+    arrive ``burst_ratio`` times as fast as in the calm state. The two rates are scaled so that
+    the long-run mean stays the generator's ``rate``: with ``p = burst_s / (calm_s + burst_s)``
+    the share of time in bursts, the calm rate is ``rate / (1 - p + p * burst_ratio)`` and the
+    burst rate ``burst_ratio`` times that. The first state is drawn from the stationary
+    distribution (burst with probability ``p``). ``burst_ratio=1`` is a Poisson process again
+    (with other arrival times than the default generator's).
+
+    MMPPs are the standard model of bursty request traffic (Fischer and Meier-Hellstern, "The
+    Markov-modulated Poisson process (MMPP) cookbook", Performance Evaluation 18(2), 1993).
+    Follow-up requests of a session still come after the session's think times.
+    """
+
+    burst_ratio: float = 4.0
+    calm_s: float = 20.0
+    burst_s: float = 10.0
+
+    def __post_init__(self):
+        check_range("burst_ratio", self.burst_ratio, 1.0, 1e3)
+        check_range("calm_s", self.calm_s, 1e-3, 1e6)
+        check_range("burst_s", self.burst_s, 1e-3, 1e6)
+
+    @property
+    def burst_share(self) -> float:
+        """Long-run share of time spent in the burst state."""
+        return self.burst_s / (self.calm_s + self.burst_s)
+
+    def multipliers(self) -> tuple[float, float]:
+        """(calm, burst) rate as multiples of the mean rate."""
+        p = self.burst_share
+        calm = 1.0 / (1.0 - p + p * self.burst_ratio)
+        return calm, calm * self.burst_ratio
+
+
+def as_arrivals(value) -> BurstyArrivals | None:
+    """None (Poisson sessions), a :class:`BurstyArrivals`, or a dict of its fields; ``ValueError``
+    naming ``arrivals`` otherwise."""
+    if value is None or isinstance(value, BurstyArrivals):
+        return value
+    if isinstance(value, dict):
+        try:
+            return BurstyArrivals(**value)
+        except TypeError as e:
+            raise ValueError(f"arrivals: expected fields of BurstyArrivals (burst_ratio, calm_s, burst_s): {e}") from None
+    raise ValueError(f"arrivals: expected None, a dict of BurstyArrivals fields or a BurstyArrivals, "
+                     f"got {type(value).__name__}")
+
+
+class _ModulatedClock:
+    """The time change that turns a Poisson process at the mean rate into the MMPP: a homogeneous
+    arrival at "operational time" ``s`` happens at the real time ``t`` where the integral of the
+    rate multiplier from 0 to ``t`` reaches ``s`` (a Cox process; the multiplier's path is drawn
+    from ``rng``, independently of everything else)."""
+
+    def __init__(self, arrivals: BurstyArrivals, rng: np.random.Generator):
+        self.rng = rng
+        self.mean_s = (arrivals.calm_s, arrivals.burst_s)
+        self.rate = arrivals.multipliers()
+        self.state = int(rng.random() < arrivals.burst_share)
+        self.t, self.s, self.slope = [0.0], [0.0], []  # segment starts (real and operational), slopes
+
+    def real_time(self, s: np.ndarray) -> np.ndarray:
+        while self.s[-1] <= s[-1]:  # draw state sojourns until the last operational time is covered
+            d = float(self.rng.exponential(self.mean_s[self.state]))
+            m = self.rate[self.state]
+            self.slope.append(m)
+            self.t.append(self.t[-1] + d)
+            self.s.append(self.s[-1] + d * m)
+            self.state = 1 - self.state
+        starts = np.asarray(self.s[:-1])
+        i = np.searchsorted(starts, s, side="right") - 1
+        return np.asarray(self.t[:-1])[i] + (s - starts[i]) / np.asarray(self.slope)[i]
+
+
 #: Sessions drawn per batch. The generator draws its random numbers batch by batch, in a fixed
 #: order, so a trace cut to n requests is the head of the same seed's longer traces.
 SESSION_BATCH = 256
@@ -563,6 +642,7 @@ def synthetic_trace(
     n_requests: int | None = None,
     config: SyntheticConfig = DEFAULT_SYNTHETIC,
     block_tokens: int = BLOCK_TOKENS,
+    arrivals: BurstyArrivals | dict | None = None,
 ) -> Trace:
     """A synthetic trace imitating Mooncake's public traces (see :class:`SyntheticConfig`).
 
@@ -572,6 +652,11 @@ def synthetic_trace(
     complete (with both, the trace may hold fewer than ``n_requests`` if the duration ends first).
     Deterministic per seed, and a shorter trace is the head of a longer one of the same seed and
     rate. Block ids are numbered in order of first appearance, as in Mooncake's traces.
+
+    ``arrivals``: None (default) for Poisson session arrivals, or :class:`BurstyArrivals` (or a
+    dict of its fields) for a two-state Markov-modulated Poisson process with the same mean
+    ``rate``: the same sessions, their starts moved by a random time change whose path is drawn
+    from a generator spawned from the seed's (so every other draw is the default's).
     """
     check("rate", rate)
     check("requests", n_requests, "n_requests", allow_none=True)
@@ -583,8 +668,11 @@ def synthetic_trace(
     if n_requests is None:  # sessions start until duration_s: bound their number before drawing them
         check_bound("rate", rate * duration_s, MAX_SYNTHETIC_SESSIONS, "sessions (rate x duration_s)",
                     "lower the rate or the duration, or give n_requests")
+    process = as_arrivals(arrivals)  # (the name ``arrivals`` is reused below for the arrival columns)
     horizon = math.inf if duration_s is None else duration_s
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    clock = None if process is None else _ModulatedClock(process, rng.spawn(1)[0])
+    operational = 0.0  # bursty arrivals: the homogeneous process's last session start
     c = config
     lo, hi = c.system_prompt_blocks
     prompt_blocks = rng.integers(lo, hi + 1, size=c.n_system_prompts)
@@ -597,7 +685,12 @@ def synthetic_trace(
     batches, start, arrivals = [], 0.0, []
     while True:
         b = _session_batch(rng, rate, c, cdf)
-        b["start"] = start + np.cumsum(b["gaps"])
+        if clock is None:
+            b["start"] = start + np.cumsum(b["gaps"])
+        else:
+            homogeneous = operational + np.cumsum(b["gaps"])
+            operational = float(homogeneous[-1])
+            b["start"] = clock.real_time(homogeneous)
         start = float(b["start"][-1])
         first = np.zeros(len(b["out"]), bool)
         first[np.cumsum(b["n"]) - b["n"]] = True
@@ -634,7 +727,9 @@ def synthetic_trace(
                            block_tokens, c.input_max)
     out_trace = Trace.__new__(Trace)  # the columns are built valid: no re-conversion
     out_trace._set(arrival, total, out, block_ids, session,
-                   f"synthetic(rate={rate:g}, seed={seed if isinstance(seed, (int, np.integer)) else 'rng'})")
+                   f"synthetic(rate={rate:g}, seed={seed if isinstance(seed, (int, np.integer)) else 'rng'}"
+                   + ("" if process is None else f", bursty {process.burst_ratio:g}x {process.burst_s:g}s/"
+                                                 f"{process.calm_s:g}s") + ")")
     return out_trace
 
 

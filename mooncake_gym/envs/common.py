@@ -10,7 +10,7 @@ import struct
 import numpy as np
 
 from ..limits import MAX_SYNTHETIC_SESSIONS, check, check_bound, check_range  # noqa: F401  (check_range: moved)
-from ..workload import Trace, read_trace, resample_iid, synthetic_trace
+from ..workload import Trace, as_arrivals, read_trace, resample_iid, synthetic_trace
 
 
 #: Exact types of the integer actions the environments' fast path accepts (Python's, and the numpy
@@ -59,10 +59,16 @@ class WorkloadSpec:
     Otherwise each episode draws a synthetic trace from the env's ``np_random`` at ``rate`` sessions/s,
     or at a rate drawn uniformly from ``rate_range`` per episode (for training); ``episode_requests``
     requests long, or ``duration_s`` seconds of sessions when ``episode_requests`` is None.
+
+    Opt-in (default None: as above): ``arrivals``, bursty session arrivals for the synthetic
+    generator (:class:`~mooncake_gym.workload.BurstyArrivals` or a dict of its fields);
+    ``window_requests``, with a trace: each episode replays only ``window_requests`` consecutive
+    requests of it, from an offset drawn uniformly from the env's ``np_random`` (or
+    ``reset(options={"offset": k})``), their arrivals shifted to start at 0.
     """
 
     def __init__(self, rate=None, rate_range=None, trace=None, speed=1.0, episode_requests=None,
-                 duration_s=600.0, default_rate=4.0):
+                 duration_s=600.0, default_rate=4.0, arrivals=None, window_requests=None):
         check("speed", speed)
         check("requests", episode_requests, "episode_requests", allow_none=True)
         check("duration_s", duration_s)
@@ -75,6 +81,16 @@ class WorkloadSpec:
         self.speed = float(speed)
         self.episode_requests = episode_requests
         self.duration_s = float(duration_s)
+        self.arrivals = as_arrivals(arrivals)
+        if self.arrivals is not None and trace is not None:
+            raise ValueError("arrivals: shapes the synthetic generator's sessions; it has no effect with a trace")
+        check("requests", window_requests, "window_requests", allow_none=True)
+        if window_requests is not None and self.trace is None:
+            raise ValueError("window_requests: replays a window of a trace; give trace= too")
+        if window_requests is not None and window_requests > len(self.trace):
+            raise ValueError(f"window_requests: expected at most the trace's {len(self.trace)} requests, "
+                             f"got {window_requests}")
+        self.window_requests = window_requests
 
     def draw(self, np_random: np.random.Generator, options: dict | None) -> Trace:
         """The episode's trace: ``options['trace']`` if given, else the replayed or generated one."""
@@ -82,12 +98,34 @@ class WorkloadSpec:
             trace = as_trace("options['trace']", options["trace"])
         else:
             trace = self.trace
+        if options and "offset" in options and self.window_requests is None:
+            raise ValueError("options['offset']: the start of a replayed window; the env has no window_requests")
         if trace is not None:
+            if self.window_requests is not None:
+                trace = self._window(trace, np_random, options)
             return trace.scaled(self.speed) if self.speed != 1.0 else trace
         rate = self.rate.draw(np_random)
+        if self.arrivals is not None:  # opt-in: the default calls below stay exactly as they were
+            return synthetic_trace(np_random, rate, duration_s=None if self.episode_requests else self.duration_s,
+                                   n_requests=self.episode_requests, arrivals=self.arrivals)
         if self.episode_requests is None:
             return synthetic_trace(np_random, rate, duration_s=self.duration_s)
         return synthetic_trace(np_random, rate, duration_s=None, n_requests=self.episode_requests)
+
+    def _window(self, trace: Trace, np_random: np.random.Generator, options: dict | None) -> Trace:
+        """``window_requests`` consecutive requests of ``trace`` from a drawn (or given) offset."""
+        n = min(self.window_requests, len(trace))
+        top = len(trace) - n
+        if options and "offset" in options:
+            offset = options["offset"]
+            if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)) or not 0 <= offset <= top:
+                raise ValueError(f"options['offset']: expected an integer in [0, {top}] (the trace's "
+                                 f"{len(trace)} requests minus the window of {n}), got {offset!r}")
+        else:
+            offset = int(np_random.integers(0, top + 1))
+        idx = range(offset, offset + n)
+        arrivals = trace.arrival_s[offset:offset + n] - trace.arrival_s[offset]
+        return trace.take(idx, arrival_s=arrivals, name=f"{trace.name}[{offset}:{offset + n}]")
 
 
 def episode_workload(np_random: np.random.Generator, options: dict | None, trace: Trace | None, speed: float,

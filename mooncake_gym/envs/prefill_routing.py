@@ -137,7 +137,7 @@ class PrefillRoutingEnv(gym.Env):
 
     | mode | what the agent sees instead | imitates |
     |---|---|---|
-    | ``scraped`` | load (5i, 5i+1 and the queue part of 5i+3, 5i+4) from snapshots taken every ``scrape_period_s`` (0.1 s) and seen ``scrape_delay_s`` (0 s) late, plus the router's own count of what it sent since: queue = max(0, snapshot - time since) + estimated service of the requests sent since | llm-d's endpoint picker polling the servers' metrics (every 50 ms by default) and counting its own requests, as Dynamo's KV router does |
+    | ``scraped`` | load (5i, 5i+1 and the queue part of 5i+3, 5i+4) from snapshots taken every ``scrape_period_s`` (0.1 s) and seen ``scrape_delay_s`` (0 s) late, plus the router's own count of what it sent since: queue = max(0, snapshot - time since) + estimated service of the requests sent since; with ``routers=K``, K routers take turns (round robin), each with its own snapshots (phases spread over the period) and its own count | llm-d's endpoint picker polling the servers' metrics (every 50 ms by default) and counting its own requests, as Dynamo's KV router does |
     | ``approximate`` | prefix hits (5i+2, 5N+1 and the TTFT estimates) from the router's own index of the blocks it routed to each instance, an LRU of ``index_capacity_blocks`` (unbounded) with entries expiring after ``index_ttl_s`` (never): blocks a cache has evicted still count | SGLang's cache-aware router, llm-d's approximate prefix-cache scorer, Dynamo without KV events |
     | ``precise`` | the same fields from the instances' KV-cache events, applied ``kv_event_delay_s`` (0.1 s) late | llm-d's precise prefix-cache scorer, Dynamo's KV indexer |
     | ``noisy`` | the TTFT estimates (5i+3, 5i+4) with the predicted prefill and transfer times each multiplied by ``exp(noise_sigma z)``, z standard normal (``noise_sigma`` 0.3), drawn from a generator spawned from the env's ``np_random`` | routers ranking instances by a predicted TTFT (Mooncake's Conductor) |
@@ -183,7 +183,12 @@ class PrefillRoutingEnv(gym.Env):
     ``np_random``: a synthetic trace at ``rate`` sessions/s (or a rate drawn uniformly from
     ``rate_range``), or the given ``trace`` replayed at ``speed``; ``reset(options={"trace": ...})``
     replays a trace for one episode. A replayed trace runs whole (``episode_requests`` only cuts
-    synthetic episodes).
+    synthetic episodes), unless ``window_requests=N``: then each episode replays N consecutive
+    requests of it from an offset drawn uniformly from ``np_random`` (or given as
+    ``reset(options={"offset": k})``), shifted to start at time 0. ``arrivals=`` (a dict of
+    ``mooncake_gym.workload.BurstyArrivals`` fields: ``burst_ratio``, ``calm_s``, ``burst_s``)
+    makes the synthetic sessions arrive as a two-state Markov-modulated Poisson process with the
+    same mean rate (bursts of ``burst_ratio`` times the calm rate).
 
     ## Episode End
 
@@ -197,7 +202,7 @@ class PrefillRoutingEnv(gym.Env):
     ``gym.make("mooncake_gym/PrefillRouting-v0", n_instances=None, cache_blocks=3000, ttft_slo_s=5.0,
     rate=None, rate_range=None, trace=None, speed=1.0, episode_requests=1000, duration_s=600.0,
     allow_pull=True, reward="ttft", model="llama2-70b", render_mode=None, observation=None,
-    instances=None)``. ``n_instances=None`` means 8, or the length of ``instances``;
+    instances=None, arrivals=None, window_requests=None)``. ``n_instances=None`` means 8, or the length of ``instances``;
     ``cache_blocks`` is one capacity or one per instance; ``observation`` and ``instances`` are
     described above (None: exact, and every instance the model's default 8 x A800 node). With neither ``rate``
     nor ``rate_range`` nor ``trace`` the rate is 4 sessions/s (a session issues about 2.1 requests).
@@ -231,7 +236,10 @@ class PrefillRoutingEnv(gym.Env):
       are refused with a message to retrain them. On 2026-11-30 it gained ``observation=``,
       ``instances=``, per-instance ``cache_blocks``, ``action_masks()`` and ``info["action_mask"]``; with
       their defaults every observation, reward and earlier info entry is unchanged (info gains
-      ``action_mask``).
+      ``action_mask``). On 2026-12-01 it gained ``arrivals=`` (bursty sessions), ``window_requests=``
+      (a window of a replayed trace per episode, ``reset(options={"offset": k})``) and the
+      observation setting ``routers=`` (several routers, each with its own scraped view); with
+      their defaults nothing changes.
     """
 
     metadata = {"render_modes": list(RENDER_MODES), "render_fps": 4}
@@ -239,7 +247,8 @@ class PrefillRoutingEnv(gym.Env):
     def __init__(self, n_instances: int | None = None, cache_blocks=3000, ttft_slo_s: float = 5.0, rate=None,
                  rate_range=None, trace=None, speed: float = 1.0, episode_requests: int | None = 1000,
                  duration_s: float = 600.0, allow_pull: bool = True, reward: str = "ttft",
-                 model: str = "llama2-70b", render_mode: str | None = None, observation=None, instances=None):
+                 model: str = "llama2-70b", render_mode: str | None = None, observation=None, instances=None,
+                 arrivals=None, window_requests=None):
         check("n_instances", n_instances, allow_none=True)
         if not isinstance(cache_blocks, (list, tuple, np.ndarray)):  # one per instance: RoutingConfig checks each
             check("cache_blocks", cache_blocks)
@@ -252,7 +261,8 @@ class PrefillRoutingEnv(gym.Env):
         n_instances = self.config.n_instances
         self.observation = as_observation(observation)
         self.cost = CostModel.preset(model)
-        self.workload = WorkloadSpec(rate, rate_range, trace, speed, episode_requests, duration_s)
+        self.workload = WorkloadSpec(rate, rate_range, trace, speed, episode_requests, duration_s,
+                                     arrivals=arrivals, window_requests=window_requests)
         self.allow_pull = bool(allow_pull)
         self.reward_kind = reward
         self._ttft_reward, self._slo, self._n_instances = reward == "ttft", float(ttft_slo_s), int(n_instances)

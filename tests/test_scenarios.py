@@ -1,0 +1,252 @@
+"""The benchmark scenarios (mooncake_gym.scenarios) and what they added: several routers with their
+own scraped views, bursty session arrivals, replayed trace windows, the scenario docs page, and
+``compare --scenario`` with its bound row.
+"""
+
+import hashlib
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import mooncake_gym  # noqa: F401  (registers the environments and scenarios)
+from mooncake_gym import scenarios
+from mooncake_gym.baselines import make_policy
+from mooncake_gym.compare import compare_scenarios
+from mooncake_gym.costmodel import CostModel
+from mooncake_gym.evaluation import ViewPolicy, run_episode
+from mooncake_gym.observation import ObservationConfig
+from mooncake_gym.routing import RoutingConfig, RoutingSimulator
+from mooncake_gym.scenario_docs import PAGE, scenarios_markdown
+from mooncake_gym.tune import tune_baseline
+from mooncake_gym.workload import BurstyArrivals, Request, Trace, synthetic_trace, trace_lines, write_trace
+
+from conftest import REPO_ROOT, SHARED_TRACE
+
+COST = CostModel()
+ROUTING = [s for s in scenarios.scenarios_of("routing")]
+
+
+def trace_of(*reqs):
+    """Requests as (arrival_s, input_tokens, block_ids)."""
+    return Trace.from_requests([Request(t, n, 10, tuple(ids)) for t, n, ids in reqs], name="tiny")
+
+
+# -- every scenario builds and runs --------------------------------------------------------------
+@pytest.mark.parametrize("name", [s.name for s in ROUTING])
+def test_every_routing_scenario_runs_a_short_baseline_episode(name):
+    sc = scenarios.get_scenario(name)
+    short = {"window_requests": 60} if "window_requests" in sc.kwargs else {"episode_requests": 60}
+    if sc.missing():
+        if not SHARED_TRACE.is_file():
+            pytest.skip(f"{name} needs Mooncake's synthetic trace, absent at {SHARED_TRACE}")
+        short["trace"] = str(SHARED_TRACE)
+    env = scenarios.make(name, **short)
+    try:
+        assert env.spec.id == sc.env_id
+        m = run_episode(env, ViewPolicy(make_policy("routing", "kvcentric")), seed=3)
+        assert m["requests"] == 60 and m["mean_ttft_s"] > 0
+    finally:
+        env.close()
+
+
+def test_a_scenario_that_needs_a_trace_says_so():
+    with pytest.raises(ValueError, match="give trace"):
+        scenarios.make("routing-mooncake-trace")
+
+
+# -- fingerprints -----------------------------------------------------------------------------
+def test_fingerprint_is_stable_and_follows_parameters_and_trace_bytes(tmp_path):
+    sc = scenarios.get_scenario("routing-saturated")
+    same = scenarios.Scenario(sc.name, sc.problem, sc.base_env_id, dict(sc.kwargs), "another description")
+    assert sc.fingerprint() == sc.fingerprint() == same.fingerprint()
+    assert sc.fingerprint(rate=11.5) != sc.fingerprint()
+    path = tmp_path / "t.jsonl"
+    write_trace(trace_of((0.0, 1024, [1, 2]), (1.0, 1024, [1, 3])), path)
+    mt = scenarios.get_scenario("routing-mooncake-trace")
+    before = mt.fingerprint(trace=str(path))
+    assert mt.fingerprint(trace=str(path)) == before
+    copy = tmp_path / "elsewhere.jsonl"
+    copy.write_bytes(path.read_bytes())
+    assert mt.fingerprint(trace=str(copy)) == before  # the bytes count, not the path
+    data = path.read_bytes()
+    path.write_bytes(data.replace(b'"output_length": 10', b'"output_length": 11', 1))
+    assert mt.fingerprint(trace=str(path)) != before
+
+
+# -- several routers, each with its own scraped view -----------------------------------------------
+def test_two_routers_each_see_their_own_snapshots_and_requests():
+    n = 32768  # long prompts: every prefill outlasts the times below
+    p = COST.prefill_s(n, 0)
+    assert p > 1.0
+    trace = trace_of((0.0, n, range(0, 64)), (0.2, n, range(100, 164)), (0.4, n, range(200, 264)),
+                     (0.7, n, range(300, 364)))
+    obs = ObservationConfig("scraped", scrape_period_s=1.0, routers=2)  # router 1 scrapes at 0.5, 1.5, ...
+    sim = RoutingSimulator(trace, RoutingConfig(n_instances=2), observation=obs)
+    v = sim.view  # r0 -> router 0, whose snapshot of t = 0 is the empty cluster
+    assert (v.queue_s, v.queued_requests) == ((0.0, 0.0), (0, 0))
+    v = sim.step(0)  # r1 at 0.2 -> router 1: no snapshot of its own yet and nothing sent: it does not see r0
+    assert (v.queue_s, v.queued_requests, v.queued_tokens) == ((0.0, 0.0), (0, 0), (0, 0))
+    assert sim.exact_view.queue_s == (pytest.approx(p - 0.2, abs=1e-12), 0.0)
+    v = sim.step(0)  # the herd: r1 to the instance router 1 thinks idle. r2 at 0.4 -> router 0: sees r0 only
+    assert v.queue_s == (p, 0.0) and v.queued_requests == (1, 0) and v.queued_tokens == (n, 0)
+    assert sim.exact_view.queue_s == (pytest.approx(2 * p - 0.4, abs=1e-12), 0.0)
+    assert sim.exact_view.queued_requests == (2, 0)
+    v = sim.step(1)  # r3 at 0.7 -> router 1: its snapshot of t = 0.5 holds r0, r1, r2, aged 0.2 s
+    exact = sim.exact_view
+    assert v.queue_s == (pytest.approx(2 * p - 0.7, abs=1e-12), pytest.approx(p - 0.3, abs=1e-12))
+    assert v.queue_s == pytest.approx(exact.queue_s, abs=1e-12)
+    assert v.queued_requests == exact.queued_requests == (2, 1)
+    # one router with the same settings sees everything it sent: r1 sees r0
+    single = RoutingSimulator(trace, RoutingConfig(n_instances=2),
+                              observation=ObservationConfig("scraped", scrape_period_s=1.0))
+    assert single.step(0).queue_s == (p, 0.0)
+
+
+def test_routers_needs_the_scraped_mode_and_a_positive_count():
+    with pytest.raises(ValueError, match="routers: applies to mode 'scraped'"):
+        ObservationConfig("approximate", routers=2)
+    with pytest.raises(ValueError, match="routers: expected an integer"):
+        ObservationConfig("scraped", routers=0)
+    assert ObservationConfig.parse("scraped,routers=3").routers == 3
+
+
+def test_several_routers_herd_on_the_multirouter_scenario():
+    """The herd effect: kvcentric does worse behind 4 routers than behind 1 with the same staleness."""
+    sc = scenarios.get_scenario("routing-stale-multirouter")
+    one = {**sc.kwargs["observation"], "routers": 1}
+    worse = 0
+    for seed in range(3):
+        means = []
+        for obs in (sc.kwargs["observation"], one):
+            env = gym.make(sc.base_env_id, **{**sc.kwargs, "observation": obs, "episode_requests": 1500})
+            means.append(run_episode(env, ViewPolicy(make_policy("routing", "kvcentric")), seed=seed)["mean_ttft_s"])
+            env.close()
+        worse += means[0] > means[1]
+    assert worse == 3
+
+
+# -- bursty arrivals -----------------------------------------------------------------------------
+def _session_starts(trace):
+    first = {}
+    for t, s in zip(trace.arrival_s.tolist(), trace.session_ids.tolist()):
+        first.setdefault(s, t)
+    return np.sort(np.fromiter(first.values(), float))
+
+
+def test_bursty_arrivals_keep_the_mean_rate_and_are_overdispersed():
+    rate, duration, window = 4.0, 2000.0, 10.0
+    bursty = BurstyArrivals(burst_ratio=4.0, calm_s=20.0, burst_s=10.0)
+    calm, burst = bursty.multipliers()
+    assert (1 - bursty.burst_share) * calm + bursty.burst_share * burst == pytest.approx(1.0)
+    counts, dispersion = [], {}
+    for arrivals in (None, bursty):
+        index = []
+        for seed in range(3):
+            starts = _session_starts(synthetic_trace(seed, rate, duration_s=duration, arrivals=arrivals))
+            if arrivals is not None:
+                counts.append(len(starts))
+            c = np.histogram(starts, bins=np.arange(0.0, duration + window, window))[0]
+            index.append(c.var() / c.mean())  # index of dispersion of counts: 1 for a Poisson process
+        dispersion[arrivals is None] = float(np.mean(index))
+    assert np.mean(counts) / duration == pytest.approx(rate, rel=0.05)
+    assert 0.8 < dispersion[True] < 1.2  # Poisson
+    assert dispersion[False] > 3.0
+
+
+def test_the_default_generator_is_unchanged():
+    """The default generator's traces, byte for byte, as before bursty arrivals were added."""
+    expected = {(0, 4.0, None, 2000): "019dce07299f097cf74bc0c0a10146776ac603c873aa0bcfe5c9528607f42a7b",
+                (5, 12.0, 60.0, None): "0a160c0ca47c2f84f1a927b53ff7056d5d563700b8d3cad0ffad79751279c2fe"}
+    for (seed, rate, duration, n), digest in expected.items():
+        t = synthetic_trace(seed, rate, duration_s=duration, n_requests=n)
+        assert hashlib.sha256("\n".join(trace_lines(t)).encode() + t.arrival_s.tobytes()).hexdigest() == digest
+
+
+def test_bad_arrivals_are_named():
+    with pytest.raises(ValueError, match="burst_ratio"):
+        BurstyArrivals(burst_ratio=0.5)
+    with pytest.raises(ValueError, match="arrivals"):
+        gym.make("mooncake_gym/PrefillRouting-v0", arrivals={"ratio": 2})
+
+
+# -- a window of a replayed trace ------------------------------------------------------------------
+def test_window_of_a_trace_from_a_seeded_or_given_offset():
+    trace = synthetic_trace(0, 4.0, duration_s=None, n_requests=50)
+    env = gym.make("mooncake_gym/PrefillRouting-v0", trace=trace, speed=2.0, window_requests=10)
+    env.reset(options={"offset": 7})
+    t = env.unwrapped.sim.trace
+    assert t.input_tokens.tolist() == trace.input_tokens[7:17].tolist()
+    assert t.arrival_s.tolist() == pytest.approx(((trace.arrival_s[7:17] - trace.arrival_s[7]) / 2).tolist())
+    firsts = set()
+    for seed in range(5):
+        env.reset(seed=seed)
+        firsts.add(env.unwrapped.sim.trace.input_tokens.tolist()[0])
+    assert len(firsts) > 1
+    with pytest.raises(ValueError, match=r"options\['offset'\]: expected an integer in \[0, 40\]"):
+        env.reset(options={"offset": 41})
+    env.close()
+    with pytest.raises(ValueError, match="window_requests: replays a window of a trace"):
+        gym.make("mooncake_gym/PrefillRouting-v0", window_requests=10)
+
+
+# -- docs ----------------------------------------------------------------------------------------
+def test_scenario_page_is_up_to_date():
+    page = (REPO_ROOT / PAGE).read_text()
+    assert page == scenarios_markdown(), "run `python -m mooncake_gym.scenario_docs` to regenerate docs/scenarios.md"
+    for s in scenarios.SCENARIOS.values():
+        assert f"`{s.env_id}`" in page
+
+
+# -- compare --scenario ----------------------------------------------------------------------------
+def test_compare_scenario_bound_row_is_never_beaten(monkeypatch):
+    tiny = {"routing-tiny": {"rate": 10.0, "episode_requests": 300},
+            "routing-tiny-hetero": {"rate": 14.0, "episode_requests": 300, "instances": "2xH800+2xA800"}}
+    for name, kwargs in tiny.items():
+        monkeypatch.setitem(scenarios.SCENARIOS, name, scenarios.Scenario(
+            name, "routing", "mooncake_gym/PrefillRouting-v0", kwargs, "a test scenario"))
+    doc = tune_baseline("kvcentric", "routing", seeds=1, scenario="routing-tiny")
+    assert doc["scenario"] == "routing-tiny" and doc["fingerprint"] == scenarios.SCENARIOS["routing-tiny"].fingerprint()
+    assert doc["workloads"][0]["env_kwargs"] == tiny["routing-tiny"]
+    settings, skipped = compare_scenarios(list(tiny) + ["routing-mooncake-trace"], seeds=2, agents={},
+                                          tuned=[doc], progress=False)
+    assert skipped == ["routing-mooncake-trace: skipped, it needs --trace (not given)"]
+    assert [s.scenario for s in settings] == list(tiny)
+    names = [[r["policy"] for r in s.rows] for s in settings]
+    assert "kvcentric (tuned on routing-tiny)" in names[0]  # only on the scenario it was tuned on
+    assert not any("tuned" in n for n in names[1])
+    for s in settings:
+        assert s.fingerprint == scenarios.SCENARIOS[s.scenario].fingerprint()
+        assert s.bound["policy"] == "bound" and len(s.rows) >= 15
+        bound_per_seed = s.bound["per_seed"]
+        for name, episodes in s.episodes.items():
+            for e, b in zip(episodes, bound_per_seed):
+                assert e["mean_ttft_s"] >= b, (s.scenario, name, e["seed"])
+
+
+def test_every_scenario_asked_for_is_run_or_skipped_with_a_reason(monkeypatch):
+    import mooncake_gym.compare as cmp
+
+    monkeypatch.setattr(cmp, "SCENARIO_PROBLEMS", ())  # as for a problem whose table is not wired in
+    settings, skipped = compare_scenarios("all", seeds=1, agents={}, progress=False)
+    assert settings == [] and len(skipped) == len(scenarios.SCENARIOS)
+    assert skipped[0] == "routing-sanity: skipped, compare has no table for routing scenarios yet"
+
+
+def test_cli_compare_scenario_skips_with_the_reason(capsys):
+    from mooncake_gym.cli import main
+
+    assert main(["compare", "--scenario", "routing-mooncake-trace", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["settings"] == [] and doc["skipped"] == ["routing-mooncake-trace: skipped, it needs --trace (not given)"]
+    assert main(["compare", "--scenario", "routing-nothing"]) == 2
+    assert "scenario: expected one of" in capsys.readouterr().err
+    assert main(["compare", "--scenario", "all", "--rates", "4"]) == 2
+    assert "--rates: has no effect with --scenario" in capsys.readouterr().err
+    assert main(["tune", "--policy", "early", "--env", "admission", "--scenario", "routing-sanity",
+                 "--out", "x.json"]) == 2
+    assert "routing-sanity is a routing scenario, but --env is admission" in capsys.readouterr().err
+    assert main(["tune", "--policy", "kvcentric", "--env", "routing", "--scenario", "routing-sanity",
+                 "--rates", "4", "--out", "x.json"]) == 2
+    assert "--rates: has no effect with --scenario" in capsys.readouterr().err
