@@ -68,7 +68,8 @@ class ConductorV1Env(ClusterEnv):
 
     ## Version History
 
-    * v1: initial version.
+    * v1: initial version (before its first release, issue 13: the reward and the primary metric
+      became token goodput within both SLOs without the drain, and ``prediction=True`` was added).
     """
 
     def __init__(self, preset="mooncake", load=None, load_range=None, base_trace=None, trace=None,

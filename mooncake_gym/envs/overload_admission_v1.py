@@ -66,7 +66,9 @@ class OverloadAdmissionV1Env(ClusterEnv):
     * v1: the whole cluster (``conductor.ClusterSimulator``: continuous-batching decode, TBT SLO,
       KV transfer, preemption) on ``mooncake-overload``; the observation adds the prefill pool
       per instance and the decode pool per instance; the reward counts output tokens; load as a
-      multiple of the measured saturation throughput.
+      multiple of the measured saturation throughput. Before its first release (issue 13) the
+      reward and the primary metric became token goodput within both SLOs without the drain,
+      and ``prediction=True`` was added.
     * v0: the lecture's overload model (still registered, unchanged).
     """
 
