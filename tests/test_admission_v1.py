@@ -11,7 +11,7 @@ import mooncake_gym  # noqa: F401  (registers the environments and scenarios)
 from mooncake_gym.baselines import ADMISSION_V1_POLICIES
 from mooncake_gym.baselines.admission import decode_load_with
 from mooncake_gym.bounds import admission_bound_row, admission_goodput_bound
-from mooncake_gym.conductor import COMPLETED, ClusterAction, LENGTH_CLASSES, length_class_of, simulate
+from mooncake_gym.conductor import COMPLETED, LENGTH_CLASSES, length_class_of, simulate
 from mooncake_gym.envs import ADMISSION_V1_ENV_ID, OverloadAdmissionV1Env
 from mooncake_gym.evaluation import evaluate
 from mooncake_gym.prediction import predict_output_tokens
@@ -75,6 +75,14 @@ def test_return_is_the_metric_on_a_full_episode():
     assert m["return"] == pytest.approx(expected, rel=1e-9)
     assert m["drain_goodput_tokens"] > 0  # the drain exists on this episode, and is left out
     assert m["wasted_prefill_gpu_s"] == pytest.approx(8 * m["wasted_prefill_s"], rel=1e-12)
+
+
+def test_conductor_takes_an_admission_policys_bool():
+    env = gym.make("mooncake_gym/Conductor-v1", episode_requests=20).unwrapped
+    env.reset(seed=0)
+    route = env.decision_view().default_route
+    assert env.encode_action(True).tolist() == [1, route[0], int(route[1]), env.preset.n_decode]
+    assert env.encode_action(False)[0] == 0
 
 
 def test_token_goodput_is_the_sum_over_the_per_request_outcomes():
@@ -195,7 +203,5 @@ def test_bound_on_hand_built_traces():
 def test_admission_and_conductor_scenarios_build_and_run_a_baseline(scenario):
     env = make(scenario, episode_requests=60).unwrapped
     assert env.prediction and env.prediction_sigma == 0.5
-    policy = ADMISSION_V1_POLICIES["early"]() if scenario.startswith("admission") else \
-        (lambda v: ClusterAction(v.predicted_ttft_s <= v.ttft_slo_s, v.default_route, None))
-    m = evaluate(env.spec.id, policy, [0], episode_requests=60)[0]
+    m = evaluate(env.spec.id, ADMISSION_V1_POLICIES["early"](), [0], episode_requests=60)[0]
     assert m["requests"] == 60 and m["token_goodput"] >= 0 and m["steps"] == 60 - m["refused_too_long"]

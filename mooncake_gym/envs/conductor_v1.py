@@ -82,8 +82,12 @@ class ConductorV1Env(ClusterEnv):
         self.action_space = spaces.MultiDiscrete([2, p.n_prefill, 2, p.n_decode + 1])
         self._nvec = (2, p.n_prefill, 2, p.n_decode + 1)
 
-    def encode_action(self, action: ClusterAction) -> np.ndarray:
-        """The env action of a :class:`ClusterAction` (a route None is not expressible: give one)."""
+    def encode_action(self, action) -> np.ndarray:
+        """The env action of a :class:`ClusterAction` (a route None is not expressible: give one), or
+        of an admission policy's bool (admit on the default route, the default decode rule), so that
+        the admission baselines run here too."""
+        if isinstance(action, (bool, np.bool_)):
+            action = ClusterAction(bool(action), self.sim.view.default_route if action else None, None)
         if not action.admit:
             return np.array([0, 0, 0, self._nvec[3] - 1], np.int64)
         inst, pull = action.route if isinstance(action.route, tuple) else (action.route, False)
