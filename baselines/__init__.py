@@ -4,7 +4,7 @@
 names the command line uses to policy factories; :func:`make_policy` builds one by name.
 """
 
-from .admission import (ADMISSION_POLICIES, BaselineAdmission, DistributionPredictiveRejection, EarlyRejection,
+from .admission import (ADMISSION_POLICIES, ADMISSION_V1_POLICIES, BaselineAdmission, DistributionPredictiveRejection, EarlyRejection,
                         PredictiveRejection)
 from .routing import ROUTING_POLICIES, CacheAware, KVCentric, LoadBalancing, RandomRouting
 from .production import PRODUCTION_ROUTING_POLICIES
@@ -24,6 +24,6 @@ def make_policy(problem: str, name: str, **kwargs):
     return registry[name](**kwargs)
 
 
-__all__ = ["ROUTING_POLICIES", "ADMISSION_POLICIES", "POLICIES", "BaselineAdmission", "EarlyRejection",
+__all__ = ["ROUTING_POLICIES", "ADMISSION_POLICIES", "ADMISSION_V1_POLICIES", "POLICIES", "BaselineAdmission", "EarlyRejection",
            "PredictiveRejection", "DistributionPredictiveRejection", "make_policy", "RandomRouting", "LoadBalancing", "CacheAware",
            "KVCentric"]

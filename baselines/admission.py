@@ -9,9 +9,16 @@ Every policy first applies Algorithm 1's prefill check at arrival: reject when t
 - ``predict``: early rejection based on prediction (§7.4), every request decoding a uniform t_d.
 - ``predict_dist``: like ``predict`` but with the decode-time distribution instead of one t_d
   (not in the paper: an attempt at the open problem of lecture demo 3).
+- ``size_oracle`` / ``size_predicted`` (the cluster simulator only, ``OverloadAdmission-v1``):
+  admit the smaller decode footprints ((input + output) x output) when the decode pool is loaded,
+  with the exact output length (a reference: needs ``oracle=True``) or the predicted one (needs
+  ``prediction=True``; ``mooncake_gym.prediction``).
+- ``context_oracle`` / ``context_predicted``: the same rule on the KV context per output token
+  (input + output), the measure that token goodput rewards.
 
 ``ADMISSION_POLICIES`` maps each name to a factory (keyword arguments are the thresholds).
-A class's ``KNOBS`` (``{parameter: [values]}``, its default among them) is the grid that
+``ADMISSION_V1_POLICIES`` are the policies of the v1 problem (``OverloadAdmission-v1``): the four
+above and the four size rules. A class's ``KNOBS`` (``{parameter: [values]}``, its default among them) is the grid that
 ``mooncake-gym tune`` searches; ``baseline`` has none.
 """
 
@@ -61,14 +68,14 @@ def _own_tokens(view) -> float:
     return view.input_tokens + view.mean_output_tokens
 
 
-def decode_load_with(view) -> float:
+def decode_load_with(view, own_tokens: float | None = None) -> float:
     """The decode load of the least loaded decode instance once this request is on it (not the
     pool-wide ``view.decode_load``): the instance Algorithm 1 would choose. An instance's load is
     its KV use (used + this prompt + the workload's mean output, over its capacity) and, where the
     view predicts iteration times (the cluster simulator's continuous batching), the greater of that
     and the predicted iteration time with this request over the TBT SLO (Mooncake §7: load as SLO
-    satisfaction)."""
-    own = _own_tokens(view)
+    satisfaction). ``own_tokens`` replaces prompt + mean output when given."""
+    own = _own_tokens(view) if own_tokens is None else own_tokens
     cap = view.decode_capacity_per_instance
     kv = [(u + own) / cap for u in view.decode_used_per_instance]
     steps = getattr(view, "decode_step_with_s", None)
@@ -176,12 +183,115 @@ class DistributionPredictiveRejection(_Admission):
         return min(projected) + _own_tokens(view) <= self.threshold * view.decode_capacity_per_instance
 
 
+class FootprintRule(_Admission):
+    """The size rule on the decode footprint (cluster simulator only; ``size_oracle``, ``size_predicted``).
+
+    A request's decode footprint is ``F = (input + out) x out`` tokens x iterations, ``out`` its
+    output length: about the KV it holds times how long it holds it, i.e. its share of the decode
+    pool's memory and of its iterations' KV reads. Under overload the pool serves more requests, and
+    more of them within the TBT SLO, if it spends that resource on small footprints. Exactly, with
+    ``load = decode_load_with(view, input + out)`` (the emptiest decode instance's KV use and
+    predicted iteration time over the TBT SLO once this request is on it, the greater of the two):
+
+    admit iff predicted TTFT <= TTFT SLO and (``load <= low``, or ``load <= high`` and
+    ``F <= max_footprint``).
+
+    Below ``low`` the pool is not loaded and anything fits; between ``low`` and ``high`` only the
+    small footprints; above ``high`` nothing. The footprint ranks requests by their decode cost *per
+    request*, which is what the number of good requests rewards; :class:`ContextRule` ranks them by
+    cost per output token, which is what token goodput rewards. ``length``: ``"oracle"`` reads the exact output
+    length (``view.output_tokens``: the env needs ``oracle=True``; a reference, not a deployable
+    policy), ``"predicted"`` a predictor's (``view.predicted_output_tokens``: ``prediction=True``).
+    """
+
+    name = "size"
+    KNOBS = {"low": [0.5, 0.6, 0.7, 0.8], "high": [0.8, 0.9, 1.0],
+             "max_footprint": [2.5e5, 5e5, 1e6, 2e6]}
+    LENGTHS = ("oracle", "predicted")
+
+    def __init__(self, low: float = 0.6, high: float = 0.9, max_footprint: float = 5e5, length: str = "predicted",
+                 ttft_slo_s: float | None = None):
+        super().__init__(ttft_slo_s)
+        self.low = _fraction("low", low, 2.0)
+        self.high = _fraction("high", high, 2.0)
+        if self.high < self.low:
+            raise ValueError(f"high: expected high >= low ({low}), got {high!r}")
+        if not (isinstance(max_footprint, (int, float)) and max_footprint > 0):
+            raise ValueError(f"max_footprint: expected > 0 tokens x iterations, got {max_footprint!r}")
+        self.max_footprint = float(max_footprint)
+        if length not in self.LENGTHS:
+            raise ValueError(f"length: expected one of {self.LENGTHS}, got {length!r}")
+        self.length = length
+
+    def output_of(self, view) -> float:
+        out = view.output_tokens if self.length == "oracle" else getattr(view, "predicted_output_tokens", None)
+        if out is None:
+            need = "oracle=True" if self.length == "oracle" else "prediction=True"
+            raise ValueError(f"length: the {self.length} output length is not in the view; make the env with {need} "
+                             "(OverloadAdmission-v1 or Conductor-v1)")
+        return out
+
+    def size(self, input_tokens: int, out: float) -> float:
+        """The measure compared with ``max_footprint``: the decode footprint."""
+        return (input_tokens + out) * out
+
+    def __call__(self, view) -> bool:
+        if view.predicted_ttft_s > self._slo(view):
+            return False
+        out = self.output_of(view)
+        load = decode_load_with(view, view.input_tokens + out)
+        if load <= self.low:
+            return True
+        return load <= self.high and self.size(view.input_tokens, out) <= self.max_footprint
+
+
+class ContextRule(FootprintRule):
+    """:class:`FootprintRule` on the KV context per output token, ``input + out`` (``context_oracle``,
+    ``context_predicted``): the footprint divided by the output length. A decode iteration's time
+    and the pool's KV grow with the contexts of the batch, and each request in it earns one token per
+    iteration, so a request's cost per token of goodput is about its context: under load, admit the
+    requests with ``input + out <= max_footprint`` (here in tokens). It depends on the output length
+    only through ``out`` beside a prompt of thousands of tokens, so a noisy prediction costs little."""
+
+    name = "context"
+    KNOBS = {"low": [0.5, 0.6, 0.7, 0.8], "high": [0.8, 0.9, 1.0], "max_footprint": [4000, 6000, 8000, 12000]}
+
+    def __init__(self, low: float = 0.7, high: float = 0.9, max_footprint: float = 8000, length: str = "predicted",
+                 ttft_slo_s: float | None = None):
+        super().__init__(low, high, max_footprint, length, ttft_slo_s)
+
+    def size(self, input_tokens: int, out: float) -> float:
+        return input_tokens + out
+
+
+def _with_length(cls, length: str, env_kwargs: dict):
+    """A factory of ``cls`` with ``length`` fixed; ``KNOBS`` of the class, ``ENV_KWARGS`` the env
+    arguments it needs beyond a scenario's (``compare`` makes its env with them)."""
+    def factory(**kwargs):
+        return cls(length=length, **kwargs)
+
+    factory.__name__ = factory.__qualname__ = f"{cls.name}_{length}"
+    factory.__doc__ = f":class:`{cls.__name__}` with the {length} output length (the env needs {env_kwargs})."
+    factory.KNOBS = cls.KNOBS
+    factory.ENV_KWARGS = env_kwargs
+    return factory
+
+
+size_oracle = _with_length(FootprintRule, "oracle", {"oracle": True})
+size_predicted = _with_length(FootprintRule, "predicted", {"prediction": True})
+context_oracle = _with_length(ContextRule, "oracle", {"oracle": True})
+context_predicted = _with_length(ContextRule, "predicted", {"prediction": True})
+
 ADMISSION_POLICIES = {
     "baseline": BaselineAdmission,
     "early": EarlyRejection,
     "predict": PredictiveRejection,
     "predict_dist": DistributionPredictiveRejection,
 }
+
+#: The policies of the v1 admission problem (``OverloadAdmission-v1``, the cluster simulator).
+ADMISSION_V1_POLICIES = {**ADMISSION_POLICIES, "size_oracle": size_oracle, "size_predicted": size_predicted,
+                         "context_oracle": context_oracle, "context_predicted": context_predicted}
 
 
 def make_admission_policy(name: str, **kwargs):

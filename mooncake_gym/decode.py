@@ -57,13 +57,17 @@ def tail_means(offsets: np.ndarray, intervals: np.ndarray, share: float = TBT_TA
     m = np.diff(offsets)
     groups = np.repeat(np.arange(len(m)), m)
     v = intervals[np.lexsort((intervals, groups))]  # ascending within each request
-    csum = np.concatenate(([0.0], np.cumsum(v)))
     k = np.ceil(share * m - 1e-9).astype(np.int64)
     ends = offsets[1:]
     some = m > 0
     safe_k, safe_m = np.maximum(k, 1), np.maximum(m, 1)
-    tbt = np.where(some, (csum[ends] - csum[ends - k]) / safe_k, 0.0)
-    mean = np.where(some, (csum[ends] - csum[offsets[:-1]]) / safe_m, 0.0)
+    # each request's sums from its own intervals only (np.add.reduceat over [start, end) pairs), so that
+    # a request's TBT does not depend on which other requests are computed in the same pass
+    padded = np.concatenate((v, [0.0]))
+    top_sum = np.add.reduceat(padded, np.stack((ends - k, ends), axis=1).ravel())[::2] if len(m) else np.zeros(0)
+    all_sum = np.add.reduceat(padded, np.stack((offsets[:-1], ends), axis=1).ravel())[::2] if len(m) else np.zeros(0)
+    tbt = np.where(some, top_sum / safe_k, 0.0)
+    mean = np.where(some, all_sum / safe_m, 0.0)
     top = v[np.maximum(ends - 1, 0)] if len(v) else np.zeros(len(m))
     return tbt, np.where(some, top, 0.0), mean
 
@@ -316,7 +320,8 @@ class BatchingDecodeInstance:
         empty = np.zeros(0, np.int64)
         if not rows:
             return empty, np.zeros(1, np.int64), np.zeros(0)
-        segs = self._segments
+        base = min(x[3] for x in rows)  # segments before the first row's first one are not needed
+        segs = self._segments[base:] if base else self._segments
         a = np.fromiter((x[0] for x in segs), np.int64, len(segs))
         b = np.fromiter((x[1] for x in segs), np.int64, len(segs))
         alpha = np.fromiter((x[2] for x in segs), np.float64, len(segs))
@@ -324,7 +329,7 @@ class BatchingDecodeInstance:
         req = np.fromiter((x[0] for x in rows), np.int64, len(rows))
         j = np.fromiter((x[1] for x in rows), np.int64, len(rows))
         f = np.fromiter((x[2] for x in rows), np.int64, len(rows))
-        seg0 = np.fromiter((x[3] for x in rows), np.int64, len(rows))
+        seg0 = np.fromiter((x[3] - base for x in rows), np.int64, len(rows))
         wait = np.fromiter((x[4] for x in rows), np.float64, len(rows))
         seg1 = np.searchsorted(a, f, side="left")  # segments starting before f
         n_pairs = seg1 - seg0

@@ -98,6 +98,13 @@ PRESETS: dict[str, ClusterPreset] = {
         "first (Mooncake §7's overload); otherwise as 'mooncake'",
         CostModel.realistic("llama2-70b", "A800"), CostModel.realistic("llama2-70b", "A800"),
         16, 1, 5800, 30.0, 0.1, "batching"),
+    # the same cluster with a tight TTFT SLO (interactive chat; Mooncake's 30 s is for long documents):
+    # prompts whose own prefill exceeds 8 s cannot be good at all (scenario admission-tight-slo)
+    "mooncake-overload-tight": ClusterPreset(
+        "mooncake-overload-tight",
+        "'mooncake-overload' with a TTFT SLO of 8 s (an assumption: interactive chat)",
+        CostModel.realistic("llama2-70b", "A800"), CostModel.realistic("llama2-70b", "A800"),
+        16, 1, 5800, 8.0, 0.1, "batching"),
     "h100": ClusterPreset(
         "h100",
         "the same cluster of 8x H100-SXM5-80GB nodes serving LLaMA3-70B",

@@ -108,6 +108,26 @@ ADMISSION_COLUMNS = [
 ]
 
 
+#: Columns of the admission table of ``compare`` for the v1 environments and scenarios
+#: (``OverloadAdmission-v1``, ``Conductor-v1``; means over seeds). The primary metric first: token
+#: goodput (output tokens of the requests within both SLOs that started decoding by the last arrival,
+#: the drain excluded), the number of those requests beside it, wasted prefill in GPU-seconds, and the
+#: share of each output-length class counted (short 1-100, medium 101-400, long > 400 output tokens:
+#: ``conductor.LENGTH_CLASSES``) so that refusing long requests shows. The v0 table is
+#: ``ADMISSION_COLUMNS``.
+ADMISSION_V1_COLUMNS = [
+    ("policy", "policy", None),
+    ("token_goodput", "token goodput", ".0f"),
+    ("goodput_requests", "good requests", ".0f"),
+    ("wasted_prefill_gpu_s", "wasted prefill GPU-s", ".0f"),
+    ("accepted_short", "short", ".3f"),
+    ("accepted_medium", "medium", ".3f"),
+    ("accepted_long", "long", ".3f"),
+    ("p90_tbt_s", "P90 TBT s", ".3f"),
+    ("drain_goodput_tokens", "drain tokens (excluded)", ".0f"),
+]
+
+
 def overload_row(metrics: dict) -> dict:
     """A table row of one run's metrics (an undefined correlation prints as '-')."""
     row = dict(metrics)

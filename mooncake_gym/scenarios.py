@@ -170,9 +170,28 @@ _add(Scenario("routing-mooncake-trace", "routing", "mooncake_gym/PrefillRouting-
               requires=("trace",), reset_options=("offset", "trace")))
 
 # --- admission scenarios (OverloadAdmission-v1 on the realistic presets)
-_add(Scenario("admission-load2", "admission", "mooncake_gym/OverloadAdmission-v1",
-              {"preset": "mooncake-overload", "load": 2.0, "episode_requests": 3000},
-              "16 prefill + 1 decode A800 nodes (LLaMA2-70B) offered twice the measured saturation "
-              "throughput."))
+# 16 prefill + 1 decode A800 nodes (LLaMA2-70B; the decode pool saturates first, as in Mooncake §7),
+# 3,000 i.i.d. requests of the synthetic mix, the output-length prediction in the observation
+# (log-normal error, sigma 0.5). The metric is token goodput without the drain (docs/envs/
+# overload_admission_v1.md). reset(options={"trace": T}) replays a given trace instead (load NaN).
+_ADMISSION = {"preset": "mooncake-overload", "episode_requests": 3000, "prediction": True, "prediction_sigma": 0.5}
+for _load, _text in ((1.5, "one and a half times"), (2.0, "twice"), (3.0, "three times")):
+    _add(Scenario(f"admission-load{_load:g}", "admission", "mooncake_gym/OverloadAdmission-v1",
+                  {**_ADMISSION, "load": _load},
+                  f"16 prefill + 1 decode A800 nodes (LLaMA2-70B) offered {_text} the measured saturation "
+                  "throughput; output-length prediction with log-normal error sigma 0.5.",
+                  reset_options=("trace",)))
+_add(Scenario("admission-tight-slo", "admission", "mooncake_gym/OverloadAdmission-v1",
+              {**_ADMISSION, "preset": "mooncake-overload-tight", "load": 2.0},
+              "admission-load2 with a TTFT SLO of 8 s instead of 30 s (preset mooncake-overload-tight): "
+              "long prompts cannot meet it, and queueing prefill costs sooner.",
+              reset_options=("trace",)))
 
 # --- the Conductor environment (all three decisions)
+_add(Scenario("conductor-mooncake", "conductor", "mooncake_gym/Conductor-v1",
+              {"preset": "mooncake", "load": 1.5, "episode_requests": 3000, "prediction": True,
+               "prediction_sigma": 0.5},
+              "Mooncake's testbed (8 prefill + 8 decode A800 nodes, LLaMA2-70B) at 1.5 times the measured "
+              "saturation throughput (the prefill pool saturates first); one agent admits, routes the "
+              "prefill (and pull) and picks the decode instance; output-length prediction, sigma 0.5.",
+              reset_options=("trace",)))

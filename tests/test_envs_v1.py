@@ -139,29 +139,34 @@ def test_routing_reward_is_minus_ttft_over_slo():
     assert info["metrics"]["completed"] == 2 and info["metrics"]["goodput"] == 2
 
 
-def test_goodput_reward_counts_ttft_good_tokens_and_charges_waste():
+def test_goodput_reward_counts_good_tokens_and_charges_waste():
     # one decode instance of 1500 tokens: the first request (1000 + 400) decodes; the second's prefill
-    # ends while it does, finds no room and is rejected after prefill (its prefill wasted)
+    # ends while it does, finds no room and is rejected after prefill (its prefill wasted); both happen
+    # before the third (rejected) arrives at 100 s, the horizon, so they are in the second step's reward
     env = OverloadAdmissionV1Env(preset=ONE.with_(decode_capacity_tokens=1500))
-    env.reset(seed=0, options={"trace": trace_of((0.0, 1000, 400), (0.0, 1000, 5), (0.0, 800, 9))})
-    rewards = [env.step(a)[1] for a in (1, 1)]
+    env.reset(seed=0, options={"trace": trace_of((0.0, 1000, 400), (0.0, 1000, 5), (100.0, 800, 9))})
+    _, r1, _, _, _ = env.step(1)
+    _, r2, _, _, i2 = env.step(1)
     _, r3, term, _, info = env.step(0)
     p = ONE.prefill_cost.prefill_s(1000, 0)
-    assert rewards == [0.0, 0.0] and term
-    assert r3 == pytest.approx(400 / env.mean_output_tokens - 0.1 * p / env.mean_prefill_s, rel=1e-12)
+    assert (r1, r3) == (0.0, 0.0) and term
+    assert r2 == pytest.approx(400 / env.mean_output_tokens - 0.1 * p / env.mean_prefill_s, rel=1e-12)
     m = info["metrics"]
     assert (m["completed"], m["rejected_after_prefill"], m["rejected_at_arrival"]) == (1, 1, 1)
     assert m["wasted_prefill_s"] == pytest.approx(p, rel=1e-12)
-    assert info["good_tokens"] == 400 and info["wasted_s"] == pytest.approx(p, rel=1e-12)
+    assert (m["token_goodput"], m["goodput_requests"]) == (400, 1)
+    assert (i2["good_tokens"], i2["good_requests"]) == (400, 1) and i2["wasted_s"] == pytest.approx(p, rel=1e-12)
 
 
 def test_conductor_reject_and_explicit_decode_instance():
     env = ConductorV1Env(preset=ONE.with_(n_decode=2))
-    env.reset(seed=0, options={"trace": trace_of((0.0, 1000, 7), (0.5, 1000, 7))})
+    # the third request (rejected) sets the horizon at 30 s: the second completes before it
+    env.reset(seed=0, options={"trace": trace_of((0.0, 1000, 7), (0.5, 1000, 7), (30.0, 1000, 7))})
     _, r1, _, _, i1 = env.step([0, 0, 0, 0])
-    _, r2, term, _, i2 = env.step(np.array([1, 0, 1, 1]))
+    _, r2, _, _, i2 = env.step(np.array([1, 0, 1, 1]))
+    _, r3, term, _, _ = env.step([0, 0, 0, 0])
     assert (i1["admitted"], i2["admitted"], term) == (False, True, True)
-    assert r1 == 0.0 and r2 == pytest.approx(7 / env.mean_output_tokens, rel=1e-12)
+    assert r1 == r3 == 0.0 and r2 == pytest.approx(7 / env.mean_output_tokens, rel=1e-12)
     assert env.sim.decode_instance[1] == 1 and env.sim.prefill_instance[1] == 0
 
 
@@ -208,7 +213,7 @@ def test_env_equals_conductor_simulate(env_id, admission, routing, decode):
                       seed=reset_info["sim_seed"]).metrics
     assert same(info["metrics"], direct)
     assert wasted == pytest.approx(direct["wasted_prefill_s"], rel=1e-9, abs=1e-12)
-    assert good <= direct["output_tokens_served"] and good >= direct["goodput_tokens"]
+    assert good == direct["token_goodput"] <= direct["goodput_tokens"]
     if env_id != ROUTING_V1_ENV_ID:
         assert total == pytest.approx(good / env.mean_output_tokens
                                       - 0.1 * direct["wasted_prefill_s"] / env.mean_prefill_s, rel=1e-9)

@@ -18,6 +18,7 @@ from gymnasium import spaces
 
 from ..conductor import ClusterAction, ClusterSimulator, saturation
 from ..overload import DEMO3_BASE_RATE
+from ..prediction import DEFAULT_PREDICTION_SIGMA, check_sigma, predict_output_tokens
 from ..presets import ClusterPreset, get_preset
 from ..workload import synthetic_trace
 from .common import ValueOrRange, as_clipped_float32, as_trace, check_range, episode_workload
@@ -43,28 +44,43 @@ def default_base_trace():
 
 
 class _Simulator(ClusterSimulator):
-    """The cluster simulator plus one running sum the goodput reward needs: the output tokens of
-    requests completed with TTFT within the SLO (the simulator itself is unchanged)."""
+    """The cluster simulator plus the running sums the goodput reward needs (the simulator itself is
+    unchanged): ``good_tokens`` and ``good_requests``, the output tokens and the number of the
+    requests completed within both SLOs that started decoding by the horizon (the last arrival),
+    i.e. ``token_goodput`` and ``goodput_requests`` of the simulator's metrics, counted as the
+    requests complete (:meth:`score`)."""
 
     def reset(self):
-        self.ttft_good_tokens = 0
+        self.good_tokens = self.good_requests = 0
+        self._unscored: list[int] = []
         return super().reset()
 
     def _ended(self, completions) -> None:
         super()._ended(completions)
-        slo, ttft, output = self.preset.ttft_slo_s, self.ttft_s, self._output
-        for c in completions:
-            if not c.preempted and ttft[c.r] <= slo:
-                self.ttft_good_tokens += output[c.r]
+        self._unscored += [c.r for c in completions if not c.preempted]
+
+    def score(self) -> None:
+        """Add the requests completed since the last call to the sums (their TBT is computed now)."""
+        if not self._unscored:
+            return
+        self.finish_tbt()
+        p, horizon = self.preset, self._horizon
+        ttft, tbt, start, output = self.ttft_s, self.tbt_s, self.decode_start_s, self._output
+        for r in self._unscored:
+            if ttft[r] <= p.ttft_slo_s and tbt[r] <= p.tbt_slo_s and start[r] <= horizon:
+                self.good_tokens += output[r]
+                self.good_requests += 1
+        self._unscored = []
 
 
-def observation_size(preset: ClusterPreset, oracle: bool) -> int:
+def observation_size(preset: ClusterPreset, oracle: bool, prediction: bool = False) -> int:
     return (PER_INSTANCE_FEATURES * preset.n_prefill + 2 + DECODE_FEATURES * preset.n_decode + REQUEST_FEATURES
-            + (1 if oracle else 0))
+            + (1 if oracle else 0) + (1 if prediction else 0))
 
 
 OBSERVATION_DOC = """\
-    ``Box(0, 1, (5 P + 2 + 4 D + 3,), float32)`` (one more with ``oracle=True``), P = the preset's
+    ``Box(0, 1, (5 P + 2 + 4 D + 3,), float32)`` (one more with ``oracle=True``, one more with
+    ``prediction=True``), P = the preset's
     prefill instances, D = its decode instances (``mooncake``: 8 + 8, 77 features;
     ``mooncake-overload``: 16 + 1, 89). The same observation in the three v1 environments: what
     Mooncake's Conductor sees of both pools at an arrival. Every feature is clipped to [0, 1]: a value
@@ -89,11 +105,17 @@ OBSERVATION_DOC = """\
     | 5P+3+4D | Algorithm 1's TTFT check: 1 if that TTFT exceeds the SLO, else 0 | 0 or 1 | {0, 1} |
     | 5P+4+4D | requests in prefill (queued or running) | count / (20 P) | [0, 1] |
     | 5P+5+4D | (``oracle=True`` only) this request's output length | tokens / 4096 | [0, 1] |
+    | last | (``prediction=True`` only) this request's predicted output length | log1p(tokens) / log1p(4096) | [0, 1] |
 
     The prefill features (indices below 5P+2) are ``PrefillRouting-v0``'s, from the same code. The
     decode features are what a real router reads from the decode instances' load reports; the output
-    length is hidden unless ``oracle=True`` (a server does not know it at arrival). After the last
-    request the observation is all zeros."""
+    length is hidden unless ``oracle=True`` (a server does not know it at arrival; the oracle is for
+    bounds and references, not for agents). ``prediction=True`` adds what production systems
+    approximate with a proxy model run on the prompt (``mooncake_gym.prediction``): the true length
+    times ``exp(prediction_sigma x z)``, z standard normal per request (log-normal multiplicative
+    error, default sigma 0.5; sigma 0 is exact), drawn at ``reset`` for the whole episode from a
+    generator seeded from the env's ``np_random`` (so from the episode's seed), whatever the actions.
+    After the last request the observation is all zeros."""
 
 WORKLOAD_DOC = """\
     Empty pools and caches. The episode's workload is drawn at ``reset`` from the env's
@@ -107,42 +129,58 @@ WORKLOAD_DOC = """\
     router's tie-breaks are seeded from ``np_random`` too (``info["sim_seed"]``)."""
 
 END_DOC = """\
-    ``terminated`` after the decision on the last request (the remaining prefills and decodes then
-    drain, and what they earn is in that step's reward); ``truncated`` only from a
-    ``max_episode_steps`` given to ``gym.make``. The final step's ``info["metrics"]`` holds the
-    cluster simulator's metrics: exactly what ``mooncake_gym.conductor.simulate`` returns for the
-    same trace, seed and decisions (TTFT and TBT percentiles and attainment, ``goodput`` and
-    ``goodput_tokens``: requests completed within both SLOs and their output tokens, rejections,
-    preemptions, wasted prefill seconds, hit ratio, load correlation). TBT is computed only there:
-    the simulator derives it from each request's token intervals at the end of the run."""
+    ``terminated`` after the decision on the last request; ``truncated`` only from a
+    ``max_episode_steps`` given to ``gym.make``. The *horizon* is the last arrival. After it the
+    simulator drains the remaining prefills and decodes, but the drain earns nothing: only requests
+    that **started decoding by the horizon** count (their decode slot was won while requests were
+    still arriving; the drain's emptying decode pool would otherwise pay a policy for queueing more
+    prefill than it can serve, see ``mooncake_gym.conductor``). Such a request counts whole, even
+    if it finishes after the horizon; its tokens are in the final step's reward if it does.
+
+    The final step's ``info["metrics"]`` holds the cluster simulator's metrics: exactly what
+    ``mooncake_gym.conductor.simulate`` returns for the same trace, seed and decisions. The primary
+    ones: ``token_goodput`` (output tokens of the requests that met the TTFT and the TBT SLO and
+    started decoding by the horizon) and ``goodput_requests`` (those requests),
+    ``wasted_prefill_gpu_s`` (prefill seconds x GPUs of the prefill instance, of the requests
+    rejected after prefill or preempted; the same unit as decode GPU time) and ``accepted_short``,
+    ``accepted_medium``, ``accepted_long`` (the share of each output-length class's requests counted
+    in ``goodput_requests``; classes: 1-100, 101-400, over 400 output tokens,
+    ``conductor.LENGTH_CLASSES``), so that a policy gaining by refusing long requests shows it.
+    Beside them: ``goodput`` and ``goodput_tokens`` (the same requests with the drain's),
+    ``drain_goodput_tokens``, TTFT and TBT percentiles and attainment, rejections, preemptions,
+    wasted prefill seconds, hit ratio, load correlation."""
 
 INFO_DOC = """\
     ``reset`` returns ``{"requests", "load", "saturation_per_s", "sim_seed"}`` (``load`` is NaN
     when a trace is replayed). Each ``step`` returns ``index`` (the decided request's position in
     the trace), ``admitted``, ``ttft_s`` (its TTFT; only if admitted), ``prefill_instance`` (-1 if
-    rejected), ``good_tokens`` (output tokens of requests completed within the TTFT SLO since the
-    decision), ``wasted_s`` (prefill seconds wasted since the decision: rejected after prefill or
+    rejected), ``good_tokens`` and ``good_requests`` (output tokens and number of the requests
+    completed since the decision that count in ``token_goodput``: both SLOs met, decode started by
+    the horizon), ``wasted_s`` (prefill seconds wasted since the decision: rejected after prefill or
     preempted) and the running counts ``completed``, ``rejected_at_arrival``,
     ``rejected_after_prefill`` and ``preempted``; the final step adds ``metrics``."""
 
 ARGUMENTS_DOC = """\
     ``preset`` is any name of ``mooncake_gym.presets.PRESETS`` (``lecture``, ``mooncake``,
-    ``mooncake-overload``, ``h100``) or a ``ClusterPreset``. ``load`` (finite, > 0) is the arrival
-    rate as a multiple of the saturation throughput; ``load_range`` a pair ``(low, high)``, finite,
-    ``0 < low <= high``, not with ``load``. ``render_mode`` must be None (no picture yet). An
-    invalid argument raises ``ValueError`` naming it and its allowed range."""
+    ``mooncake-overload``, ``mooncake-overload-tight``, ``h100``) or a ``ClusterPreset``. ``load``
+    (finite, > 0) is the arrival rate as a multiple of the saturation throughput; ``load_range`` a pair ``(low, high)``, finite,
+    ``0 < low <= high``, not with ``load``. ``prediction`` (bool) adds the predicted output length to
+    the observation and the view (``view.predicted_output_tokens``); ``prediction_sigma`` (0 to 3)
+    is its log-normal error. ``render_mode`` must be None (no picture yet). An invalid argument
+    raises ``ValueError`` naming it and its allowed range."""
 
 GOODPUT_REWARD_DOC = """\
     The reward of a step is for the decision and for what happened between it and the next
-    arrival: the output tokens of every request that completed in that time with TTFT <= the TTFT
-    SLO, in units of the base trace's mean output length (an average request completing in time
-    earns about 1), minus ``waste_penalty`` (default 0.1) x the prefill seconds wasted in that time
-    (requests rejected after prefill by their decode instance, and requests preempted from decode),
-    in units of ``mean_prefill_s`` (the mean prefill time, without cache hits, of the base trace's
-    requests on the preset's prefill instance). A rejection costs 0. The return is therefore
-    ``TTFT-good output tokens / mean output - waste_penalty x wasted_prefill_s / mean_prefill_s``.
-    The TBT SLO is not in the reward: the simulator computes TBTs only at the end of the run;
-    ``info["metrics"]["goodput_tokens"]`` at the last step counts the tokens within both SLOs."""
+    arrival: the output tokens of every request that completed in that time within both SLOs (TTFT
+    and TBT) and had started decoding by the horizon (the last arrival; see Episode End), in units
+    of the base trace's mean output length (an average request completing in time earns about 1),
+    minus ``waste_penalty`` (default 0.1) x the prefill seconds wasted in that time (requests
+    rejected after prefill by their decode instance, and requests preempted from decode), in units
+    of ``mean_prefill_s`` (the mean prefill time, without cache hits, of the base trace's requests
+    on the preset's prefill instance). A rejection costs 0. A request's TBT is known when it
+    completes, so the reward pays it then. The return is therefore exactly
+    ``token_goodput / mean output - waste_penalty x wasted_prefill_s / mean_prefill_s`` of the final
+    ``info["metrics"]``: the reward is the primary metric, less the waste penalty."""
 
 
 class ClusterEnv(gym.Env):
@@ -155,7 +193,8 @@ class ClusterEnv(gym.Env):
 
     def __init__(self, preset="mooncake", load=None, load_range=None, default_load: float = 1.0, base_trace=None,
                  trace=None, speed: float = 1.0, episode_requests: int = 1000, oracle: bool = False,
-                 waste_penalty: float = DEFAULT_WASTE_PENALTY, render_mode=None):
+                 waste_penalty: float = DEFAULT_WASTE_PENALTY, render_mode=None, prediction: bool = False,
+                 prediction_sigma: float = DEFAULT_PREDICTION_SIGMA):
         self.preset = get_preset(preset)
         self.load = ValueOrRange("load", load, load_range, default_load)
         check_range("episode_requests", episode_requests, 1, None, integer=True)
@@ -163,6 +202,10 @@ class ClusterEnv(gym.Env):
         check_range("waste_penalty", waste_penalty, 0.0)
         if not isinstance(oracle, bool):
             raise ValueError(f"oracle: expected True or False, got {oracle!r}")
+        if not isinstance(prediction, bool):
+            raise ValueError(f"prediction: expected True or False, got {prediction!r}")
+        self.prediction = prediction
+        self.prediction_sigma = check_sigma(prediction_sigma)
         if render_mode is not None:
             raise ValueError(f"render_mode: expected None (the v1 environments do not render), got {render_mode!r}")
         self.render_mode = None
@@ -176,11 +219,12 @@ class ClusterEnv(gym.Env):
         self.saturation = saturation(self.base, p)
         self.mean_output_tokens = float(self.base.output_tokens.mean())
         self.mean_prefill_s = float(np.mean([p.prefill_cost.prefill_s(n, 0) for n in self.base.input_tokens.tolist()]))
-        self.observation_space = spaces.Box(0.0, 1.0, (observation_size(p, oracle),), np.float32)
+        self.observation_space = spaces.Box(0.0, 1.0, (observation_size(p, oracle, prediction),), np.float32)
         self._time_scale = 1.0 / math.log1p(QUEUE_CAP_SLO * p.ttft_slo_s / TIME_UNIT_S)
         self._step_den = STEP_CAP_SLO * p.tbt_slo_s
         self._ttft_den = TTFT_CAP_SLO * p.ttft_slo_s
         self._in_prefill_den = IN_PREFILL_CAP_PER_INSTANCE * p.n_prefill
+        self._log_output_scale = 1.0 / math.log1p(OUTPUT_TOKENS_CAP)
         self.sim: _Simulator | None = None
 
     # -- the decision view --------------------------------------------------------------------------
@@ -204,6 +248,8 @@ class ClusterEnv(gym.Env):
         vals += (ttft / self._ttft_den, 1.0 if ttft > v.ttft_slo_s else 0.0, v.requests_in_prefill / self._in_prefill_den)
         if self.oracle:
             vals.append(v.output_tokens / OUTPUT_TOKENS_CAP)
+        if self.prediction:
+            vals.append(math.log1p(v.predicted_output_tokens) * self._log_output_scale)
         return as_clipped_float32(vals)
 
     # -- Gymnasium API ------------------------------------------------------------------------------
@@ -212,10 +258,14 @@ class ClusterEnv(gym.Env):
         trace, load = episode_workload(self.np_random, options, self.trace, self.speed, self.base,
                                        self.episode_requests, self.load, self.saturation.cluster_per_s)
         sim_seed = int(self.np_random.integers(2**31))
-        self.sim = sim = _Simulator(trace, self.preset, oracle=self.oracle, seed=sim_seed)
+        predicted = None
+        if self.prediction:  # drawn after everything else, so the workload is the same with or without
+            rng = np.random.default_rng(int(self.np_random.integers(2**31)))
+            predicted = predict_output_tokens(trace.output_tokens, self.prediction_sigma, rng)
+        self.sim = sim = _Simulator(trace, self.preset, oracle=self.oracle, seed=sim_seed, predicted_output=predicted)
         if sim.view is None:
             raise ValueError("trace: every request is too long for one decode instance; nothing to decide")
-        self._good, self._wasted = 0, 0.0
+        self._good, self._good_n, self._wasted = 0, 0, 0.0
         return self._observe(), {"requests": len(trace), "load": load,
                                  "saturation_per_s": self.saturation.cluster_per_s, "sim_seed": sim_seed}
 
@@ -228,11 +278,13 @@ class ClusterEnv(gym.Env):
             raise RuntimeError("step: the episode has terminated; call reset()")
         i = sim.view.index
         sim.step(act)
-        good = sim.ttft_good_tokens - self._good
+        sim.score()
+        good, good_n = sim.good_tokens - self._good, sim.good_requests - self._good_n
         wasted = sim.wasted_prefill_s - self._wasted
-        self._good, self._wasted = sim.ttft_good_tokens, sim.wasted_prefill_s
+        self._good, self._good_n, self._wasted = sim.good_tokens, sim.good_requests, sim.wasted_prefill_s
         terminated = sim.done
-        info = {"index": i, "admitted": act.admit, "prefill_instance": sim.prefill_instance[i], "good_tokens": good, "wasted_s": wasted, "completed": sim.completed,
+        info = {"index": i, "admitted": act.admit, "prefill_instance": sim.prefill_instance[i], "good_tokens": good,
+                "good_requests": good_n, "wasted_s": wasted, "completed": sim.completed,
                 "rejected_at_arrival": sim.rejected_at_arrival, "rejected_after_prefill": sim.rejected_after_prefill,
                 "preempted": sim.preempted}
         if act.admit:

@@ -7,6 +7,7 @@ from gymnasium import spaces
 
 from ..conductor import ClusterAction
 from ..routing import Route
+from ..prediction import DEFAULT_PREDICTION_SIGMA
 from .cluster import (ARGUMENTS_DOC, DEFAULT_WASTE_PENALTY, END_DOC, GOODPUT_REWARD_DOC, INFO_DOC, OBSERVATION_DOC,
                       WORKLOAD_DOC, ClusterEnv)
 from .common import INTEGER_TYPES
@@ -61,25 +62,32 @@ class ConductorV1Env(ClusterEnv):
 
     ``gym.make("mooncake_gym/Conductor-v1", preset="mooncake", load=None, load_range=None,
     base_trace=None, trace=None, speed=1.0, episode_requests=1000, oracle=False, waste_penalty=0.1,
-    render_mode=None)``. With neither ``load`` nor ``load_range`` the load is 1.5.
+    render_mode=None, prediction=False, prediction_sigma=0.5)``. With neither ``load`` nor
+    ``load_range`` the load is 1.5.
 {ARGUMENTS_DOC}
 
     ## Version History
 
-    * v1: initial version.
+    * v1: initial version (before its first release, issue 13: the reward and the primary metric
+      became token goodput within both SLOs without the drain, and ``prediction=True`` was added).
     """
 
     def __init__(self, preset="mooncake", load=None, load_range=None, base_trace=None, trace=None,
                  speed: float = 1.0, episode_requests: int = 1000, oracle: bool = False,
-                 waste_penalty: float = DEFAULT_WASTE_PENALTY, render_mode=None):
+                 waste_penalty: float = DEFAULT_WASTE_PENALTY, render_mode=None, prediction: bool = False,
+                 prediction_sigma: float = DEFAULT_PREDICTION_SIGMA):
         super().__init__(preset, load, load_range, 1.5, base_trace, trace, speed, episode_requests, oracle,
-                         waste_penalty, render_mode)
+                         waste_penalty, render_mode, prediction, prediction_sigma)
         p = self.preset
         self.action_space = spaces.MultiDiscrete([2, p.n_prefill, 2, p.n_decode + 1])
         self._nvec = (2, p.n_prefill, 2, p.n_decode + 1)
 
-    def encode_action(self, action: ClusterAction) -> np.ndarray:
-        """The env action of a :class:`ClusterAction` (a route None is not expressible: give one)."""
+    def encode_action(self, action) -> np.ndarray:
+        """The env action of a :class:`ClusterAction` (a route None is not expressible: give one), or
+        of an admission policy's bool (admit on the default route, the default decode rule), so that
+        the admission baselines run here too."""
+        if isinstance(action, (bool, np.bool_)):
+            action = ClusterAction(bool(action), self.sim.view.default_route if action else None, None)
         if not action.admit:
             return np.array([0, 0, 0, self._nvec[3] - 1], np.int64)
         inst, pull = action.route if isinstance(action.route, tuple) else (action.route, False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from gymnasium import spaces
 
 from ..conductor import ClusterAction
+from ..prediction import DEFAULT_PREDICTION_SIGMA
 from .cluster import (ARGUMENTS_DOC, DEFAULT_WASTE_PENALTY, END_DOC, GOODPUT_REWARD_DOC, INFO_DOC, OBSERVATION_DOC,
                       WORKLOAD_DOC, ClusterEnv)
 from .common import INTEGER_TYPES
@@ -56,7 +57,8 @@ class OverloadAdmissionV1Env(ClusterEnv):
 
     ``gym.make("mooncake_gym/OverloadAdmission-v1", preset="mooncake-overload", load=None,
     load_range=None, base_trace=None, trace=None, speed=1.0, episode_requests=1000, oracle=False,
-    waste_penalty=0.1, render_mode=None)``. With neither ``load`` nor ``load_range`` the load is 2.
+    waste_penalty=0.1, render_mode=None, prediction=False, prediction_sigma=0.5)``. With neither
+    ``load`` nor ``load_range`` the load is 2.
 {ARGUMENTS_DOC}
 
     ## Version History
@@ -64,15 +66,18 @@ class OverloadAdmissionV1Env(ClusterEnv):
     * v1: the whole cluster (``conductor.ClusterSimulator``: continuous-batching decode, TBT SLO,
       KV transfer, preemption) on ``mooncake-overload``; the observation adds the prefill pool
       per instance and the decode pool per instance; the reward counts output tokens; load as a
-      multiple of the measured saturation throughput.
+      multiple of the measured saturation throughput. Before its first release (issue 13) the
+      reward and the primary metric became token goodput within both SLOs without the drain,
+      and ``prediction=True`` was added.
     * v0: the lecture's overload model (still registered, unchanged).
     """
 
     def __init__(self, preset="mooncake-overload", load=None, load_range=None, base_trace=None, trace=None,
                  speed: float = 1.0, episode_requests: int = 1000, oracle: bool = False,
-                 waste_penalty: float = DEFAULT_WASTE_PENALTY, render_mode=None):
+                 waste_penalty: float = DEFAULT_WASTE_PENALTY, render_mode=None, prediction: bool = False,
+                 prediction_sigma: float = DEFAULT_PREDICTION_SIGMA):
         super().__init__(preset, load, load_range, 2.0, base_trace, trace, speed, episode_requests, oracle,
-                         waste_penalty, render_mode)
+                         waste_penalty, render_mode, prediction, prediction_sigma)
         self.action_space = spaces.Discrete(2)
 
     def encode_action(self, admit) -> int:
