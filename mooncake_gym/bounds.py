@@ -30,7 +30,9 @@ dates (Schrage, Operations Research 16, 1968). So ``sum_j C_j^SRPT <= sum_j C_j`
 cluster's total work approaches its capacity, where the per-request bound does not.
 
 Both are lower bounds on the same sum, so their maximum is one; divided by the number of requests,
-it bounds the mean TTFT. It assumes every instance runs ``cost`` (one instance kind).
+it bounds the mean TTFT. In a heterogeneous pool (``RoutingConfig(instances=...)``) ``w_j`` is the
+smallest over the kinds of instance: every step above holds with it, each instance doing at most one
+unit of that work per second.
 """
 
 from __future__ import annotations
@@ -119,7 +121,10 @@ def ttft_lower_bound(trace: Trace, config: RoutingConfig | None = None, cost: Co
     if len(trace) == 0:
         raise ValueError("trace: expected at least one request")
     config = config or RoutingConfig()
-    w = min_service_s(trace, cost)
+    cost = cost or CostModel()
+    # a heterogeneous pool: a request's service is at least its fastest over the kinds of instance,
+    # and each instance does at most one second of that (fastest-kind) work per second
+    w = np.min([min_service_s(trace, c) for c in set(config.instance_costs(cost))], axis=0)
     isolated = float(w.mean())
     srpt = float(srpt_flow_times(trace.arrival_s, w, float(config.n_instances)).mean())
     return TTFTBound(max(isolated, srpt), isolated, srpt, w)
