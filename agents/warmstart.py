@@ -168,3 +168,34 @@ def warm_start_ppo(workloads: list[dict], out, wrappers=(), timesteps: int = 300
     })
     (out / "ppo_routing_ws.json").write_text(json.dumps(card, indent=2) + "\n")
     return card
+
+
+def issue13_workloads(sanity: bool = False) -> list[dict]:
+    """The workloads of the shipped ``ppo_routing_ws``: saturated (12 sessions/s, teacher sizesplit
+    1.5 s / 2 instances) and heterogeneous (4xH800+4xA800 at 24/s, sizesplit 0.8 s / 1 instance),
+    2 envs each; with ``sanity``, also 4-8 sessions/s with kvcentric as the teacher (docs/routing-agents.md)."""
+    from mooncake_gym.baselines.routing import KVCentric
+    from mooncake_gym.baselines.sizesplit import SizeSplit
+
+    out = [{"env_kwargs": {"rate": 12.0, "episode_requests": 3000}, "teacher": SizeSplit(1.5, 2, 0.0), "envs": 2},
+           {"env_kwargs": {"rate": 24.0, "episode_requests": 3000, "instances": "4xH800+4xA800"},
+            "teacher": SizeSplit(0.8, 1, 0.0), "envs": 2}]
+    if sanity:
+        out.append({"env_kwargs": {"rate_range": [4.0, 8.0], "episode_requests": 3000}, "teacher": KVCentric(), "envs": 2})
+    return out
+
+
+if __name__ == "__main__":  # python -m mooncake_gym.agents.warmstart OUT [--sanity] [--demo-seeds N]
+    import argparse
+
+    from mooncake_gym.wrappers import RoutingRuleFeatures
+
+    ap = argparse.ArgumentParser(description="behaviour cloning of sizesplit, then PPO (issue 13's routing agent)")
+    ap.add_argument("out")
+    ap.add_argument("--sanity", action="store_true", help="also train at 4-8 sessions/s (teacher kvcentric)")
+    ap.add_argument("--demo-seeds", type=int, default=20)
+    ap.add_argument("--budget-s", type=float, default=1000.0)
+    a = ap.parse_args()
+    warm_start_ppo(issue13_workloads(a.sanity), a.out, wrappers=[RoutingRuleFeatures], timesteps=3_000_000,
+                   demo_seeds=range(a.demo_seeds), chunk=60_000, bc_epochs=30, time_budget_s=a.budget_s,
+                   hyperparameters={"learning_rate": 3e-5, "gamma": 0.999})

@@ -73,3 +73,18 @@ def test_bound_on_a_heterogeneous_pool_uses_the_fastest_kind():
     for name in ("kvcentric", "cache", "load"):
         run = simulate(trace, make_policy("routing", name), config, COST)
         assert run.metrics["mean_ttft_s"] >= bound.mean_ttft_s
+
+
+def test_shipped_warm_started_agent_runs_a_heterogeneous_episode_behind_its_wrapper():
+    from mooncake_gym import agents
+    from mooncake_gym.envs import ROUTING_ENV_ID
+    from mooncake_gym.evaluation import evaluate
+
+    card = agents.card("ppo_routing_ws")
+    assert card["wrappers"] == [{"class": "mooncake_gym.wrappers.RoutingRuleFeatures", "kwargs": {}}]
+    assert {"rate": 24.0, "episode_requests": 3000, "instances": "4xH800+4xA800"} in card["trained_on"]
+    assert card["never_saw"] and card["evaluation"]
+    agent = agents.load_agent("ppo_routing_ws")
+    kw = {"rate": 24.0, "episode_requests": 200, "instances": "4xH800+4xA800"}
+    (episode,) = evaluate(ROUTING_ENV_ID, agent, [7], **kw)
+    assert episode["steps"] == 200 and 0 < episode["mean_ttft_s"] < 60
