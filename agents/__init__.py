@@ -31,8 +31,8 @@ SHIPPED_SHA256 = {
     "ppo_admission": {"zip": "62891c2c5b55734adea4b309dbd9b268c345e3a41981a9ae9112e43ec1f5a6f0",
                       "json": "5a07e537b6cf6933939d0c04860849f80515d5574221ee9f677e17bef7c6d9f6"},
     # issue 13: behaviour cloning of sizesplit then PPO, behind mooncake_gym.wrappers.RoutingRuleFeatures
-    "ppo_routing_ws": {"zip": "9517d341635fd66ec5e98bced08bfbac80e0aa37838b092b24417cab94d34dc5",
-                       "json": "e9a23f08a8691b870099612ac1451156ab7493ec903c8651e5fa6d483c222b35"},
+    "ppo_routing_ws": {"zip": "76e5bf78de3a0e15c662eb46bec33142a8066cf3327fefad2919bc8929ee61f9",
+                       "json": "b6b4af56f383fb9247a63738038a7b387c6aa9539e2e2fa810b26be86f3e9790"},
 }
 
 
