@@ -23,13 +23,16 @@ __all__ = ["Agent", "AgentFormatError", "AgentIntegrityError", "SHIPPED", "SHIPP
            "card", "load_agent", "save_agent"]
 
 #: Shipped agents by name -> the problem they solve.
-SHIPPED = {"ppo_routing": "routing", "ppo_admission": "admission"}
+SHIPPED = {"ppo_routing": "routing", "ppo_admission": "admission", "ppo_routing_ws": "routing"}
 #: sha256 of each shipped agent's zip and card (update both when an agent is retrained).
 SHIPPED_SHA256 = {
     "ppo_routing": {"zip": "e59cf80ea9a8048d8a1b14f03750bc2f3181f8a1ed604d13e6738a6fff031401",
                     "json": "a33b327f4e261eda805eb9e89db6ee973c0b65c98be6acad75fb858bf4d4ba9c"},
     "ppo_admission": {"zip": "62891c2c5b55734adea4b309dbd9b268c345e3a41981a9ae9112e43ec1f5a6f0",
                       "json": "5a07e537b6cf6933939d0c04860849f80515d5574221ee9f677e17bef7c6d9f6"},
+    # issue 13: behaviour cloning of sizesplit then PPO, behind mooncake_gym.wrappers.RoutingRuleFeatures
+    "ppo_routing_ws": {"zip": "76e5bf78de3a0e15c662eb46bec33142a8066cf3327fefad2919bc8929ee61f9",
+                       "json": "b6b4af56f383fb9247a63738038a7b387c6aa9539e2e2fa810b26be86f3e9790"},
 }
 
 

@@ -87,7 +87,8 @@ class KVCentric(_Seeded):
             raise ValueError(f"threshold: expected kvcache_balancing_threshold >= 1, got {threshold!r}")
         self.threshold = float(threshold)
 
-    def __call__(self, view: RoutingView) -> Route:
+    def estimates(self, view: RoutingView) -> tuple[list[float], list[bool]]:
+        """Each instance's TTFT estimate of Algorithm 1 and whether it took the transfer branch."""
         best = view.best_hit_tokens
         costs, pulls = [], []
         thr = self.threshold
@@ -95,6 +96,10 @@ class KVCentric(_Seeded):
             transfer_branch = best > h and (h == 0 or best / h > thr)
             pulls.append(transfer_branch)
             costs.append(q + tr + pp if transfer_branch else q + p)
+        return costs, pulls
+
+    def __call__(self, view: RoutingView) -> Route:
+        costs, pulls = self.estimates(view)
         i = self._argmin(costs)
         return Route(i, pulls[i])
 

@@ -1,0 +1,201 @@
+"""PPO warm-started by imitation: behaviour cloning of a hand-coded routing rule, then PPO.
+
+PPO from a random policy on a saturated cluster spends its budget in queues that a random router
+builds (issue 13, attempt 1 in ``docs/routing-agents.md``). The field's answer is to start from a
+demonstrator (behaviour cloning, then policy-gradient fine-tuning: e.g. Vinyals et al., AlphaStar,
+Nature 2019; "kickstarting", Schmitt et al., arXiv 1803.03835): here the policy network is first fit
+to a teacher's actions (cross-entropy) and the value network to the teacher's discounted returns
+(squared error), on training seeds, then trained by PPO on the env's own reward (minus TTFT / SLO).
+
+:func:`warm_start_ppo` does it on several workloads at once (one vector env per entry of
+``workloads``, each with its own teacher) and writes the agent in the project's format
+(``agents/agentfile.py``) with a card. Every seed it uses is below 1,000 (training seeds).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+ENV_ID = "mooncake_gym/PrefillRouting-v0"
+
+
+def _wrapped(env_kwargs: dict, wrappers):
+    import gymnasium as gym
+
+    from .agentfile import apply_wrappers
+
+    return apply_wrappers(gym.make(ENV_ID, render_mode=None, **env_kwargs), wrappers, trusted=True)
+
+
+def demonstrations(env_kwargs: dict, teacher, seeds, wrappers, gamma: float):
+    """Observations (behind ``wrappers``), the teacher's env actions and the discounted returns of
+    its episodes on ``seeds``."""
+    from mooncake_gym.policy import reset_policy
+
+    env = _wrapped(env_kwargs, wrappers)
+    obs_all, act_all, ret_all = [], [], []
+    try:
+        for seed in seeds:
+            obs, _ = env.reset(seed=int(seed))
+            reset_policy(teacher, int(seed))
+            rewards, done = [], False
+            base = env.unwrapped
+            while not done:
+                a = base.encode_action(teacher(base.decision_view()))
+                obs_all.append(obs)
+                act_all.append(a)
+                obs, r, term, trunc, _ = env.step(a)
+                rewards.append(r)
+                done = term or trunc
+            g, ret = 0.0, np.empty(len(rewards))
+            for t in range(len(rewards) - 1, -1, -1):
+                g = rewards[t] + gamma * g
+                ret[t] = g
+            ret_all.append(ret)
+    finally:
+        env.close()
+    return np.asarray(obs_all, np.float32), np.asarray(act_all, np.int64), np.concatenate(ret_all).astype(np.float32)
+
+
+def clone(model, obs, actions, returns, epochs: int = 10, batch: int = 512, lr: float = 1e-3, seed: int = 0) -> dict:
+    """Fit ``model``'s policy to ``actions`` (cross-entropy) and its value to ``returns``; returns
+    the last epoch's mean losses and the share of the teacher's actions the policy's argmax takes."""
+    import torch
+
+    policy = model.policy
+    opt = torch.optim.Adam(policy.parameters(), lr=lr)
+    o, a, g = torch.as_tensor(obs), torch.as_tensor(actions), torch.as_tensor(returns)
+    rng = np.random.default_rng(seed)
+    stats = {}
+    for _ in range(epochs):
+        order = rng.permutation(len(o))
+        pl, vl = [], []
+        for start in range(0, len(o), batch):
+            idx = torch.as_tensor(order[start:start + batch])
+            values, log_prob, _ = policy.evaluate_actions(o[idx], a[idx])
+            loss_pi = -log_prob.mean()
+            loss_v = torch.nn.functional.mse_loss(values.flatten(), g[idx])
+            opt.zero_grad()
+            (loss_pi + 0.5 * loss_v).backward()
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), 0.5)
+            opt.step()
+            pl.append(loss_pi.item())
+            vl.append(loss_v.item())
+        stats = {"policy_loss": float(np.mean(pl)), "value_loss": float(np.mean(vl))}
+    with torch.no_grad():
+        pred = policy.get_distribution(o).distribution.probs.argmax(-1)
+    stats["agreement"] = float((pred == a).float().mean())
+    return stats
+
+
+def mean_ttft(model, workloads, seeds, wrappers) -> list[float]:
+    """The deterministic policy's mean TTFT on each workload over ``seeds``."""
+    from mooncake_gym.evaluation import evaluate
+
+    from .agentfile import as_agent
+
+    agent = as_agent(model, ENV_ID, wrappers)
+    return [float(np.mean([e["mean_ttft_s"] for e in evaluate(ENV_ID, agent, seeds, **w["env_kwargs"])]))
+            for w in workloads]
+
+
+def warm_start_ppo(workloads: list[dict], out, wrappers=(), timesteps: int = 300_000, demo_seeds=range(20),
+                   select_seeds=range(900, 903), chunk: int = 50_000, bc_epochs: int = 10, seed: int = 0,
+                   hyperparameters: dict | None = None, time_budget_s: float = 1800.0) -> dict:
+    """Behaviour cloning of each workload's teacher, then PPO on all workloads together.
+
+    ``workloads``: ``[{"env_kwargs": {...}, "teacher": policy, "envs": n}]`` (``envs`` vector envs of
+    that workload). PPO runs in chunks of ``chunk`` steps until ``timesteps`` or ``time_budget_s``
+    (the clock includes cloning); after cloning and each chunk the policy's mean TTFT on
+    ``select_seeds`` (training seeds) is measured and the best by the sum of its ratios to the
+    cloned policy's is kept. Writes ``out/ppo_routing_ws.zip`` and its card; returns the card."""
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from .agentfile import save_agent, wrapper_spec
+    from .train import library_versions, sha256_of
+
+    torch.set_num_threads(1)
+    start = time.time()
+    specs = [wrapper_spec(w) for w in wrappers]
+    hp = {"n_steps": 512, "batch_size": 256, "n_epochs": 5, "learning_rate": 1e-4, "gamma": 0.99,
+          "gae_lambda": 0.95, "ent_coef": 0.0, "clip_range": 0.1, "policy_kwargs": {"net_arch": [128, 128]},
+          **(hyperparameters or {})}
+    fns = [lambda kw=w["env_kwargs"]: Monitor(_wrapped(kw, specs)) for w in workloads for _ in range(w.get("envs", 1))]
+    venv = DummyVecEnv(fns)
+    venv.seed(seed)
+    model = PPO("MlpPolicy", venv, seed=seed, device="cpu", verbose=0, **hp)
+    demos = [demonstrations(w["env_kwargs"], w["teacher"], demo_seeds, specs, hp["gamma"]) for w in workloads]
+    obs, act, ret = (np.concatenate([d[i] for d in demos]) for i in range(3))
+    bc = clone(model, obs, act, ret, epochs=bc_epochs, seed=seed)
+    history = [{"timesteps": 0, "wall_s": round(time.time() - start, 1), "bc": bc,
+                "select_mean_ttft_s": mean_ttft(model, workloads, list(select_seeds), specs)}]
+    ref = history[0]["select_mean_ttft_s"]
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    best_score, best_at = float(len(ref)), 0
+    save_agent(model, out / "ppo_routing_ws.zip", ENV_ID, specs)
+    done = 0
+    while done < timesteps and time.time() - start < time_budget_s:
+        model.learn(total_timesteps=chunk, reset_num_timesteps=False)
+        done = int(model.num_timesteps)
+        sel = mean_ttft(model, workloads, list(select_seeds), specs)
+        score = float(sum(s / r for s, r in zip(sel, ref)))
+        history.append({"timesteps": done, "wall_s": round(time.time() - start, 1), "select_mean_ttft_s": sel,
+                        "score": score})
+        print(json.dumps(history[-1]), flush=True)
+        if score < best_score:
+            best_score, best_at = score, done
+            save_agent(model, out / "ppo_routing_ws.zip", ENV_ID, specs)
+    venv.close()
+    card = json.loads((out / "ppo_routing_ws.json").read_text())
+    card.update({
+        "algorithm": "PPO", "policy": "MlpPolicy", "hyperparameters": hp, "seed": seed,
+        "training": {"method": "behaviour cloning of each workload's teacher, then PPO (agents/warmstart.py)",
+                     "workloads": [{"env_kwargs": w["env_kwargs"], "teacher": repr(w["teacher"]),
+                                    "envs": w.get("envs", 1)} for w in workloads],
+                     "demo_seeds": list(demo_seeds), "select_seeds": list(select_seeds), "bc_epochs": bc_epochs,
+                     "timesteps_run": done, "selected_timestep": best_at,
+                     "wall_time_s": round(time.time() - start, 1), "history": history},
+        "threads": 1, "versions": library_versions(),
+        "sha256": sha256_of(out / "ppo_routing_ws.zip"),
+    })
+    (out / "ppo_routing_ws.json").write_text(json.dumps(card, indent=2) + "\n")
+    return card
+
+
+def issue13_workloads(sanity: bool = False) -> list[dict]:
+    """The workloads of the shipped ``ppo_routing_ws``: saturated (12 sessions/s, teacher sizesplit
+    1.5 s / 2 instances) and heterogeneous (4xH800+4xA800 at 24/s, sizesplit 0.8 s / 1 instance),
+    2 envs each; with ``sanity``, also 4-8 sessions/s with kvcentric as the teacher (docs/routing-agents.md)."""
+    from mooncake_gym.baselines.routing import KVCentric
+    from mooncake_gym.baselines.sizesplit import SizeSplit
+
+    out = [{"env_kwargs": {"rate": 12.0, "episode_requests": 3000}, "teacher": SizeSplit(1.5, 2, 0.0), "envs": 2},
+           {"env_kwargs": {"rate": 24.0, "episode_requests": 3000, "instances": "4xH800+4xA800"},
+            "teacher": SizeSplit(0.8, 1, 0.0), "envs": 2}]
+    if sanity:
+        out.append({"env_kwargs": {"rate_range": [4.0, 8.0], "episode_requests": 3000}, "teacher": KVCentric(), "envs": 2})
+    return out
+
+
+if __name__ == "__main__":  # python -m mooncake_gym.agents.warmstart OUT [--sanity] [--demo-seeds N]
+    import argparse
+
+    from mooncake_gym.wrappers import RoutingRuleFeatures
+
+    ap = argparse.ArgumentParser(description="behaviour cloning of sizesplit, then PPO (issue 13's routing agent)")
+    ap.add_argument("out")
+    ap.add_argument("--sanity", action="store_true", help="also train at 4-8 sessions/s (teacher kvcentric)")
+    ap.add_argument("--demo-seeds", type=int, default=20)
+    ap.add_argument("--budget-s", type=float, default=1000.0)
+    a = ap.parse_args()
+    warm_start_ppo(issue13_workloads(a.sanity), a.out, wrappers=[RoutingRuleFeatures], timesteps=3_000_000,
+                   demo_seeds=range(a.demo_seeds), chunk=60_000, bc_epochs=30, time_budget_s=a.budget_s,
+                   hyperparameters={"learning_rate": 3e-5, "gamma": 0.999})
