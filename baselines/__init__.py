@@ -11,7 +11,7 @@ from .production import PRODUCTION_ROUTING_POLICIES
 
 ROUTING_POLICIES.update(PRODUCTION_ROUTING_POLICIES)  # production routers' rules (baselines/production.py)
 
-POLICIES = {"routing": ROUTING_POLICIES, "admission": ADMISSION_POLICIES}
+POLICIES = {"routing": ROUTING_POLICIES, "admission": ADMISSION_POLICIES, "admission-v1": ADMISSION_V1_POLICIES}
 
 
 def make_policy(problem: str, name: str, **kwargs):

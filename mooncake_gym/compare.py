@@ -14,11 +14,16 @@ import numpy as np
 
 from . import report
 from .envs import ADMISSION_ENV_ID, ROUTING_ENV_ID
+from .bounds import admission_bound_row
 from .evaluation import ModelPolicy, ViewPolicy, evaluate
 
 #: Evaluation seeds start here: training uses seeds below 1,000 and the callback 10,000 + seed, so
 #: these episodes are never seen in training.
 COMPARE_SEED_BASE = 1_000_000
+#: The problem of the admission and Conductor scenarios' tables: the whole cluster
+#: (``OverloadAdmission-v1``, ``Conductor-v1``), its admission baselines (``ADMISSION_V1_POLICIES``),
+#: token goodput first (``report.ADMISSION_V1_COLUMNS``) and an upper bound.
+ADMISSION_V1 = "admission-v1"
 #: Requests per routing episode in compare (synthetic workloads).
 ROUTING_EPISODE_REQUESTS = 3000
 #: Requests per admission episode in compare.
@@ -48,6 +53,8 @@ def columns_of(problem: str):
         return columns_of_cluster(problem)
     if problem == "routing":
         return report.ROUTING_COLUMNS, report.routing_row
+    if problem == ADMISSION_V1:
+        return report.ADMISSION_V1_COLUMNS, lambda name, metrics: {"policy": name, **metrics}
     return report.ADMISSION_COLUMNS, lambda name, metrics: {"policy": name, **report.overload_row(metrics)}
 
 
@@ -94,7 +101,10 @@ def policies_for(problem: str, agents: dict) -> dict:
     """Every baseline of ``problem`` plus the agents (``{name: model}``) that solve it."""
     from .baselines import POLICIES
 
-    out = {name: ViewPolicy(factory(), name) for name, factory in POLICIES[problem].items()}
+    out = {}
+    for name, factory in POLICIES[problem].items():
+        out[name] = ViewPolicy(factory(), name)
+        out[name].env_kwargs = getattr(factory, "ENV_KWARGS", {})  # e.g. the oracle length it reads
     for name, (agent_problem, model) in agents.items():
         if agent_problem == problem:
             out[name] = ModelPolicy(model, name)
@@ -121,7 +131,8 @@ def run_setting(setting: Setting, policies: dict, seeds, keep_results: bool = Fa
                 threads: int | None = 1) -> Setting:
     columns, make_row = columns_of(setting.problem)
     for name, policy in policies.items():
-        episodes = evaluate(setting.env_id, policy, seeds, keep_result=keep_results, threads=threads, **setting.env_kwargs)
+        episodes = evaluate(setting.env_id, policy, seeds, keep_result=keep_results, threads=threads,
+                            **{**setting.env_kwargs, **getattr(policy, "env_kwargs", {})})
         setting.episodes[name] = episodes
         rows = [make_row(name, e) for e in episodes]
         row = {"policy": name, "episodes": len(episodes)}
@@ -234,11 +245,12 @@ def run_plan(plan: list, seed_list, progress: bool, threads: int | None, keep_re
 #: The problems whose scenarios ``compare --scenario`` tabulates (with the columns of
 #: :func:`columns_of`); a scenario of another problem is skipped with the reason until its
 #: columns are wired in here.
-SCENARIO_PROBLEMS = ("routing",)
+SCENARIO_PROBLEMS = ("routing", "admission", "conductor")
 
 #: The bound row of each problem's tables: ``problem -> function(setting, seeds) -> row`` (a
 #: lower bound on mean TTFT for routing). The one place where a problem's bound is chosen.
-BOUNDS = {"routing": routing_bound}
+BOUNDS = {"routing": routing_bound,
+          ADMISSION_V1: lambda setting, seeds: admission_bound_row(setting.env_id, setting.env_kwargs, seeds)}
 
 
 def scenario_setting(scenario, **given) -> Setting:
@@ -246,7 +258,8 @@ def scenario_setting(scenario, **given) -> Setting:
     its arguments and ``given`` (e.g. ``trace``), so that agents trained on the base environment fit.
     The label names the scenario and its version; ``fingerprint`` is its sha256."""
     kwargs = scenario.config(**given)
-    return Setting(scenario.problem, f"{scenario.name} v{scenario.version} ({scenario.env_id})",
+    problem = scenario.problem if scenario.problem == "routing" else ADMISSION_V1  # the v1 cluster's table
+    return Setting(problem, f"{scenario.name} v{scenario.version} ({scenario.env_id})",
                    scenario.base_env_id, kwargs, scenario=scenario.name, fingerprint=scenario.fingerprint(**given))
 
 

@@ -33,7 +33,8 @@ import numpy as np
 TUNE_SEED_BASE = 0
 MAX_TUNE_SEEDS = 1000
 #: The default objective of each problem: (metric of the end-of-episode metrics, "min" or "max").
-TUNE_METRICS = {"routing": ("mean_ttft_s", "min"), "admission": ("goodput", "max")}
+TUNE_METRICS = {"routing": ("mean_ttft_s", "min"), "admission": ("goodput", "max"),
+                "admission-v1": ("token_goodput", "max")}
 #: Every metric a search may optimise (``metric=``), with its direction.
 METRIC_GOALS = {"routing": {"mean_ttft_s": "min", "p90_ttft_s": "min", "slo_attainment": "max", "hit_ratio": "max"},
                 "admission": {"goodput": "max", "completed": "max", "wasted_prefill_s": "min",
