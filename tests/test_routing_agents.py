@@ -68,8 +68,11 @@ def test_bound_on_a_heterogeneous_pool_uses_the_fastest_kind():
     bound = ttft_lower_bound(trace, config, COST)
     w = fast.prefill_s(8192, 0)
     assert bound.min_service_s.tolist() == [w, w, w]
-    # SRPT on one machine of speed 2, three jobs of w at once: done at w / 2, w and 1.5 w
-    assert bound.srpt_mean_s == pytest.approx((0.5 + 1 + 1.5) * w / 3, rel=1e-12)
+    # SRPT on one machine of speed 1 + w / w_A800 (the H800 does the fastest kind's work at rate 1,
+    # the A800 at most at rate w / w_A800: bounds.py), three jobs of w at once: done at w / speed,
+    # 2 w / speed and 3 w / speed
+    speed = 1 + w / COST.prefill_s(8192, 0)
+    assert bound.srpt_mean_s == pytest.approx(2 * w / speed, rel=1e-12)
     for name in ("kvcentric", "cache", "load"):
         run = simulate(trace, make_policy("routing", name), config, COST)
         assert run.metrics["mean_ttft_s"] >= bound.mean_ttft_s
