@@ -250,3 +250,24 @@ def test_decode_features_are_the_views_fields(preset):
         if term:
             break
     assert busy > 100  # the decode side was observed busy, not only empty
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_observation_mode_exact_is_the_default_and_a_stale_view_changes_only_what_is_seen(env_id):
+    from mooncake_gym.observation import ObservationConfig
+
+    base = rollout(gym.make(env_id, **SMALL), seed=7)
+    exact = rollout(gym.make(env_id, observation="exact", **SMALL), seed=7)
+    assert all(np.array_equal(x, y) for x, y in zip(base[0], exact[0])) and base[1] == exact[1]
+    stale = ObservationConfig(mode="scraped", scrape_period_s=2.0, scrape_delay_s=1.0, inflight=False)
+    a = rollout(gym.make(env_id, observation=stale, load=1.5, **SMALL), seed=7)
+    b = rollout(gym.make(env_id, observation=stale, load=1.5, **SMALL), seed=7)
+    assert all(np.array_equal(x, y) for x, y in zip(a[0], b[0])) and a[1] == b[1]  # same seed, same episode
+    seen = rollout(gym.make(env_id, load=1.5, **SMALL), seed=7)
+    assert len(a[0]) == len(seen[0])  # the same requests arrive
+    assert any(not np.array_equal(x, y) for x, y in zip(a[0], seen[0]))  # but the snapshots lag
+
+
+def test_a_bad_observation_mode_names_the_argument():
+    with pytest.raises(ValueError, match="observation"):
+        gym.make(ROUTING_V1_ENV_ID, observation="psychic")

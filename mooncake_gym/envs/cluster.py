@@ -16,6 +16,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from ..observation import as_observation
 from ..conductor import ClusterAction, ClusterSimulator, saturation
 from ..overload import DEMO3_BASE_RATE
 from ..prediction import DEFAULT_PREDICTION_SIGMA, check_sigma, predict_output_tokens
@@ -166,7 +167,10 @@ ARGUMENTS_DOC = """\
     (finite, > 0) is the arrival rate as a multiple of the saturation throughput; ``load_range`` a pair ``(low, high)``, finite,
     ``0 < low <= high``, not with ``load``. ``prediction`` (bool) adds the predicted output length to
     the observation and the view (``view.predicted_output_tokens``); ``prediction_sigma`` (0 to 3)
-    is its log-normal error. ``render_mode`` must be None (no picture yet). An invalid argument
+    is its log-normal error. ``observation`` is what the policy sees of the prefill pool: a mode
+    string or ``mooncake_gym.observation.ObservationConfig`` (``exact``, the default; ``scraped``,
+    ``approximate``, ``precise``, ``noisy``, ``mooncake_gym.observation`` and ``docs/envs/prefill_routing.md``); the prefill features, the
+    default router and the predicted TTFT come from that view, service stays exact. ``render_mode`` must be None (no picture yet). An invalid argument
     raises ``ValueError`` naming it and its allowed range."""
 
 GOODPUT_REWARD_DOC = """\
@@ -194,8 +198,12 @@ class ClusterEnv(gym.Env):
     def __init__(self, preset="mooncake", load=None, load_range=None, default_load: float = 1.0, base_trace=None,
                  trace=None, speed: float = 1.0, episode_requests: int = 1000, oracle: bool = False,
                  waste_penalty: float = DEFAULT_WASTE_PENALTY, render_mode=None, prediction: bool = False,
-                 prediction_sigma: float = DEFAULT_PREDICTION_SIGMA):
+                 prediction_sigma: float = DEFAULT_PREDICTION_SIGMA, observation=None):
         self.preset = get_preset(preset)
+        try:
+            self.observation = as_observation(observation)
+        except ValueError as e:  # name the argument as the user wrote it
+            raise ValueError(str(e) if str(e).startswith("observation") else f"observation: {e}") from None
         self.load = ValueOrRange("load", load, load_range, default_load)
         check_range("episode_requests", episode_requests, 1, None, integer=True)
         check_range("speed", speed, 1e-6)
@@ -262,7 +270,8 @@ class ClusterEnv(gym.Env):
         if self.prediction:  # drawn after everything else, so the workload is the same with or without
             rng = np.random.default_rng(int(self.np_random.integers(2**31)))
             predicted = predict_output_tokens(trace.output_tokens, self.prediction_sigma, rng)
-        self.sim = sim = _Simulator(trace, self.preset, oracle=self.oracle, seed=sim_seed, predicted_output=predicted)
+        self.sim = sim = _Simulator(trace, self.preset, oracle=self.oracle, seed=sim_seed, predicted_output=predicted,
+                                         observation=self.observation)
         if sim.view is None:
             raise ValueError("trace: every request is too long for one decode instance; nothing to decide")
         self._good, self._good_n, self._wasted = 0, 0, 0.0
