@@ -68,8 +68,8 @@ class Setting:
     env_kwargs: dict
     rows: list = field(default_factory=list)
     episodes: dict = field(default_factory=dict)
-    #: routing only: the lower bound on mean TTFT over the same seeds (``routing_bound``), shown as
-    #: the table's last row ``bound``
+    #: the problem's bound over the same seeds (:data:`BOUNDS`: a lower bound on mean TTFT for
+    #: routing, an upper bound on token goodput for admission-v1), shown as the table's last row
     bound: dict | None = None
     #: a scenario's setting (``compare --scenario``): its name and fingerprint
     scenario: str | None = None
@@ -101,26 +101,33 @@ def policies_for(problem: str, agents: dict) -> dict:
     """Every baseline of ``problem`` plus the agents (``{name: model}``) that solve it."""
     from .baselines import POLICIES
 
-    out = {}
-    for name, factory in POLICIES[problem].items():
-        out[name] = ViewPolicy(factory(), name)
-        out[name].env_kwargs = getattr(factory, "ENV_KWARGS", {})  # e.g. the oracle length it reads
+    out = {name: baseline_policy(problem, name) for name in POLICIES[problem]}
     for name, (agent_problem, model) in agents.items():
         if agent_problem == problem:
             out[name] = ModelPolicy(model, name)
     return out
 
 
+def baseline_policy(problem: str, name: str, label: str | None = None, **knobs) -> ViewPolicy:
+    """Baseline ``name`` of ``problem`` with ``knobs``, as a row ``label`` (default ``name``); its
+    ``env_kwargs`` are what its environment must be made with (the factory's ``ENV_KWARGS``, e.g.
+    ``oracle=True`` for a rule that reads the true output length), defaults and tuned alike."""
+    from .baselines import POLICIES, make_policy
+
+    policy = ViewPolicy(make_policy(problem, name, **knobs), label or name)
+    policy.env_kwargs = getattr(POLICIES[problem][name], "ENV_KWARGS", {})
+    return policy
+
+
 def with_tuned(policies: dict, problem: str, tuned: list) -> dict:
     """``policies`` with each tuned baseline of ``problem`` inserted right after its default row."""
-    from .baselines import make_policy
     from .tune import tuned_name
 
     out = dict(policies)
     for doc in tuned:
         if doc["env"] != problem:
             continue
-        row = (tuned_name(doc), ViewPolicy(make_policy(problem, doc["policy"], **doc["knobs"]), tuned_name(doc)))
+        row = (tuned_name(doc), baseline_policy(problem, doc["policy"], tuned_name(doc), **doc["knobs"]))
         items = list(out.items())
         at = next((i + 1 for i, (name, _) in enumerate(items) if name == doc["policy"]), len(items))
         out = dict(items[:at] + [row] + items[at:])

@@ -250,3 +250,13 @@ def test_cli_compare_scenario_skips_with_the_reason(capsys):
     assert main(["tune", "--policy", "kvcentric", "--env", "routing", "--scenario", "routing-sanity",
                  "--rates", "4", "--out", "x.json"]) == 2
     assert "--rates: has no effect with --scenario" in capsys.readouterr().err
+
+
+def test_a_tuned_oracle_rule_is_evaluated_on_the_oracle_environment_like_its_default_row():
+    from mooncake_gym.compare import ADMISSION_V1, policies_for, with_tuned
+
+    doc = {"env": ADMISSION_V1, "policy": "size_oracle", "knobs": {}}
+    policies = with_tuned(policies_for(ADMISSION_V1, {}), ADMISSION_V1, [doc])
+    tuned = [p for name, p in policies.items() if name.startswith("size_oracle (tuned")]
+    assert len(tuned) == 1 and tuned[0].env_kwargs == policies["size_oracle"].env_kwargs == {"oracle": True}
+    assert policies["early"].env_kwargs == {}
