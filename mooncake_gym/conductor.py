@@ -242,6 +242,7 @@ class ClusterSimulator:
       ``predicted_output_tokens``; None: no prediction.
     - ``sample_period_s``, ``warmup_s``: the load series (every period up to the last arrival) and
       the samples / completions before ``warmup_s`` left out of the correlation and steady rate.
+      The loads are Mooncake §7's, SLO satisfaction (:class:`ClusterResult`).
     - ``seed``: seeds the default router's tie-breaks (and the observation's noise).
     - ``observation``: what the policies see of the prefill pool (``mooncake_gym.observation``; None
       or ``"exact"``: the exact state). It is the prefill pool's ``RoutingSimulator(observation=,
@@ -252,7 +253,7 @@ class ClusterSimulator:
 
     def __init__(self, trace: Trace, preset: str | ClusterPreset = "mooncake", router: Callable | None = None,
                  decode_check: str = "tbt", refuse_never_fit: bool = True, kv_transfer: bool = True,
-                 oracle: bool = False, sample_period_s: float = 5.0, warmup_s: float = 30.0, seed: int = 0,
+                 oracle: bool = False, sample_period_s: float = 1.0, warmup_s: float = 30.0, seed: int = 0,
                  observation=None, predicted_output=None):
         if not isinstance(trace, Trace):
             raise ValueError(f"trace: expected a mooncake_gym.workload.Trace, got {type(trace).__name__}")
@@ -350,6 +351,7 @@ class ClusterSimulator:
         self._samples_t: list[float] = []
         self._samples_p: list[float] = []
         self._samples_d: list[float] = []
+        self._samples_kv: list[float] = []
         self._k_sample = 0
         self._next_sample = 0.0
         self._horizon = self._arrival[-1]
@@ -570,11 +572,19 @@ class ClusterSimulator:
         prefill = self.prefill.instances
         n_p = len(prefill)
         cap = self.capacity_tokens * len(self.decode)
+        ttft_slo, tbt_slo, per_instance = self.preset.ttft_slo_s, self.preset.tbt_slo_s, self.capacity_tokens
+        n_d = len(self.decode)
         while s < t and s <= horizon:
-            busy = sum(1 for q in prefill if q.busy_until > s)
+            # Mooncake §7's loads, as SLO satisfaction: an instance's queued prefill (the wait a request
+            # arriving now would face there) over the TTFT SLO; a decode instance's KV use or its
+            # iteration time over the TBT SLO, the greater; each pool's load is its instances' mean
+            queued = sum(q.busy_until - s for q in prefill if q.busy_until > s)
+            used = [d.used_tokens(s) for d in self.decode]
             self._samples_t.append(s)
-            self._samples_p.append(busy / n_p)
-            self._samples_d.append(sum(d.used_tokens(s) for d in self.decode) / cap)
+            self._samples_p.append(queued / (n_p * ttft_slo))
+            self._samples_d.append(sum(max(u / per_instance, d.step_s(s) / tbt_slo)
+                                       for u, d in zip(used, self.decode)) / n_d)
+            self._samples_kv.append(sum(used) / cap)
             self._k_sample += 1
             s = self._k_sample * period
         self._next_sample = s
@@ -671,7 +681,25 @@ class ClusterSimulator:
 
 
 class ClusterResult:
-    """Per-request outcomes, load series and metrics of one cluster run."""
+    """Per-request outcomes, load series and metrics of one cluster run.
+
+    Load series, sampled every ``sample_period_s`` up to the last arrival (``sample_times_s``), as
+    Mooncake §7 measures load (SLO satisfaction; 1.0 = at the SLO):
+
+    - ``prefill_load``: the mean over prefill instances of the prefill work queued there (the wait a
+      request arriving then would face) over the TTFT SLO;
+    - ``decode_load``: the mean over decode instances of the greater of KV use (used / capacity) and
+      the running iteration's time over the TBT SLO;
+    - ``decode_kv_load``: the decode pool's KV occupancy alone (used / capacity; never above 1).
+
+    ``correlation`` (metric ``load_correlation``) is the Pearson correlation of the first two after
+    ``warmup_s``; ``prefill_load_std`` the prefill load's swing. Mooncake's Figure 9 shows the two
+    swinging in anti-phase under early rejection; here that shows at most as one swing while the
+    pools fill (docs/cluster.md).
+    """
+
+    #: What the two load series are, for plots.
+    LOAD_LABELS = ("prefill load (queued prefill / TTFT SLO)", "decode load (max of KV use, iteration / TBT SLO)")
 
     def __init__(self, sim: ClusterSimulator, policy: str):
         p = sim.preset
@@ -689,8 +717,10 @@ class ClusterResult:
         self.sample_times_s = np.asarray(sim._samples_t)
         self.prefill_load = np.asarray(sim._samples_p)
         self.decode_load = np.asarray(sim._samples_d)
+        self.decode_kv_load = np.asarray(sim._samples_kv)
         steady = self.sample_times_s >= sim.warmup_s
         self.correlation = load_correlation(self.prefill_load[steady], self.decode_load[steady])
+        self.prefill_load_std = float(self.prefill_load[steady].std()) if steady.any() else float("nan")
         done = self.outcome == COMPLETED
         prefilled = ~np.isnan(self.ttft_s)
         ttft = self.ttft_s[prefilled]
@@ -744,6 +774,7 @@ class ClusterResult:
             "load_correlation": self.correlation,
             "mean_prefill_load": float(self.prefill_load.mean()) if len(self.prefill_load) else float("nan"),
             "mean_decode_load": float(self.decode_load.mean()) if len(self.decode_load) else float("nan"),
+            "prefill_load_std": self.prefill_load_std,
             "duration_s": horizon,
             "goodput_per_s": int(good.sum()) / horizon if horizon > 0 else float("nan"),
             "steady_completed_per_s": (float(np.count_nonzero((starts >= sim.warmup_s) & (starts <= horizon))) / span

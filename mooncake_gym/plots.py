@@ -56,6 +56,10 @@ def _save(fig, path: str | os.PathLike) -> str:
     return path
 
 
+#: The lecture's load series (``overload.OverloadResult``); a result may name its own (``LOAD_LABELS``).
+LOAD_LABELS = ("prefill load (share of instances busy)", "decode load (pool occupancy)")
+
+
 def plot_load_series(series: Mapping[str, object], path: str | os.PathLike, title: str | None = None,
                      until_s: float | None = None) -> str:
     """Draw prefill load and decode load over time, one panel per entry of ``series``, to ``path``.
@@ -66,7 +70,7 @@ def plot_load_series(series: Mapping[str, object], path: str | os.PathLike, titl
     """
     if not series:
         raise ValueError("series: expected at least one load series to plot")
-    panels: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, float | None]] = []
+    panels: list[tuple] = []
     for label, s in series.items():
         if hasattr(s, "sample_times_s"):
             t, p, d, corr = s.sample_times_s, s.prefill_load, s.decode_load, getattr(s, "correlation", None)
@@ -79,13 +83,13 @@ def plot_load_series(series: Mapping[str, object], path: str | os.PathLike, titl
         if until_s is not None:
             keep = t <= until_s
             t, p, d = t[keep], p[keep], d[keep]
-        panels.append((str(label), t, p, d, corr))
+        panels.append((str(label), t, p, d, corr, getattr(s, "LOAD_LABELS", LOAD_LABELS)))
     fig = _figure(9.0, 2.4 * len(panels) + 0.6)
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
-    for ax, (label, t, p, d, corr) in zip(axes, panels):
-        ax.plot(t, p, color="tab:blue", lw=1.3, label="prefill load (share of instances busy)")
-        ax.plot(t, d, color="tab:red", lw=1.3, label="decode load (pool occupancy)")
-        ax.set_ylim(-0.03, 1.08)
+    for ax, (label, t, p, d, corr, (p_label, d_label)) in zip(axes, panels):
+        ax.plot(t, p, color="tab:blue", lw=1.3, label=p_label)
+        ax.plot(t, d, color="tab:red", lw=1.3, label=d_label)
+        ax.set_ylim(-0.03, max(1.08, 1.05 * max(p.max(initial=0.0), d.max(initial=0.0))))
         ax.set_ylabel("load")
         name = label if corr is None or not np.isfinite(corr) else f"{label}  (correlation {corr:+.2f})"
         ax.set_title(name, loc="left", fontsize=10)

@@ -161,7 +161,7 @@ def test_random_policies_conserve_requests_and_never_exceed_kv(preset):
     done = (res.outcome == COMPLETED) & (tr.output_tokens > 1)
     floor = p.decode_cost.decode_step_s(1, 0)
     assert (res.tbt_s[done] >= floor).all()
-    assert (res.decode_load <= 1.0).all()
+    assert (res.decode_kv_load <= 1.0).all()
 
 
 # --- the papers' conclusions on the realistic preset -------------------------------------------------
@@ -189,6 +189,28 @@ def test_early_rejection_wastes_less_prefill_than_baseline_under_decode_overload
         assert runs["early"]["wasted_prefill_s"] < 0.8 * runs["baseline"]["wasted_prefill_s"]
         # the decode pool decides completions: they stay within 5 %
         assert runs["early"]["completed"] > 0.95 * runs["baseline"]["completed"]
+
+
+def test_load_series_are_slo_satisfaction_by_hand():
+    # two requests on 'mooncake' (8 + 8 instances), sampled every 10 ms
+    p = get_preset("mooncake")
+    tr = trace_of((0.0, 1000, 40), (0.5, 10, 1))
+    res = simulate(tr, "mooncake", sample_period_s=0.01, warmup_s=0.0)
+    t, first_prefill = res.sample_times_s, res.prefill_s[0]
+    assert t[0] == 0.0 and np.allclose(np.diff(t), 0.01)
+    # while the first request prefills, one of 8 prefill instances has (its end - t) queued
+    during = t < first_prefill
+    assert during.sum() >= 3
+    assert np.allclose(res.prefill_load[during], (first_prefill - t[during]) / (8 * p.ttft_slo_s))
+    assert (res.prefill_load[~during & (t < 0.5)] == 0.0).all()
+    # decode: nothing before the first token; then one of 8 decode instances runs a batch of one,
+    # whose load is the greater of its KV use and its iteration time over the TBT SLO
+    decoding = (t >= res.decode_start_s[0]) & (t < res.end_s[0])
+    assert decoding.any()
+    assert (res.decode_load[t < res.decode_start_s[0]] == 0.0).all()
+    assert (res.decode_kv_load[decoding] > 0).all()
+    assert (res.decode_load[decoding] >= p.decode_cost.decode_step_s(1, 1000) / p.tbt_slo_s / 8).all()
+    assert (res.decode_load >= res.decode_kv_load - 1e-12).all()
 
 
 # --- calibration ---------------------------------------------------------------------------------------
