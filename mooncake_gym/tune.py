@@ -38,7 +38,9 @@ TUNE_METRICS = {"routing": ("mean_ttft_s", "min"), "admission": ("goodput", "max
 #: Every metric a search may optimise (``metric=``), with its direction.
 METRIC_GOALS = {"routing": {"mean_ttft_s": "min", "p90_ttft_s": "min", "slo_attainment": "max", "hit_ratio": "max"},
                 "admission": {"goodput": "max", "completed": "max", "wasted_prefill_s": "min",
-                              "rejected_after_prefill": "min", "return": "max"}}
+                              "rejected_after_prefill": "min", "return": "max"},
+                "admission-v1": {"token_goodput": "max", "goodput_requests": "max", "wasted_prefill_gpu_s": "min",
+                                 "return": "max"}}
 #: Requests per episode while tuning (compare's episodes are 3,000 requests long).
 TUNE_EPISODE_REQUESTS = 1000
 #: The PPO hyperparameters ``tune --algo ppo`` searches (RLlib's names), and its objective.
@@ -120,16 +122,17 @@ def objective(problem: str, name: str, knobs: dict, seeds, settings, metric: str
     """The score of baseline ``name`` with ``knobs``: ``metric`` (default ``TUNE_METRICS[problem]``)
     averaged over every seed of every workload in ``settings`` (``[(label, env kwargs)]``) of
     ``env_id`` (default: the problem's v0 environment; a scenario's base environment with ``--scenario``)."""
-    from .baselines import make_policy
+    from .compare import baseline_policy
     from .envs import ADMISSION_ENV_ID, ROUTING_ENV_ID
     from .evaluation import evaluate
 
     metric, _ = metric_goal(problem, metric)
     if env_id is None:
         env_id = ROUTING_ENV_ID if problem == "routing" else ADMISSION_ENV_ID
+    policy = baseline_policy(problem, name, **knobs)  # with the environment it needs (e.g. the oracle)
     values = []
     for _, env_kwargs in settings:
-        values += [e[metric] for e in evaluate(env_id, make_policy(problem, name, **knobs), seeds, **env_kwargs)]
+        values += [e[metric] for e in evaluate(env_id, policy, seeds, **{**env_kwargs, **policy.env_kwargs})]
     return float(np.mean(values))
 
 
@@ -159,16 +162,13 @@ def tune_baseline(policy: str, env: str, budget: int | None = None, search: str 
     and its fingerprint, and ``compare --scenario`` shows the row as ``NAME (tuned on SCENARIO)``."""
     if backend not in BACKENDS:
         raise ValueError(f"--backend: expected one of {BACKENDS}, got {backend!r}")
-    knobs = knobs_of(env, policy)
-    settings_to_try = candidates(knobs, search, budget, seed)
-    seed_list = tune_seeds(seeds)
     env_id, extra = None, {}
     if scenario is not None:
         from .compare import scenario_setting
         from .scenarios import get_scenario
 
         sc = get_scenario(scenario)
-        if sc.problem != env:
+        if sc.problem != env and not (env == "admission" and sc.problem == "conductor"):
             raise ValueError(f"--scenario: {scenario} is a {sc.problem} scenario, but --env is {env}")
         if trace is not None and "trace" not in sc.requires:
             raise ValueError(f"--trace: has no effect with --scenario {scenario}: it fixes its own workload")
@@ -179,8 +179,12 @@ def tune_baseline(policy: str, env: str, budget: int | None = None, search: str 
         s = scenario_setting(sc, **given)
         settings, env_id = [(s.label, s.env_kwargs)], s.env_id
         extra = {"scenario": sc.name, "fingerprint": s.fingerprint}
+        env = s.problem  # an admission or Conductor scenario: the v1 admission rules, on token goodput
     else:
         settings = workloads(env, rates, loads, trace, speed, episode_requests)
+    knobs = knobs_of(env, policy)
+    settings_to_try = candidates(knobs, search, budget, seed)
+    seed_list = tune_seeds(seeds)
     metric, goal = metric_goal(env, metric)
     if backend == "local":
         results = []

@@ -12,7 +12,7 @@ import pytest
 import mooncake_gym.evaluation
 from mooncake_gym import tune
 from mooncake_gym.agents.train import CARD_SEEDS, EVAL_SEED_BASE
-from mooncake_gym.baselines import ADMISSION_POLICIES, ROUTING_POLICIES, KVCentric
+from mooncake_gym.baselines import ADMISSION_POLICIES, ADMISSION_V1_POLICIES, ROUTING_POLICIES, KVCentric
 from mooncake_gym.cli import main
 from mooncake_gym.compare import COMPARE_SEED_BASE, Setting, run_setting, with_tuned
 from mooncake_gym.envs import ROUTING_ENV_ID
@@ -163,3 +163,20 @@ def test_the_ray_backends_without_ray_say_what_to_install(tmp_path, capsys):
     assert "pip install 'mooncake-gym[ray]'" in capsys.readouterr().err
     assert main(["tune", *ROUTING_ARGS, "--backend", "ray", "--out", str(tmp_path / "x.json")]) == 2
     assert "pip install 'mooncake-gym[ray]'" in capsys.readouterr().err
+
+
+def test_tuning_on_an_admission_scenario_uses_the_v1_rules_and_token_goodput():
+    # an admission scenario is tuned as compare --scenario ranks it: the v1 admission rules
+    # (problem admission-v1), token goodput, and each rule's own environment (the oracle for size_oracle)
+    from mooncake_gym.scenarios import get_scenario
+
+    sc = get_scenario("admission-load2")
+    for name, extra in (("context_predicted", {}), ("size_oracle", {"oracle": True})):
+        doc = tune.tune_baseline(name, "admission", search="random", budget=1, seeds=1, scenario=sc.name)
+        assert (doc["env"], doc["metric"], doc["goal"], doc["scenario"]) == ("admission-v1", "token_goodput", "max",
+                                                                             sc.name)
+        policy = ADMISSION_V1_POLICIES[name](**doc["knobs"])
+        (episode,) = evaluate(sc.base_env_id, ViewPolicy(policy, name), [0], **{**sc.config(), **extra})
+        assert doc["score"] == episode["token_goodput"]
+    with pytest.raises(ValueError, match="--policy: unknown admission-v1 policy 'early_typo'"):
+        tune.tune_baseline("early_typo", "admission", scenario=sc.name)
