@@ -84,20 +84,33 @@ fuzz: $(STAMP)
 	MOONCAKE_FUZZ=long $(BIN)/python -m pytest -q tests/test_fuzz.py --hypothesis-show-statistics
 
 # docs/leaderboard.md: every scenario's ranked table (`mooncake-gym compare --scenario all`), with
-# kvcentric tuned on each routing scenario's training seeds first (`tune --scenario`). The scenario
-# that replays Mooncake's trace runs where $(SHARED_TRACE) exists, and is skipped with the reason
-# otherwise. About 10 minutes on two cores with the default seeds.
+# baselines tuned on each scenario's training seeds first (`tune --scenario`): the routing rules of
+# LEADERBOARD_ROUTING_TUNE on the routing scenarios, the admission rules of LEADERBOARD_ADMISSION_TUNE
+# on the admission and Conductor scenarios (list more, e.g. every rule with KNOBS, for a longer run).
+# The scenario that replays Mooncake's trace runs where $(SHARED_TRACE) exists, and is skipped with
+# the reason otherwise. About 20 minutes on two cores with the defaults.
 .PHONY: leaderboard
 LEADERBOARD_SEEDS ?= 5
 LEADERBOARD_TUNE_SEEDS ?= 3
+LEADERBOARD_ADMISSION_TUNE_SEEDS ?= 1
+LEADERBOARD_ROUTING_TUNE ?= kvcentric
+LEADERBOARD_ADMISSION_TUNE ?= early context_predicted
 LEADERBOARD_DIR ?= build/leaderboard
 LEADERBOARD_TRACE = $(if $(wildcard $(SHARED_TRACE)),--trace $(SHARED_TRACE),)
 leaderboard: $(STAMP)
 	mkdir -p $(LEADERBOARD_DIR)
 	rm -f $(LEADERBOARD_DIR)/*.json
 	$(BIN)/python -m mooncake_gym.scenario_docs --tune-targets routing $(LEADERBOARD_TRACE) | while read s trace; do \
-	  $(BIN)/mooncake-gym tune --policy kvcentric --env routing --scenario $$s --seeds $(LEADERBOARD_TUNE_SEEDS) $$trace \
-	    --out $(LEADERBOARD_DIR)/kvcentric-$$s.json --json > /dev/null || exit 1; \
+	  for p in $(LEADERBOARD_ROUTING_TUNE); do \
+	    $(BIN)/mooncake-gym tune --policy $$p --env routing --scenario $$s --seeds $(LEADERBOARD_TUNE_SEEDS) $$trace \
+	      --out $(LEADERBOARD_DIR)/$$p-$$s.json --json > /dev/null || exit 1; \
+	  done; \
+	done
+	$(BIN)/python -m mooncake_gym.scenario_docs --tune-targets admission | while read s; do \
+	  for p in $(LEADERBOARD_ADMISSION_TUNE); do \
+	    $(BIN)/mooncake-gym tune --policy $$p --env admission --scenario $$s --seeds $(LEADERBOARD_ADMISSION_TUNE_SEEDS) \
+	      --out $(LEADERBOARD_DIR)/$$p-$$s.json --json > /dev/null || exit 1; \
+	  done; \
 	done
 	$(BIN)/mooncake-gym compare --scenario all --seeds $(LEADERBOARD_SEEDS) --markdown --no-progress $(LEADERBOARD_TRACE) \
 	  $$(for f in $(LEADERBOARD_DIR)/*.json; do echo --tuned $$f; done) > $(LEADERBOARD_DIR)/tables.md
