@@ -38,6 +38,7 @@ for ``output x tbt_s`` seconds; the batch does not change the speed. This is exa
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 
@@ -114,7 +115,10 @@ class BatchingDecodeInstance:
         self._context_version = -1
         self._context_value = 0
         self._context_params = (0.0, 0.0, 0.0)
-        self.finished: list[tuple] = []  # (r, first boundary, end boundary, first segment, wait before boundary)
+        self.finished: list[tuple] = []  # (r, first boundary, end boundary, first segment, wait before boundary,
+        #                                  slowest iteration)
+        self._tops: list[float] = []  # decreasing: the slowest iteration of the segments from _tops_at[i] on
+        self._tops_at: list[int] = []
 
     # -- iteration arithmetic ------------------------------------------------------------------
     def _ab(self) -> tuple[float, float]:
@@ -153,7 +157,17 @@ class BatchingDecodeInstance:
             return
         alpha, beta = self._ab()
         dt = self._time_of(n, alpha, beta)
-        self._segments.append((self.it0, k, alpha, beta))
+        it0 = self.it0
+        self._segments.append((it0, k, alpha, beta))
+        # the suffix maxima of the segments' slowest iterations (a decreasing stack), for tbt_within
+        x0, x1 = alpha + beta * it0, alpha + beta * (k - 1)
+        top = x0 if x0 > x1 else x1
+        tops, at = self._tops, self._tops_at
+        while tops and tops[-1] <= top:
+            tops.pop()
+            at.pop()
+        tops.append(top)
+        at.append(len(self._segments) - 1)
         self.t0 += dt
         self.busy_s += dt
         self.it0 = k
@@ -307,7 +321,9 @@ class BatchingDecodeInstance:
             self.k_base = 0
         if preempted:
             return Completion(r, self.t0, preempted=True)
-        self.finished.append((r, j, f, seg0, join_wall_s - first_token_s))
+        k = bisect.bisect_left(self._tops_at, seg0)
+        self.finished.append((r, j, f, seg0, join_wall_s - first_token_s,
+                              self._tops[k] if k < len(self._tops) else -math.inf))
         return Completion(r, self.t0)
 
     def token_intervals(self, finished: list[tuple] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -346,6 +362,43 @@ class BatchingDecodeInstance:
         firsts = offsets[:-1][f > j]
         intervals[firsts] += wait[f > j]
         return req, offsets, intervals
+
+    def tbt_within(self, row: tuple, slo_s: float) -> bool | None:
+        """Whether the TBT of the finished request ``row`` (an entry of ``finished``) is at most
+        ``slo_s``, decided in plain Python without building arrays; None when its TBT is within
+        rounding distance (10**-9 relative) of ``slo_s``, where only the exact value
+        (:meth:`token_intervals` and :func:`tail_means`, which sum in numpy's order) can tell.
+
+        Its intervals are those of :meth:`token_intervals` (computed with the same operations, so
+        the same floats); only the summation order differs, by far less than 10**-9 relative. When
+        its slowest interval is clearly within the SLO, so is the mean of any of them."""
+        _, j, f, seg0, wait, top = row
+        m = f - j
+        if m <= 0:
+            return 0.0 <= slo_s
+        segs = self._segments
+        alpha, beta = segs[seg0][2], segs[seg0][3]
+        first = alpha + beta * j + wait
+        if first > top:
+            top = first
+        low, high = slo_s * (1 - 1e-9), slo_s * (1 + 1e-9)
+        if top <= low:
+            return True
+        intervals = []
+        for s in range(seg0, len(segs)):
+            lo, hi, alpha, beta = segs[s]
+            if lo >= f:
+                break
+            intervals += [alpha + beta * k for k in range(lo, hi if hi < f else f)]
+        intervals[0] += wait
+        intervals.sort()
+        k = math.ceil(TBT_TAIL_SHARE * m - 1e-9)
+        tbt = sum(intervals[m - k:]) / k
+        if tbt <= low:
+            return True
+        if tbt > high:
+            return False
+        return None
 
     def _make_room(self) -> list[Completion]:
         """Preempt the most recently joined requests until the next iteration's tokens fit."""
