@@ -260,7 +260,12 @@ class BatchingDecodeInstance:
         """``(batch, used_tokens(now), step_s(now), step_s(now, 1, tokens))`` in one call: what a
         router or admitter reads of the instance for a request of ``tokens`` prompt tokens."""
         b = self.batch
-        used = self._context_tokens(now) + self.pending_tokens
+        if not b:  # _context_tokens(now)'s cheap cases, inlined
+            used = self.pending_tokens
+        elif now <= self.t0:
+            used = self.k_base + b * self.it0 + self.pending_tokens
+        else:
+            used = self._context_tokens(now) + self.pending_tokens
         coefficients = self._coefficients
         co = coefficients.get(b + 1)
         if co is None:
