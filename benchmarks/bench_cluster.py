@@ -5,6 +5,18 @@ routing simulator in the same run, and the admission problem on the ``mooncake-o
 Target (issue 11): >= 20,000 routing decisions/s on the shared trace. Falls back to a synthetic
 trace at rate 8 when ../shared/traces is absent. Run: ``python benchmarks/bench_cluster.py`` or
 ``mooncake-gym bench --only cluster``.
+
+Figures (issue 11's speed work, 2026-12-01). On a quiet machine before it: routing simulator 22,408/s,
+cluster 7,991/s (0.36x), admission early 7,108/s. The machine was then shared (load 5 to 8 on 2
+cores), so wall-clock ratios moved by +-0.05 between runs of the same code; the deterministic
+figure is the instruction count (``valgrind --tool=callgrind``, one run of the shared trace x2,
+3993 requests, import and trace reading subtracted): cluster simulator 1.84e9 -> 1.61e9
+instructions (12.5 % fewer), against 0.79e9 for the routing simulator alone (the routing
+simulator's share of the cluster's instructions: 0.43 -> 0.49). The target (>= 20,000/s, i.e. within ~10 % of the routing simulator's own speed) is
+not met: about half the cluster's time is the prefill pool (``routing.RoutingSimulator``: the
+routing view rebuilt at every dispatch, prefix-cache insert and match, kvcentric's estimates),
+the rest the decode side (default decode rule over the instances, joins, finishes, the vectorised
+TBT pass at the end).
 """
 
 from __future__ import annotations

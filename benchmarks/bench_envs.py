@@ -19,6 +19,18 @@ of at least 0.25 (with resets).
 
 :func:`run` returns the figures as a dict (for ``mooncake-gym bench``); adding an environment is
 one more entry of :data:`ENV_CASES`.
+
+Figures (issue 11's speed work, 2026-12-01). On a quiet machine before it (with resets):
+PrefillRouting-v1 0.054x, OverloadAdmission-v1 0.078x, Conductor-v1 0.076x (v0: 0.29x, 0.43x).
+The per-step goodput scoring of the v1 rewards no longer runs a numpy TBT pass per step
+(``BatchingDecodeInstance.tbt_within``); with the decode side's other changes,
+PrefillRouting-v1 takes 0.91e6 -> 0.59e6 instructions per step (``valgrind --tool=callgrind``,
+3000 random steps, set-up subtracted; OverloadAdmission-v1: 0.50e9 fewer instructions over the
+same 3000 steps). Wall clock on the then shared machine (load 1 to 9 on 2 cores): 0.060 -> 0.093,
+0.081 -> 0.111, 0.084 -> 0.113 in two runs ten minutes apart, but within noise when both codes
+ran side by side under load 8. Still below the 0.25 target: a v1 step is one cluster-simulator
+step (about half of it the prefill pool's ``RoutingSimulator``, as in v0) plus the observation
+(prefill features, one load read per decode instance, the default router's predicted TTFT).
 """
 
 from __future__ import annotations

@@ -467,16 +467,21 @@ class ClusterSimulator:
     def _run_until(self, t: float) -> None:
         heap = self._heap
         pop = heapq.heappop
+        decode = self.decode
         while heap and heap[0][0] <= t:
             te, kind, _, payload = pop(heap)
             if self._next_sample < te:
                 self._sample_until(te)
             if kind == _DECODE:
                 j, version = payload
-                inst = self.decode[j]
+                inst = decode[j]
                 if inst.version == version:
-                    self._ended(inst.on_event(te))
-                    self._schedule(inst)
+                    ended = inst.on_event(te)
+                    if ended:
+                        self._ended(ended)
+                    if inst.next_event_s < math.inf:  # _schedule(inst), inlined
+                        self._seq += 1
+                        heapq.heappush(heap, (inst.next_event_s, _DECODE, self._seq, (j, inst.version)))
             elif kind == _PREFILL_DONE:
                 self._prefill_done(te, payload)
             else:
@@ -489,7 +494,9 @@ class ClusterSimulator:
         self._decode_of[r] = (j, t)
         self.decode_start_s[r] = t
         first_token_s = self._arrival[r] + self.ttft_s[r]
-        self._ended(inst.join(r, t, self._footprint[r], self._output[r], first_token_s, self._reserved.pop(r, 0)))
+        ended = inst.join(r, t, self._footprint[r], self._output[r], first_token_s, self._reserved.pop(r, 0))
+        if ended:
+            self._ended(ended)
         self._schedule(inst)
 
     def _prefill_done(self, t: float, r: int) -> None:

@@ -38,6 +38,7 @@ for ``output x tbt_s`` seconds; the batch does not change the speed. This is exa
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 
@@ -55,8 +56,14 @@ def tail_means(offsets: np.ndarray, intervals: np.ndarray, share: float = TBT_TA
     (0 for a request without intervals). One vectorised pass over all requests."""
     offsets = np.asarray(offsets, dtype=np.int64)
     m = np.diff(offsets)
-    groups = np.repeat(np.arange(len(m)), m)
-    v = intervals[np.lexsort((intervals, groups))]  # ascending within each request
+    # ascending within each request: each request's slice sorted in place (numpy's stable sort is a
+    # merge of the ascending runs that the iterations between two events make); a few times faster
+    # than one lexsort by (request, interval), with the same values
+    v = np.array(intervals, dtype=np.float64)
+    bounds = offsets.tolist()
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        if b - a > 1:
+            v[a:b].sort(kind="stable")
     k = np.ceil(share * m - 1e-9).astype(np.int64)
     ends = offsets[1:]
     some = m > 0
@@ -101,6 +108,7 @@ class BatchingDecodeInstance:
         self.it0 = 0
         self.batch = 0
         self.k_base = 0
+        self._ab_now: tuple[float, float] | None = None  # _ab() of the current batch, None: to compute
         self.pending_tokens = 0  # KV of accepted requests still being transferred here
         self._members: dict[int, tuple] = {}  # r -> (join boundary, context at join, finish boundary, join order,
         #                                      first token time, wall time of the join boundary, first segment)
@@ -114,17 +122,24 @@ class BatchingDecodeInstance:
         self._context_version = -1
         self._context_value = 0
         self._context_params = (0.0, 0.0, 0.0)
-        self.finished: list[tuple] = []  # (r, first boundary, end boundary, first segment, wait before boundary)
+        self.finished: list[tuple] = []  # (r, first boundary, end boundary, first segment, wait before boundary,
+        #                                  slowest iteration)
+        self._tops: list[float] = []  # decreasing: the slowest iteration of the segments from _tops_at[i] on
+        self._tops_at: list[int] = []
 
     # -- iteration arithmetic ------------------------------------------------------------------
     def _ab(self) -> tuple[float, float]:
-        """``(alpha, beta)`` of the current batch: iteration k takes alpha + beta * k seconds."""
-        b = self.batch
-        co = self._coefficients.get(b)
-        if co is None:
-            co = self._coefficients[b] = self.cost.decode_step_coefficients(b)
-        fixed, per_token = co
-        return fixed + per_token * self.k_base, per_token * b
+        """``(alpha, beta)`` of the current batch: iteration k takes alpha + beta * k seconds
+        (computed once per batch: ``join`` and ``_leave`` reset it)."""
+        ab = self._ab_now
+        if ab is None:
+            b = self.batch
+            co = self._coefficients.get(b)
+            if co is None:
+                co = self._coefficients[b] = self.cost.decode_step_coefficients(b)
+            fixed, per_token = co
+            ab = self._ab_now = (fixed + per_token * self.k_base, per_token * b)
+        return ab
 
     def _time_of(self, n: int, alpha: float, beta: float) -> float:
         """Seconds of iterations it0 .. it0 + n - 1."""
@@ -140,20 +155,32 @@ class BatchingDecodeInstance:
             n = int((-a + math.sqrt(a * a + 2 * beta * dt)) / beta)
         else:
             n = int(dt / a)
-        while n > 0 and self._time_of(n, alpha, beta) > dt:
+        first = alpha + beta * self.it0  # _time_of(n) = n * first + beta * n * (n - 1) / 2, inlined
+        while n > 0 and n * first + beta * n * (n - 1) / 2 > dt:
             n -= 1
-        while self._time_of(n + 1, alpha, beta) <= dt:
+        while (n + 1) * first + beta * (n + 1) * n / 2 <= dt:
             n += 1
         return n
 
     def _advance_to(self, k: int) -> None:
         """Move the state to boundary ``k >= it0`` (no event in between), recording the segment."""
-        n = k - self.it0
+        it0 = self.it0
+        n = k - it0
         if n <= 0:
             return
-        alpha, beta = self._ab()
-        dt = self._time_of(n, alpha, beta)
-        self._segments.append((self.it0, k, alpha, beta))
+        alpha, beta = self._ab_now or self._ab()
+        dt = n * (alpha + beta * it0) + beta * n * (n - 1) / 2  # _time_of(n), inlined
+        segments = self._segments
+        segments.append((it0, k, alpha, beta))
+        # the suffix maxima of the segments' slowest iterations (a decreasing stack), for tbt_within
+        x0, x1 = alpha + beta * it0, alpha + beta * (k - 1)
+        top = x0 if x0 > x1 else x1
+        tops, at = self._tops, self._tops_at
+        while tops and tops[-1] <= top:
+            tops.pop()
+            at.pop()
+        tops.append(top)
+        at.append(len(segments) - 1)
         self.t0 += dt
         self.busy_s += dt
         self.it0 = k
@@ -233,7 +260,12 @@ class BatchingDecodeInstance:
         """``(batch, used_tokens(now), step_s(now), step_s(now, 1, tokens))`` in one call: what a
         router or admitter reads of the instance for a request of ``tokens`` prompt tokens."""
         b = self.batch
-        used = self._context_tokens(now) + self.pending_tokens
+        if not b:  # _context_tokens(now)'s cheap cases, inlined
+            used = self.pending_tokens
+        elif now <= self.t0:
+            used = self.k_base + b * self.it0 + self.pending_tokens
+        else:
+            used = self._context_tokens(now) + self.pending_tokens
         coefficients = self._coefficients
         co = coefficients.get(b + 1)
         if co is None:
@@ -261,13 +293,14 @@ class BatchingDecodeInstance:
         requests that ended at that boundary (finishes at the same boundary come first)."""
         self.pending_tokens -= reserved
         ended: list[Completion] = []
+        t0 = self.t0
         if self.batch == 0:
-            if now > self.t0:
+            if now > t0:
                 self.t0 = now
-        elif now > self.t0:
-            alpha, beta = self._ab()
-            n = self._iterations_within(now - self.t0, alpha, beta)
-            if self.t0 + self._time_of(n, alpha, beta) < now:
+        elif now > t0:
+            alpha, beta = self._ab_now or self._ab()
+            n = self._iterations_within(now - t0, alpha, beta)
+            if t0 + (n * (alpha + beta * self.it0) + beta * n * (n - 1) / 2) < now:  # t0 + _time_of(n)
                 n += 1  # mid-iteration: wait for the boundary
             ended = self._finish_until(self.it0 + n)
         k = self.it0
@@ -275,12 +308,15 @@ class BatchingDecodeInstance:
             ended.append(Completion(r, self.t0, tbt_s=0.0))
             self._reschedule()
             return ended
-        self._order += 1
-        self._members[r] = (k, tokens, k + output_tokens - 1, self._order, first_token_s, self.t0, len(self._segments))
-        heapq.heappush(self._finishes, (k + output_tokens - 1, self._order, r))
+        order = self._order = self._order + 1
+        f = k + output_tokens - 1
+        self._members[r] = (k, tokens, f, order, first_token_s, self.t0, len(self._segments))
+        heapq.heappush(self._finishes, (f, order, r))
         self.batch += 1
         self.k_base += tokens - k
-        ended += self._make_room()
+        self._ab_now = None
+        if self.k_base + self.batch * (k + 1) > self.capacity_tokens - self.pending_tokens:  # _make_room's test
+            ended += self._make_room()
         self._reschedule()
         return ended
 
@@ -288,15 +324,18 @@ class BatchingDecodeInstance:
         """Advance to boundary ``k``, ending the requests whose last iteration ends by then."""
         ended = []
         fin = self._finishes
+        members = self._members
+        pop = heapq.heappop
         while fin and fin[0][0] <= k:
             f, _, r = fin[0]
-            if r not in self._members:
-                heapq.heappop(fin)  # preempted earlier
+            if r not in members:
+                pop(fin)  # preempted earlier
                 continue
             self._advance_to(f)
-            heapq.heappop(fin)
+            pop(fin)
             ended.append(self._leave(r, preempted=False))
-        self._advance_to(k)
+        if k > self.it0:
+            self._advance_to(k)
         return ended
 
     def _leave(self, r: int, preempted: bool) -> Completion:
@@ -305,9 +344,12 @@ class BatchingDecodeInstance:
         self.k_base -= c - j
         if self.batch == 0:
             self.k_base = 0
+        self._ab_now = None
         if preempted:
             return Completion(r, self.t0, preempted=True)
-        self.finished.append((r, j, f, seg0, join_wall_s - first_token_s))
+        k = bisect.bisect_left(self._tops_at, seg0)
+        self.finished.append((r, j, f, seg0, join_wall_s - first_token_s,
+                              self._tops[k] if k < len(self._tops) else -math.inf))
         return Completion(r, self.t0)
 
     def token_intervals(self, finished: list[tuple] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -347,6 +389,43 @@ class BatchingDecodeInstance:
         intervals[firsts] += wait[f > j]
         return req, offsets, intervals
 
+    def tbt_within(self, row: tuple, slo_s: float) -> bool | None:
+        """Whether the TBT of the finished request ``row`` (an entry of ``finished``) is at most
+        ``slo_s``, decided in plain Python without building arrays; None when its TBT is within
+        rounding distance (10**-9 relative) of ``slo_s``, where only the exact value
+        (:meth:`token_intervals` and :func:`tail_means`, which sum in numpy's order) can tell.
+
+        Its intervals are those of :meth:`token_intervals` (computed with the same operations, so
+        the same floats); only the summation order differs, by far less than 10**-9 relative. When
+        its slowest interval is clearly within the SLO, so is the mean of any of them."""
+        _, j, f, seg0, wait, top = row
+        m = f - j
+        if m <= 0:
+            return 0.0 <= slo_s
+        segs = self._segments
+        alpha, beta = segs[seg0][2], segs[seg0][3]
+        first = alpha + beta * j + wait
+        if first > top:
+            top = first
+        low, high = slo_s * (1 - 1e-9), slo_s * (1 + 1e-9)
+        if top <= low:
+            return True
+        intervals = []
+        for s in range(seg0, len(segs)):
+            lo, hi, alpha, beta = segs[s]
+            if lo >= f:
+                break
+            intervals += [alpha + beta * k for k in range(lo, hi if hi < f else f)]
+        intervals[0] += wait
+        intervals.sort()
+        k = math.ceil(TBT_TAIL_SHARE * m - 1e-9)
+        tbt = sum(intervals[m - k:]) / k
+        if tbt <= low:
+            return True
+        if tbt > high:
+            return False
+        return None
+
     def _make_room(self) -> list[Completion]:
         """Preempt the most recently joined requests until the next iteration's tokens fit."""
         ended = []
@@ -357,24 +436,29 @@ class BatchingDecodeInstance:
 
     def _reschedule(self) -> None:
         self.version += 1
-        if not self.batch:
+        b = self.batch
+        if not b:
             self.next_event_s = math.inf
             return
         fin = self._finishes
-        while fin and fin[0][2] not in self._members:
+        members = self._members
+        while fin and fin[0][2] not in members:
             heapq.heappop(fin)
         f = fin[0][0]
         # first boundary whose iteration would overflow: k_base + batch (k + 1) > capacity - pending
-        full = (self.capacity_tokens - self.pending_tokens - self.k_base) // self.batch
-        k = f if f < full else max(full, self.it0)
-        alpha, beta = self._ab()
-        self.next_event_s = self.t0 + self._time_of(k - self.it0, alpha, beta)
+        full = (self.capacity_tokens - self.pending_tokens - self.k_base) // b
+        it0 = self.it0
+        k = f if f < full else (full if full > it0 else it0)
+        alpha, beta = self._ab_now or self._ab()
+        n = k - it0
+        self.next_event_s = self.t0 + (n * (alpha + beta * it0) + beta * n * (n - 1) / 2)  # t0 + _time_of(n)
         self._next_boundary = k
 
     def on_event(self, now: float) -> list[Completion]:
         """Handle the event at ``next_event_s``: finishes at that boundary, then preemptions."""
         ended = self._finish_until(self._next_boundary)
-        ended += self._make_room()
+        if self.batch and self.k_base + self.batch * (self.it0 + 1) > self.capacity_tokens - self.pending_tokens:
+            ended += self._make_room()  # its test, inlined
         self._reschedule()
         return ended
 
@@ -393,19 +477,26 @@ def fastest_accepting(instances: list[BatchingDecodeInstance], tokens: int, now:
     idle_seen = False
     for j, inst in enumerate(instances):
         b = inst.batch
-        if not b and not inst.pending_tokens:
+        pending = inst.pending_tokens
+        coefficients = inst._coefficients
+        co = coefficients.get(b + 1)
+        if co is None:
+            co = coefficients[b + 1] = inst.cost.decode_step_coefficients(b + 1)
+        if not b and not pending:
             if idle_seen:
                 continue
             idle_seen = True
-        elif best >= 0:
-            co = inst._coefficients.get(b + 1)
-            if co is None:
-                co = inst._coefficients[b + 1] = inst.cost.decode_step_coefficients(b + 1)
-            if co[0] + co[1] * (inst.k_base + b * inst.it0 + inst.pending_tokens + tokens) >= best_step:
-                continue  # its step is at least the best one: it cannot win
-        s = inst.step_if_accepted(tokens, now, check_tbt)
-        if s is not None and s < best_step:
-            best, best_step = j, s
+        elif best >= 0 and co[0] + co[1] * (inst.k_base + b * inst.it0 + pending + tokens) >= best_step:
+            continue  # its step is at least the best one: it cannot win
+        # step_if_accepted(tokens, now, check_tbt), inlined
+        context = inst._context_tokens(now) + pending + tokens
+        if context + b + 1 > inst.capacity_tokens:
+            continue
+        step = co[0] + co[1] * context
+        if check_tbt and step > inst.tbt_slo_s:
+            continue
+        if step < best_step:
+            best, best_step = j, step
     return best
 
 

@@ -18,6 +18,7 @@ from gymnasium import spaces
 
 from ..observation import as_observation
 from ..conductor import ClusterAction, ClusterSimulator, saturation
+from ..decode import tail_means
 from ..overload import DEMO3_BASE_RATE
 from ..prediction import DEFAULT_PREDICTION_SIGMA, check_sigma, predict_output_tokens
 from ..presets import ClusterPreset, get_preset
@@ -54,6 +55,7 @@ class _Simulator(ClusterSimulator):
     def reset(self):
         self.good_tokens = self.good_requests = 0
         self._unscored: list[int] = []
+        self._rows_seen: dict[int, int] = {}
         return super().reset()
 
     def _ended(self, completions) -> None:
@@ -61,17 +63,47 @@ class _Simulator(ClusterSimulator):
         self._unscored += [c.r for c in completions if not c.preempted]
 
     def score(self) -> None:
-        """Add the requests completed since the last call to the sums (their TBT is computed now)."""
+        """Add the requests completed since the last call to the sums. A request's TBT is decided
+        against the SLO by ``BatchingDecodeInstance.tbt_within`` (plain Python); only a TBT within
+        rounding distance of the SLO is computed exactly here (the simulator computes every TBT in
+        one pass at the end, ``finish_tbt``, with the same values)."""
         if not self._unscored:
             return
-        self.finish_tbt()
         p, horizon = self.preset, self._horizon
+        ttft_slo, tbt_slo = p.ttft_slo_s, p.tbt_slo_s
         ttft, tbt, start, output = self.ttft_s, self.tbt_s, self.decode_start_s, self._output
+        rows = None
         for r in self._unscored:
-            if ttft[r] <= p.ttft_slo_s and tbt[r] <= p.tbt_slo_s and start[r] <= horizon:
+            if not (ttft[r] <= ttft_slo and start[r] <= horizon):
+                continue
+            t = tbt[r]
+            if t == t:  # known at once (reserve model, or nothing to decode)
+                good = t <= tbt_slo
+            else:
+                if rows is None:
+                    rows = self._new_rows()
+                inst, row = rows[r]
+                good = inst.tbt_within(row, tbt_slo)
+                if good is None:  # at the SLO within rounding: the exact value
+                    _, offsets, intervals = inst.token_intervals([row])
+                    good = bool(tail_means(offsets, intervals)[0][0] <= tbt_slo)
+            if good:
                 self.good_tokens += output[r]
                 self.good_requests += 1
         self._unscored = []
+
+    def _new_rows(self) -> dict:
+        """``{request: (decode instance, its row of finished)}`` of the rows added since the last call."""
+        rows = {}
+        seen = self._rows_seen
+        for inst in self.decode:
+            finished = getattr(inst, "finished", None)
+            if finished:
+                k = seen.get(inst.index, 0)
+                for row in finished[k:]:
+                    rows[row[0]] = (inst, row)
+                seen[inst.index] = len(finished)
+        return rows
 
 
 def observation_size(preset: ClusterPreset, oracle: bool, prediction: bool = False) -> int:
