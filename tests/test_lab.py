@@ -41,6 +41,9 @@ def test_notebook_executes_with_quick_settings(notebook, tmp_path):
         assert f"FAIL {name}:" in done.stdout
     if notebook.stem == "03_train_an_agent":
         assert (tmp_path / "lab_output" / "lab_router_seed1.zip").exists()
+        # saved with its card, so `lab grade --agent` loads it without unpickling (docs/lab/README.md)
+        from mooncake_gym.agents import load_agent
+        load_agent(tmp_path / "lab_output" / "lab_router_seed1.zip")
         assert (tmp_path / "lab_output" / "learning_curve.png").exists()
 
 

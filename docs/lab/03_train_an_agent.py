@@ -45,6 +45,7 @@ from stable_baselines3.common.env_util import make_vec_env
 
 import mooncake_gym  # noqa: F401
 from mooncake_gym import lab
+from mooncake_gym.agents import save_agent
 from mooncake_gym.baselines import make_policy
 from mooncake_gym.evaluation import evaluate
 
@@ -92,7 +93,7 @@ for seed in TRAINING_SEEDS:
         curve.append((model.num_timesteps, mean_ttft(model)))
         print(f"seed {seed}: step {model.num_timesteps:6d}  mean TTFT {curve[-1][1]:7.3f} s")
     curves[seed] = curve
-    model.save(OUT / f"lab_router_seed{seed}.zip")
+    save_agent(model, OUT / f"lab_router_seed{seed}.zip", ENV)  # the zip and its JSON card, which grade reads
     print(f"seed {seed}: {time.time() - start:.0f} s with the evaluations; mean TTFT {curve[0][1]:.3f} s -> "
           f"{curve[-1][1]:.3f} s ({curve[0][1] / curve[-1][1]:.1f}x lower)")
 
