@@ -38,7 +38,8 @@ TUNE_METRICS = {"routing": ("mean_ttft_s", "min"), "admission": ("goodput", "max
 #: Every metric a search may optimise (``metric=``), with its direction.
 METRIC_GOALS = {"routing": {"mean_ttft_s": "min", "p90_ttft_s": "min", "slo_attainment": "max", "hit_ratio": "max"},
                 "admission": {"goodput": "max", "completed": "max", "wasted_prefill_s": "min",
-                              "rejected_after_prefill": "min", "return": "max"}}
+                              "rejected_after_prefill": "min", "return": "max"},
+                "admission-v1": {"token_goodput": "max", "goodput_requests": "max", "wasted_prefill_gpu_s": "min"}}
 #: Requests per episode while tuning (compare's episodes are 3,000 requests long).
 TUNE_EPISODE_REQUESTS = 1000
 #: The PPO hyperparameters ``tune --algo ppo`` searches (RLlib's names), and its objective.
@@ -120,16 +121,18 @@ def objective(problem: str, name: str, knobs: dict, seeds, settings, metric: str
     """The score of baseline ``name`` with ``knobs``: ``metric`` (default ``TUNE_METRICS[problem]``)
     averaged over every seed of every workload in ``settings`` (``[(label, env kwargs)]``) of
     ``env_id`` (default: the problem's v0 environment; a scenario's base environment with ``--scenario``)."""
-    from .baselines import make_policy
+    from .baselines import POLICIES, make_policy
     from .envs import ADMISSION_ENV_ID, ROUTING_ENV_ID
     from .evaluation import evaluate
 
     metric, _ = metric_goal(problem, metric)
     if env_id is None:
         env_id = ROUTING_ENV_ID if problem == "routing" else ADMISSION_ENV_ID
+    needs = getattr(POLICIES[problem][name], "ENV_KWARGS", {})  # e.g. oracle=True for a rule reading the true length
     values = []
     for _, env_kwargs in settings:
-        values += [e[metric] for e in evaluate(env_id, make_policy(problem, name, **knobs), seeds, **env_kwargs)]
+        values += [e[metric] for e in evaluate(env_id, make_policy(problem, name, **knobs), seeds,
+                                               **{**env_kwargs, **needs})]
     return float(np.mean(values))
 
 
@@ -156,12 +159,11 @@ def tune_baseline(policy: str, env: str, budget: int | None = None, search: str 
     ``scenario``: tune on that scenario (:mod:`mooncake_gym.scenarios`) instead of the synthetic
     workloads: its environment and arguments as they are (``trace`` fills its required trace; the
     rates, loads, speed and episode length are the scenario's); the document then names the scenario
-    and its fingerprint, and ``compare --scenario`` shows the row as ``NAME (tuned on SCENARIO)``."""
+    and its fingerprint, and ``compare --scenario`` shows the row as ``NAME (tuned on SCENARIO)``.
+    An admission scenario is tuned as the problem of its table (``admission-v1``: the v1 baselines,
+    token goodput), and the document names that problem as its ``env``."""
     if backend not in BACKENDS:
         raise ValueError(f"--backend: expected one of {BACKENDS}, got {backend!r}")
-    knobs = knobs_of(env, policy)
-    settings_to_try = candidates(knobs, search, budget, seed)
-    seed_list = tune_seeds(seeds)
     env_id, extra = None, {}
     if scenario is not None:
         from .compare import scenario_setting
@@ -177,10 +179,13 @@ def tune_baseline(policy: str, env: str, budget: int | None = None, search: str 
         if missing:
             raise ValueError(f"--scenario: {scenario} needs {', '.join('--' + m for m in missing)}")
         s = scenario_setting(sc, **given)
-        settings, env_id = [(s.label, s.env_kwargs)], s.env_id
+        settings, env_id, env = [(s.label, s.env_kwargs)], s.env_id, s.problem
         extra = {"scenario": sc.name, "fingerprint": s.fingerprint}
     else:
         settings = workloads(env, rates, loads, trace, speed, episode_requests)
+    knobs = knobs_of(env, policy)
+    settings_to_try = candidates(knobs, search, budget, seed)
+    seed_list = tune_seeds(seeds)
     metric, goal = metric_goal(env, metric)
     if backend == "local":
         results = []
