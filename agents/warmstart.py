@@ -121,7 +121,8 @@ def warm_start_ppo(workloads: list[dict], out, wrappers=(), timesteps: int = 300
 
     ``workloads``: ``[{"env_kwargs": {...}, "teacher": policy, "envs": n}]`` (``envs`` vector envs of
     that workload) of ``env_id``. PPO runs in chunks of ``chunk`` steps until ``timesteps`` or
-    ``time_budget_s`` (the clock includes cloning); after cloning and each chunk the policy's mean
+    ``time_budget_s`` (the clock includes cloning; a chunk starts only if one as long as the last
+    still fits); after cloning and each chunk the policy's mean
     ``metric`` on ``select_seeds`` (training seeds) is measured and the best by the sum of its ratios
     to the cloned policy's (smallest for ``goal`` "min", largest for "max") is kept: if PPO never
     improves on the cloned policy, the cloned policy is the agent. ``init(model, wrapper_specs) ->
@@ -166,16 +167,18 @@ def warm_start_ppo(workloads: list[dict], out, wrappers=(), timesteps: int = 300
     ref = history[0][key]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    best_score, best_at = sign * float(len(ref)), 0
+    best_score, best_at = float(len(ref)), 0
     save_agent(model, out / f"{name}.zip", env_id, specs)
-    done = 0
-    while done < timesteps and time.time() - start < time_budget_s:
+    done, last_chunk_s = 0, 0.0
+    while done < timesteps and time.time() - start + last_chunk_s < time_budget_s:  # the next chunk fits the budget
+        chunk_start = time.time()
         model.learn(total_timesteps=chunk, reset_num_timesteps=False)
         done = int(model.num_timesteps)
         sel = mean_metric(model, workloads, list(select_seeds), specs, env_id, metric)
         score = float(sum(s / r for s, r in zip(sel, ref)))
         history.append({"timesteps": done, "wall_s": round(time.time() - start, 1), key: sel, "score": score})
         print(json.dumps(history[-1]), flush=True)
+        last_chunk_s = time.time() - chunk_start
         if sign * score < sign * best_score:
             best_score, best_at = score, done
             save_agent(model, out / f"{name}.zip", env_id, specs)
