@@ -102,15 +102,13 @@ def mean_ttft(model, workloads, seeds, wrappers) -> list[float]:
 
 
 def mean_metric(model, workloads, seeds, wrappers, env_id: str = ENV_ID, metric: str = "mean_ttft_s") -> list[float]:
-    """The deterministic policy's mean ``metric`` per episode on each workload over ``seeds`` (on the
-    workload's ``select_env_kwargs`` if it has them, else its ``env_kwargs``)."""
+    """The deterministic policy's mean ``metric`` per episode on each workload over ``seeds``."""
     from mooncake_gym.evaluation import evaluate
 
     from .agentfile import as_agent
 
     agent = as_agent(model, env_id, wrappers)
-    return [float(np.mean([e[metric] for e in evaluate(env_id, agent, seeds, **w.get("select_env_kwargs", w["env_kwargs"]))]))
-            for w in workloads]
+    return [float(np.mean([e[metric] for e in evaluate(env_id, agent, seeds, **w["env_kwargs"])])) for w in workloads]
 
 
 def warm_start_ppo(workloads: list[dict], out, wrappers=(), timesteps: int = 300_000, demo_seeds=range(20),
@@ -122,9 +120,8 @@ def warm_start_ppo(workloads: list[dict], out, wrappers=(), timesteps: int = 300
     ``workloads``: ``[{"env_kwargs": {...}, "teacher": policy, "envs": n}]`` (``envs`` vector envs of
     that workload) of ``env_id``. PPO runs in chunks of ``chunk`` steps until ``timesteps`` or
     ``time_budget_s`` (the clock includes cloning; a chunk starts only if one as long as the last
-    still fits); after cloning and each chunk the policy's mean
-    ``metric`` on ``select_seeds`` (training seeds) is measured and the best by the sum of its ratios
-    to the cloned policy's (smallest for ``goal`` "min", largest for "max") is kept: if PPO never
+    still fits); after cloning and each chunk the policy's mean ``metric`` on ``select_seeds``
+    (training seeds) is measured and the best by the sum of its ratios to the cloned policy's (smallest for ``goal`` "min", largest for "max") is kept: if PPO never
     improves on the cloned policy, the cloned policy is the agent. ``init(model, wrapper_specs) ->
     dict`` (its docstring's first line names it in the card) replaces behaviour cloning as the start
     of PPO when given (the workloads' teachers are then unused). Writes ``out/NAME.zip`` and its
