@@ -23,7 +23,8 @@ __all__ = ["Agent", "AgentFormatError", "AgentIntegrityError", "SHIPPED", "SHIPP
            "card", "load_agent", "save_agent"]
 
 #: Shipped agents by name -> the problem they solve.
-SHIPPED = {"ppo_routing": "routing", "ppo_admission": "admission", "ppo_routing_ws": "routing"}
+SHIPPED = {"ppo_routing": "routing", "ppo_admission": "admission", "ppo_routing_ws": "routing",
+           "ppo_admission_v1": "admission-v1"}
 #: sha256 of each shipped agent's zip and card (update both when an agent is retrained).
 SHIPPED_SHA256 = {
     "ppo_routing": {"zip": "e59cf80ea9a8048d8a1b14f03750bc2f3181f8a1ed604d13e6738a6fff031401",
@@ -33,6 +34,10 @@ SHIPPED_SHA256 = {
     # issue 13: behaviour cloning of sizesplit then PPO, behind mooncake_gym.wrappers.RoutingRuleFeatures
     "ppo_routing_ws": {"zip": "76e5bf78de3a0e15c662eb46bec33142a8066cf3327fefad2919bc8929ee61f9",
                        "json": "b6b4af56f383fb9247a63738038a7b387c6aa9539e2e2fa810b26be86f3e9790"},
+    # issue 13: CEM on a linear policy then PPO on OverloadAdmission-v1, behind
+    # mooncake_gym.admission_features.AdmissionRuleFeatures (agents/warmstart_admission.py)
+    "ppo_admission_v1": {"zip": "ba7c877044c4e25315bb917fa6859bc1e7f9343101ecfd0493e4d5f749a5e3ef",
+                         "json": "b23e26e2ea5dfc7e78be0a66e19ddac58793244272695d1c3e8d661c61ea300e"},
 }
 
 

@@ -1,4 +1,4 @@
-"""PPO warm-started by imitation: behaviour cloning of a hand-coded routing rule, then PPO.
+"""PPO warm-started by imitation: behaviour cloning of a hand-coded rule, then PPO.
 
 PPO from a random policy on a saturated cluster spends its budget in queues that a random router
 builds (issue 13, attempt 1 in ``docs/routing-agents.md``). The field's answer is to start from a
@@ -9,7 +9,11 @@ to a teacher's actions (cross-entropy) and the value network to the teacher's di
 
 :func:`warm_start_ppo` does it on several workloads at once (one vector env per entry of
 ``workloads``, each with its own teacher) and writes the agent in the project's format
-(``agents/agentfile.py``) with a card. Every seed it uses is below 1,000 (training seeds).
+(``agents/agentfile.py``) with a card. Every seed it uses is below 1,000 (training seeds). It is
+written for routing (``PrefillRouting-v0``, mean TTFT: the defaults) and serves any environment
+whose unwrapped env has ``decision_view()`` and ``encode_action()`` with a per-episode metric to
+select checkpoints by (``env_id``, ``metric``, ``goal``): ``agents/warmstart_admission.py`` uses it
+for ``OverloadAdmission-v1`` and token goodput.
 """
 
 from __future__ import annotations
@@ -23,20 +27,20 @@ import numpy as np
 ENV_ID = "mooncake_gym/PrefillRouting-v0"
 
 
-def _wrapped(env_kwargs: dict, wrappers):
+def _wrapped(env_kwargs: dict, wrappers, env_id: str = ENV_ID):
     import gymnasium as gym
 
     from .agentfile import apply_wrappers
 
-    return apply_wrappers(gym.make(ENV_ID, render_mode=None, **env_kwargs), wrappers, trusted=True)
+    return apply_wrappers(gym.make(env_id, render_mode=None, **env_kwargs), wrappers, trusted=True)
 
 
-def demonstrations(env_kwargs: dict, teacher, seeds, wrappers, gamma: float):
+def demonstrations(env_kwargs: dict, teacher, seeds, wrappers, gamma: float, env_id: str = ENV_ID):
     """Observations (behind ``wrappers``), the teacher's env actions and the discounted returns of
     its episodes on ``seeds``."""
     from mooncake_gym.policy import reset_policy
 
-    env = _wrapped(env_kwargs, wrappers)
+    env = _wrapped(env_kwargs, wrappers, env_id)
     obs_all, act_all, ret_all = [], [], []
     try:
         for seed in seeds:
@@ -94,25 +98,34 @@ def clone(model, obs, actions, returns, epochs: int = 10, batch: int = 512, lr: 
 
 def mean_ttft(model, workloads, seeds, wrappers) -> list[float]:
     """The deterministic policy's mean TTFT on each workload over ``seeds``."""
+    return mean_metric(model, workloads, seeds, wrappers)
+
+
+def mean_metric(model, workloads, seeds, wrappers, env_id: str = ENV_ID, metric: str = "mean_ttft_s") -> list[float]:
+    """The deterministic policy's mean ``metric`` per episode on each workload over ``seeds``."""
     from mooncake_gym.evaluation import evaluate
 
     from .agentfile import as_agent
 
-    agent = as_agent(model, ENV_ID, wrappers)
-    return [float(np.mean([e["mean_ttft_s"] for e in evaluate(ENV_ID, agent, seeds, **w["env_kwargs"])]))
-            for w in workloads]
+    agent = as_agent(model, env_id, wrappers)
+    return [float(np.mean([e[metric] for e in evaluate(env_id, agent, seeds, **w["env_kwargs"])])) for w in workloads]
 
 
 def warm_start_ppo(workloads: list[dict], out, wrappers=(), timesteps: int = 300_000, demo_seeds=range(20),
                    select_seeds=range(900, 903), chunk: int = 50_000, bc_epochs: int = 10, seed: int = 0,
-                   hyperparameters: dict | None = None, time_budget_s: float = 1800.0) -> dict:
+                   hyperparameters: dict | None = None, time_budget_s: float = 1800.0, env_id: str = ENV_ID,
+                   metric: str = "mean_ttft_s", goal: str = "min", name: str = "ppo_routing_ws", init=None) -> dict:
     """Behaviour cloning of each workload's teacher, then PPO on all workloads together.
 
     ``workloads``: ``[{"env_kwargs": {...}, "teacher": policy, "envs": n}]`` (``envs`` vector envs of
-    that workload). PPO runs in chunks of ``chunk`` steps until ``timesteps`` or ``time_budget_s``
-    (the clock includes cloning); after cloning and each chunk the policy's mean TTFT on
-    ``select_seeds`` (training seeds) is measured and the best by the sum of its ratios to the
-    cloned policy's is kept. Writes ``out/ppo_routing_ws.zip`` and its card; returns the card."""
+    that workload) of ``env_id``. PPO runs in chunks of ``chunk`` steps until ``timesteps`` or
+    ``time_budget_s`` (the clock includes cloning; a chunk starts only if one as long as the last
+    still fits); after cloning and each chunk the policy's mean ``metric`` on ``select_seeds``
+    (training seeds) is measured and the best by the sum of its ratios to the cloned policy's (smallest for ``goal`` "min", largest for "max") is kept: if PPO never
+    improves on the cloned policy, the cloned policy is the agent. ``init(model, wrapper_specs) ->
+    dict`` (its docstring's first line names it in the card) replaces behaviour cloning as the start
+    of PPO when given (the workloads' teachers are then unused). Writes ``out/NAME.zip`` and its
+    card; returns the card."""
     import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.monitor import Monitor
@@ -121,52 +134,65 @@ def warm_start_ppo(workloads: list[dict], out, wrappers=(), timesteps: int = 300
     from .agentfile import save_agent, wrapper_spec
     from .train import library_versions, sha256_of
 
+    if goal not in ("min", "max"):
+        raise ValueError(f"goal: expected 'min' or 'max', got {goal!r}")
+    sign = 1.0 if goal == "min" else -1.0
     torch.set_num_threads(1)
     start = time.time()
     specs = [wrapper_spec(w) for w in wrappers]
     hp = {"n_steps": 512, "batch_size": 256, "n_epochs": 5, "learning_rate": 1e-4, "gamma": 0.99,
           "gae_lambda": 0.95, "ent_coef": 0.0, "clip_range": 0.1, "policy_kwargs": {"net_arch": [128, 128]},
           **(hyperparameters or {})}
-    fns = [lambda kw=w["env_kwargs"]: Monitor(_wrapped(kw, specs)) for w in workloads for _ in range(w.get("envs", 1))]
+    fns = [lambda kw=w["env_kwargs"]: Monitor(_wrapped(kw, specs, env_id))
+           for w in workloads for _ in range(w.get("envs", 1))]
     venv = DummyVecEnv(fns)
     venv.seed(seed)
     model = PPO("MlpPolicy", venv, seed=seed, device="cpu", verbose=0, **hp)
-    demos = [demonstrations(w["env_kwargs"], w["teacher"], demo_seeds, specs, hp["gamma"]) for w in workloads]
-    obs, act, ret = (np.concatenate([d[i] for d in demos]) for i in range(3))
-    bc = clone(model, obs, act, ret, epochs=bc_epochs, seed=seed)
+    if init is None:
+        demos = [demonstrations(w["env_kwargs"], w["teacher"], demo_seeds, specs, hp["gamma"], env_id)
+                 for w in workloads]
+        obs, act, ret = (np.concatenate([d[i] for d in demos]) for i in range(3))
+        bc = clone(model, obs, act, ret, epochs=bc_epochs, seed=seed)
+        method = "behaviour cloning of each workload's teacher, then PPO (agents/warmstart.py)"
+    else:
+        bc = init(model, specs)
+        method = f"{(init.__doc__ or init.__name__).strip().splitlines()[0]}, then PPO (agents/warmstart.py)"
+    key = f"select_{metric}"
     history = [{"timesteps": 0, "wall_s": round(time.time() - start, 1), "bc": bc,
-                "select_mean_ttft_s": mean_ttft(model, workloads, list(select_seeds), specs)}]
-    ref = history[0]["select_mean_ttft_s"]
+                key: mean_metric(model, workloads, list(select_seeds), specs, env_id, metric)}]
+    print(json.dumps(history[-1]), flush=True)
+    ref = history[0][key]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     best_score, best_at = float(len(ref)), 0
-    save_agent(model, out / "ppo_routing_ws.zip", ENV_ID, specs)
-    done = 0
-    while done < timesteps and time.time() - start < time_budget_s:
+    save_agent(model, out / f"{name}.zip", env_id, specs)
+    done, last_chunk_s = 0, 0.0
+    while done < timesteps and time.time() - start + last_chunk_s < time_budget_s:  # the next chunk fits the budget
+        chunk_start = time.time()
         model.learn(total_timesteps=chunk, reset_num_timesteps=False)
         done = int(model.num_timesteps)
-        sel = mean_ttft(model, workloads, list(select_seeds), specs)
+        sel = mean_metric(model, workloads, list(select_seeds), specs, env_id, metric)
         score = float(sum(s / r for s, r in zip(sel, ref)))
-        history.append({"timesteps": done, "wall_s": round(time.time() - start, 1), "select_mean_ttft_s": sel,
-                        "score": score})
+        history.append({"timesteps": done, "wall_s": round(time.time() - start, 1), key: sel, "score": score})
         print(json.dumps(history[-1]), flush=True)
-        if score < best_score:
+        last_chunk_s = time.time() - chunk_start
+        if sign * score < sign * best_score:
             best_score, best_at = score, done
-            save_agent(model, out / "ppo_routing_ws.zip", ENV_ID, specs)
+            save_agent(model, out / f"{name}.zip", env_id, specs)
     venv.close()
-    card = json.loads((out / "ppo_routing_ws.json").read_text())
+    card = json.loads((out / f"{name}.json").read_text())
     card.update({
         "algorithm": "PPO", "policy": "MlpPolicy", "hyperparameters": hp, "seed": seed,
-        "training": {"method": "behaviour cloning of each workload's teacher, then PPO (agents/warmstart.py)",
+        "training": {"method": method,
                      "workloads": [{"env_kwargs": w["env_kwargs"], "teacher": repr(w["teacher"]),
                                     "envs": w.get("envs", 1)} for w in workloads],
                      "demo_seeds": list(demo_seeds), "select_seeds": list(select_seeds), "bc_epochs": bc_epochs,
                      "timesteps_run": done, "selected_timestep": best_at,
                      "wall_time_s": round(time.time() - start, 1), "history": history},
         "threads": 1, "versions": library_versions(),
-        "sha256": sha256_of(out / "ppo_routing_ws.zip"),
+        "sha256": sha256_of(out / f"{name}.zip"),
     })
-    (out / "ppo_routing_ws.json").write_text(json.dumps(card, indent=2) + "\n")
+    (out / f"{name}.json").write_text(json.dumps(card, indent=2) + "\n")
     return card
 
 

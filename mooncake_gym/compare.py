@@ -344,12 +344,15 @@ def problem_of(model) -> str:
 
     from .evaluation import check_model_fits
 
+    from .envs import ADMISSION_V1_ENV_ID
+
     env_id = getattr(model, "env_id", None)
-    for problem, pid in (("routing", ROUTING_ENV_ID), ("admission", ADMISSION_ENV_ID)):
+    for problem, pid in (("routing", ROUTING_ENV_ID), ("admission", ADMISSION_ENV_ID), (ADMISSION_V1, ADMISSION_V1_ENV_ID)):
         if env_id == pid:
             return problem
     if env_id is not None:
-        raise ValueError(f"--agent: it was trained on {env_id}, which is neither {ROUTING_ENV_ID} nor {ADMISSION_ENV_ID}")
+        raise ValueError(f"--agent: it was trained on {env_id}, which is none of {ROUTING_ENV_ID}, {ADMISSION_ENV_ID}, "
+                         f"{ADMISSION_V1_ENV_ID}")
     fits = []
     for problem, env_id in (("routing", ROUTING_ENV_ID), ("admission", ADMISSION_ENV_ID)):
         env = gym.make(env_id)

@@ -159,7 +159,9 @@ def tune_baseline(policy: str, env: str, budget: int | None = None, search: str 
     ``scenario``: tune on that scenario (:mod:`mooncake_gym.scenarios`) instead of the synthetic
     workloads: its environment and arguments as they are (``trace`` fills its required trace; the
     rates, loads, speed and episode length are the scenario's); the document then names the scenario
-    and its fingerprint, and ``compare --scenario`` shows the row as ``NAME (tuned on SCENARIO)``."""
+    and its fingerprint, and ``compare --scenario`` shows the row as ``NAME (tuned on SCENARIO)``.
+    An admission scenario is tuned as the problem of its table (``admission-v1``: the v1 baselines,
+    token goodput), and the document names that problem as its ``env``."""
     if backend not in BACKENDS:
         raise ValueError(f"--backend: expected one of {BACKENDS}, got {backend!r}")
     env_id, extra = None, {}

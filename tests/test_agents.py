@@ -11,13 +11,14 @@ import mooncake_gym.agents as agents
 from mooncake_gym import compare as cmp
 from mooncake_gym.agents.train import load_hyperparams, sha256_of, train
 from mooncake_gym.cli import main
-from mooncake_gym.envs import ADMISSION_ENV_ID, ROUTING_ENV_ID
+from mooncake_gym.envs import ADMISSION_ENV_ID, ADMISSION_V1_ENV_ID, ROUTING_ENV_ID
 from mooncake_gym.evaluation import evaluate
 
 torch.set_num_threads(1)
 
-EPISODE = {"routing": {"rate": 6.0, "episode_requests": 200}, "admission": {"load": 2.0, "episode_requests": 200}}
-ENV_IDS = {"routing": ROUTING_ENV_ID, "admission": ADMISSION_ENV_ID}
+EPISODE = {"routing": {"rate": 6.0, "episode_requests": 200}, "admission": {"load": 2.0, "episode_requests": 200},
+           "admission-v1": {"load": 2.0, "episode_requests": 200, "prediction": True}}
+ENV_IDS = {"routing": ROUTING_ENV_ID, "admission": ADMISSION_ENV_ID, "admission-v1": ADMISSION_V1_ENV_ID}
 
 
 @pytest.mark.parametrize("name", sorted(agents.SHIPPED))
@@ -27,7 +28,7 @@ def test_shipped_agent_loads_verified_and_runs_an_episode(name):
     card = agents.card(name)
     assert card["sha256"] == sha256_of(agents.agent_dir() / f"{name}.zip")
     assert card["env_id"] == ENV_IDS[agents.SHIPPED[name]]
-    assert card["timesteps"] > 0 and card["wall_time_s"] <= 20 * 60
+    assert card["timesteps"] > 0 and card["wall_time_s"] <= 30 * 60  # issue 13's training budget per agent
     model = agents.load_agent(name)
     problem = agents.SHIPPED[name]
     (episode,) = evaluate(ENV_IDS[problem], model, [123], **EPISODE[problem])
@@ -67,7 +68,7 @@ def test_training_smoke_produces_a_loadable_agent(tmp_path):
 
 
 def test_hyperparameters_exist_for_both_envs():
-    for env_id in ENV_IDS.values():
+    for env_id in (ROUTING_ENV_ID, ADMISSION_ENV_ID):  # `train`'s envs (the v1 agent has its own script)
         hp = load_hyperparams(env_id)
         assert hp["policy"] == "MlpPolicy" and hp["n_timesteps"] > 0
     with pytest.raises(ValueError, match="no hyperparameters"):
