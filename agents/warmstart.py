@@ -217,7 +217,7 @@ SCENARIO_ENVS = {"routing-saturated": 2, "routing-bursty": 2, "routing-heterogen
                  "routing-stale-multirouter": 1, "routing-sanity": 1, "routing-sanity-8": 1}
 
 
-def scenario_workloads(long_factor: float = 6.0, long_instances: int = 2) -> list[dict]:
+def scenario_workloads(long_factor: float = 6.0, long_instances: int = 2, min_load: float = 0.0) -> list[dict]:
     """The workloads of the shipped ``ppo_routing_ws``: each registered routing scenario of
     :data:`SCENARIO_ENVS` (its ``config()``), with one teacher for all, ``relsplit`` (sizesplit with
     a threshold relative to the running mean size; knobs chosen on training seeds 0-9 of these
@@ -228,7 +228,7 @@ def scenario_workloads(long_factor: float = 6.0, long_instances: int = 2) -> lis
     from mooncake_gym.scenarios import get_scenario
 
     return [{"scenario": name, "env_kwargs": get_scenario(name).config(), "envs": envs,
-             "teacher": RelativeSizeSplit(long_factor, long_instances), "reference": KVCentric()}
+             "teacher": RelativeSizeSplit(long_factor, long_instances, min_load=min_load), "reference": KVCentric()}
             for name, envs in SCENARIO_ENVS.items()]
 
 
@@ -246,9 +246,11 @@ if __name__ == "__main__":  # python -m mooncake_gym.agents.warmstart OUT [--sce
     ap.add_argument("--budget-s", type=float, default=1000.0)
     ap.add_argument("--chunk", type=int, default=60_000)
     ap.add_argument("--select-seeds", type=int, default=3, help="selection seeds 900, 901, ...")
+    ap.add_argument("--teacher", default="6,2,0", help="with --scenarios: relsplit's long_factor,long_instances,min_load")
     a = ap.parse_args()
     if a.scenarios:
-        workloads, wrappers = scenario_workloads(), [RoutingRelativeFeatures]
+        f, k, load = a.teacher.split(",")
+        workloads, wrappers = scenario_workloads(float(f), int(k), float(load)), [RoutingRelativeFeatures]
     else:
         workloads, wrappers = issue13_workloads(a.sanity), [RoutingRuleFeatures]
     warm_start_ppo(workloads, a.out, wrappers=wrappers, timesteps=3_000_000, demo_seeds=range(a.demo_seeds),

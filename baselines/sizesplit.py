@@ -87,27 +87,37 @@ class ServiceScale:
 class RelativeSizeSplit(SizeSplit):
     """``sizesplit`` with a relative size threshold: a request is long when its smallest service
     time exceeds ``long_factor`` times the running mean of the episode's earlier requests'
-    (:class:`ServiceScale`, memory ``memory`` requests). The rest is :class:`SizeSplit`."""
+    (:class:`ServiceScale`, memory ``memory`` requests), and, with ``min_load``, only while the
+    work queued per instance is at least ``min_load`` such mean requests (a lightly loaded cluster
+    has no queue for a long prompt to block). The rest is :class:`SizeSplit`."""
 
     name = "relsplit"
 
     def __init__(self, long_factor: float | None = 6.0, long_instances: int = 2, work_weight: float = 0.0,
-                 threshold: float = 1.0, memory: float = 1000.0):
+                 threshold: float = 1.0, memory: float = 1000.0, min_load: float = 0.0):
         super().__init__(None, long_instances, work_weight, threshold)
         if long_factor is not None and not long_factor > 0:
             raise ValueError(f"long_factor: expected a ratio > 0 or None, got {long_factor!r}")
-        self.long_factor = long_factor
+        if not min_load >= 0:
+            raise ValueError(f"min_load: expected a number of mean requests >= 0, got {min_load!r}")
+        self.long_factor, self.min_load = long_factor, float(min_load)
         self.scale = ServiceScale(memory)
+        self._load_s = 0.0
 
     def reset(self, rng) -> None:
         super().reset(rng)
         self.scale.reset()
 
+    def __call__(self, view: RoutingView) -> Route:
+        self._load_s = sum(view.queue_s) / len(view.queue_s)
+        return super().__call__(view)
+
     def _is_long(self, size_s: float) -> bool:
+        mean = self.scale.mean_s or size_s
         r = self.scale.ratio(size_s)
-        return self.long_factor is not None and r > self.long_factor
+        return self.long_factor is not None and r > self.long_factor and self._load_s >= self.min_load * mean
 
     def __repr__(self) -> str:
         return (f"RelativeSizeSplit(long_factor={self.long_factor!r}, long_instances={self.long_instances}, "
                 f"work_weight={self.work_weight:g}, threshold={self.threshold:g}, "
-                f"memory={1.0 / (1.0 - self.scale.decay):g})")
+                f"memory={1.0 / (1.0 - self.scale.decay):g}, min_load={self.min_load:g})")
