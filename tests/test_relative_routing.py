@@ -57,6 +57,12 @@ def test_relsplit_threshold_follows_the_workload_where_an_absolute_one_does_not(
     kv = simulate(trace, make_policy("routing", "kvcentric"), config, COST, seed=5)
     if kv.instance.tolist()[:3] == [0, 1, 0]:
         assert kv.instance[3] == 1
+    # with min_load, no split while less than that many mean requests are queued per instance:
+    # 1.5 short prompts per instance when the long one arrives, so min_load 2 routes it as kvcentric
+    gated = simulate(trace, RelativeSizeSplit(long_factor=3.0, long_instances=1, min_load=2.0), config, COST, seed=5)
+    assert gated.instance.tolist() == kv.instance.tolist()
+    with pytest.raises(ValueError, match="min_load"):
+        RelativeSizeSplit(min_load=-1.0)
     # every prompt 4x longer: the absolute threshold now calls every request long and piles all four
     # on instance 0; the relative one still calls only the last one long
     trace4 = _trace(4)
