@@ -31,9 +31,10 @@ SHIPPED_SHA256 = {
                     "json": "a33b327f4e261eda805eb9e89db6ee973c0b65c98be6acad75fb858bf4d4ba9c"},
     "ppo_admission": {"zip": "62891c2c5b55734adea4b309dbd9b268c345e3a41981a9ae9112e43ec1f5a6f0",
                       "json": "5a07e537b6cf6933939d0c04860849f80515d5574221ee9f677e17bef7c6d9f6"},
-    # issue 13: behaviour cloning of sizesplit then PPO, behind mooncake_gym.wrappers.RoutingRuleFeatures
-    "ppo_routing_ws": {"zip": "76e5bf78de3a0e15c662eb46bec33142a8066cf3327fefad2919bc8929ee61f9",
-                       "json": "b6b4af56f383fb9247a63738038a7b387c6aa9539e2e2fa810b26be86f3e9790"},
+    # issue 13: behaviour cloning of relsplit on the registered routing scenarios (then PPO, which did
+    # not improve on it), behind mooncake_gym.wrappers.RoutingRelativeFeatures
+    "ppo_routing_ws": {"zip": "5c56f3e76f446dd2887bfe521216140ba44bca8e2846f4aa12cb9c73a411372e",
+                       "json": "9402dcf18c3da108c9cfc77a047d8b523dcf6424684dfa5086a16018bf3ec5c1"},
     # issue 13: CEM on a linear policy then PPO on OverloadAdmission-v1, behind
     # mooncake_gym.admission_features.AdmissionRuleFeatures (agents/warmstart_admission.py)
     "ppo_admission_v1": {"zip": "ba7c877044c4e25315bb917fa6859bc1e7f9343101ecfd0493e4d5f749a5e3ef",

@@ -111,21 +111,31 @@ def mean_metric(model, workloads, seeds, wrappers, env_id: str = ENV_ID, metric:
     return [float(np.mean([e[metric] for e in evaluate(env_id, agent, seeds, **w["env_kwargs"])])) for w in workloads]
 
 
+def selection_score(ttfts, references) -> float:
+    """A checkpoint's score (lower is better) from its mean TTFT per workload and the references':
+    the mean ratio plus 4 times every ratio's excess over 1, so that a checkpoint that is worse than
+    the reference on one workload loses to one that is not."""
+    ratios = [t / r for t, r in zip(ttfts, references)]
+    return float(np.mean(ratios) + 4.0 * sum(max(0.0, x - 1.0) for x in ratios))
+
+
 def warm_start_ppo(workloads: list[dict], out, wrappers=(), timesteps: int = 300_000, demo_seeds=range(20),
                    select_seeds=range(900, 903), chunk: int = 50_000, bc_epochs: int = 10, seed: int = 0,
                    hyperparameters: dict | None = None, time_budget_s: float = 1800.0, env_id: str = ENV_ID,
                    metric: str = "mean_ttft_s", goal: str = "min", name: str = "ppo_routing_ws", init=None) -> dict:
     """Behaviour cloning of each workload's teacher, then PPO on all workloads together.
 
-    ``workloads``: ``[{"env_kwargs": {...}, "teacher": policy, "envs": n}]`` (``envs`` vector envs of
-    that workload) of ``env_id``. PPO runs in chunks of ``chunk`` steps until ``timesteps`` or
-    ``time_budget_s`` (the clock includes cloning; a chunk starts only if one as long as the last
-    still fits); after cloning and each chunk the policy's mean ``metric`` on ``select_seeds``
-    (training seeds) is measured and the best by the sum of its ratios to the cloned policy's (smallest for ``goal`` "min", largest for "max") is kept: if PPO never
-    improves on the cloned policy, the cloned policy is the agent. ``init(model, wrapper_specs) ->
-    dict`` (its docstring's first line names it in the card) replaces behaviour cloning as the start
-    of PPO when given (the workloads' teachers are then unused). Writes ``out/NAME.zip`` and its
-    card; returns the card."""
+    ``workloads``: ``[{"env_kwargs": {...}, "teacher": policy, "envs": n, "reference": policy}]``
+    (``envs`` vector envs of that workload of ``env_id``; ``reference`` optional). PPO runs in chunks
+    of ``chunk`` steps until ``timesteps`` or ``time_budget_s`` (the clock includes cloning; a chunk
+    starts only if one as long as the last still fits); after cloning and each chunk the policy's mean
+    ``metric`` on ``select_seeds`` (training seeds) is measured and the best checkpoint is kept (the
+    cloned policy, timestep 0, unless a later one scores better): with references on every workload
+    (``goal`` "min" only) by :func:`selection_score` against the references' mean ``metric`` on the
+    same seeds, otherwise by the sum of its ratios to the cloned policy's (smallest for ``goal``
+    "min", largest for "max"). ``init(model, wrapper_specs) -> dict`` (its docstring's first line
+    names it in the card) replaces behaviour cloning as the start of PPO when given (the workloads'
+    teachers are then unused). Writes ``out/NAME.zip`` and its card; returns the card."""
     import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.monitor import Monitor
@@ -137,6 +147,10 @@ def warm_start_ppo(workloads: list[dict], out, wrappers=(), timesteps: int = 300
     if goal not in ("min", "max"):
         raise ValueError(f"goal: expected 'min' or 'max', got {goal!r}")
     sign = 1.0 if goal == "min" else -1.0
+    with_refs = all(w.get("reference") is not None for w in workloads)
+    if with_refs and goal != "min":
+        raise ValueError("workloads: a 'reference' per workload scores checkpoints by selection_score, "
+                         f"for a metric to minimise (goal 'min'), got goal {goal!r}")
     torch.set_num_threads(1)
     start = time.time()
     specs = [wrapper_spec(w) for w in wrappers]
@@ -160,11 +174,20 @@ def warm_start_ppo(workloads: list[dict], out, wrappers=(), timesteps: int = 300
     key = f"select_{metric}"
     history = [{"timesteps": 0, "wall_s": round(time.time() - start, 1), "bc": bc,
                 key: mean_metric(model, workloads, list(select_seeds), specs, env_id, metric)}]
+    if with_refs:
+        from mooncake_gym.evaluation import evaluate
+
+        ref = [float(np.mean([e[metric] for e in evaluate(env_id, w["reference"], list(select_seeds),
+                                                          **w["env_kwargs"])])) for w in workloads]
+        score_of = lambda sel: selection_score(sel, ref)  # noqa: E731
+    else:
+        ref = history[0][key]
+        score_of = lambda sel: float(sum(s / r for s, r in zip(sel, ref)))  # noqa: E731
+    history[0]["score"] = score_of(history[0][key])
     print(json.dumps(history[-1]), flush=True)
-    ref = history[0][key]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    best_score, best_at = float(len(ref)), 0
+    best_score, best_at = history[0]["score"], 0
     save_agent(model, out / f"{name}.zip", env_id, specs)
     done, last_chunk_s = 0, 0.0
     while done < timesteps and time.time() - start + last_chunk_s < time_budget_s:  # the next chunk fits the budget
@@ -172,7 +195,7 @@ def warm_start_ppo(workloads: list[dict], out, wrappers=(), timesteps: int = 300
         model.learn(total_timesteps=chunk, reset_num_timesteps=False)
         done = int(model.num_timesteps)
         sel = mean_metric(model, workloads, list(select_seeds), specs, env_id, metric)
-        score = float(sum(s / r for s, r in zip(sel, ref)))
+        score = score_of(sel)
         history.append({"timesteps": done, "wall_s": round(time.time() - start, 1), key: sel, "score": score})
         print(json.dumps(history[-1]), flush=True)
         last_chunk_s = time.time() - chunk_start
@@ -184,8 +207,11 @@ def warm_start_ppo(workloads: list[dict], out, wrappers=(), timesteps: int = 300
     card.update({
         "algorithm": "PPO", "policy": "MlpPolicy", "hyperparameters": hp, "seed": seed,
         "training": {"method": method,
-                     "workloads": [{"env_kwargs": w["env_kwargs"], "teacher": repr(w["teacher"]),
-                                    "envs": w.get("envs", 1)} for w in workloads],
+                     "workloads": [{**({"scenario": w["scenario"]} if "scenario" in w else {}),
+                                    "env_kwargs": w["env_kwargs"], "teacher": repr(w["teacher"]),
+                                    "envs": w.get("envs", 1),
+                                    **({"reference": repr(w["reference"]), f"reference_{metric}": r}
+                                       if with_refs else {})} for w, r in zip(workloads, ref)],
                      "demo_seeds": list(demo_seeds), "select_seeds": list(select_seeds), "bc_epochs": bc_epochs,
                      "timesteps_run": done, "selected_timestep": best_at,
                      "wall_time_s": round(time.time() - start, 1), "history": history},
@@ -211,17 +237,48 @@ def issue13_workloads(sanity: bool = False) -> list[dict]:
     return out
 
 
-if __name__ == "__main__":  # python -m mooncake_gym.agents.warmstart OUT [--sanity] [--demo-seeds N]
+#: The registered routing scenarios an agent trains on (every one but the trace, its unseen test),
+#: with the number of vector envs of each.
+SCENARIO_ENVS = {"routing-saturated": 2, "routing-bursty": 2, "routing-heterogeneous": 1,
+                 "routing-stale-multirouter": 1, "routing-sanity": 1, "routing-sanity-8": 1}
+
+
+def scenario_workloads(long_factor: float = 6.0, long_instances: int = 2, min_load: float = 0.0) -> list[dict]:
+    """The workloads of the shipped ``ppo_routing_ws``: each registered routing scenario of
+    :data:`SCENARIO_ENVS` (its ``config()``), with one teacher for all, ``relsplit`` (sizesplit with
+    a threshold relative to the running mean size; knobs chosen on training seeds 0-9 of these
+    scenarios, docs/routing-agents.md), and kvcentric (the best tuned baseline on each) as the
+    reference for checkpoint selection."""
+    from mooncake_gym.baselines.routing import KVCentric
+    from mooncake_gym.baselines.sizesplit import RelativeSizeSplit
+    from mooncake_gym.scenarios import get_scenario
+
+    return [{"scenario": name, "env_kwargs": get_scenario(name).config(), "envs": envs,
+             "teacher": RelativeSizeSplit(long_factor, long_instances, min_load=min_load), "reference": KVCentric()}
+            for name, envs in SCENARIO_ENVS.items()]
+
+
+if __name__ == "__main__":  # python -m mooncake_gym.agents.warmstart OUT [--scenarios | --sanity] [--demo-seeds N]
     import argparse
 
-    from mooncake_gym.wrappers import RoutingRuleFeatures
+    from mooncake_gym.wrappers import RoutingRelativeFeatures, RoutingRuleFeatures
 
-    ap = argparse.ArgumentParser(description="behaviour cloning of sizesplit, then PPO (issue 13's routing agent)")
+    ap = argparse.ArgumentParser(description="behaviour cloning of a size-splitting rule, then PPO (issue 13's routing agent)")
     ap.add_argument("out")
+    ap.add_argument("--scenarios", action="store_true",
+                    help="train on the registered routing scenarios (scenario_workloads; relative features)")
     ap.add_argument("--sanity", action="store_true", help="also train at 4-8 sessions/s (teacher kvcentric)")
     ap.add_argument("--demo-seeds", type=int, default=20)
     ap.add_argument("--budget-s", type=float, default=1000.0)
+    ap.add_argument("--chunk", type=int, default=60_000)
+    ap.add_argument("--select-seeds", type=int, default=3, help="selection seeds 900, 901, ...")
+    ap.add_argument("--teacher", default="6,2,0", help="with --scenarios: relsplit's long_factor,long_instances,min_load")
     a = ap.parse_args()
-    warm_start_ppo(issue13_workloads(a.sanity), a.out, wrappers=[RoutingRuleFeatures], timesteps=3_000_000,
-                   demo_seeds=range(a.demo_seeds), chunk=60_000, bc_epochs=30, time_budget_s=a.budget_s,
-                   hyperparameters={"learning_rate": 3e-5, "gamma": 0.999})
+    if a.scenarios:
+        f, k, load = a.teacher.split(",")
+        workloads, wrappers = scenario_workloads(float(f), int(k), float(load)), [RoutingRelativeFeatures]
+    else:
+        workloads, wrappers = issue13_workloads(a.sanity), [RoutingRuleFeatures]
+    warm_start_ppo(workloads, a.out, wrappers=wrappers, timesteps=3_000_000, demo_seeds=range(a.demo_seeds),
+                   select_seeds=range(900, 900 + a.select_seeds), chunk=a.chunk, bc_epochs=30,
+                   time_budget_s=a.budget_s, hyperparameters={"learning_rate": 3e-5, "gamma": 0.999})

@@ -39,12 +39,85 @@ class SizeSplit(KVCentric):
         estimates, pulls = self.estimates(view)
         services = [c - q for c, q in zip(estimates, view.queue_s)]
         costs = [c + self.work_weight * s for c, s in zip(estimates, services)]
-        if self.long_s is not None and min(services) > self.long_s:
+        if self._is_long(min(services)):
             k = min(self.long_instances, len(costs))
             costs = costs[:k] + [float("inf")] * (len(costs) - k)
         i = self._argmin(costs)
         return Route(i, pulls[i])
 
+    def _is_long(self, size_s: float) -> bool:
+        """Whether a request whose smallest service time is ``size_s`` counts as long."""
+        return self.long_s is not None and size_s > self.long_s
+
     def __repr__(self) -> str:
         return (f"SizeSplit(long_s={self.long_s!r}, long_instances={self.long_instances}, "
                 f"work_weight={self.work_weight:g}, threshold={self.threshold:g})")
+
+
+class ServiceScale:
+    """The running mean of the requests' smallest service times (s) in an episode: an exponential
+    moving average with memory ``memory`` requests, bias-corrected (so the first requests get their
+    plain mean). :meth:`ratio` gives a request's size relative to the requests before it, then
+    counts it. A relative size does not change when every prompt gets longer (another trace, a
+    slower GPU), where an absolute threshold in seconds does."""
+
+    def __init__(self, memory: float = 1000.0):
+        if not memory >= 1:
+            raise ValueError(f"memory: expected a number of requests >= 1, got {memory!r}")
+        self.decay = 1.0 - 1.0 / float(memory)
+        self.reset()
+
+    def reset(self) -> None:
+        self._sum, self._weight = 0.0, 0.0
+
+    @property
+    def mean_s(self) -> float | None:
+        """The running mean (None before the first request)."""
+        return self._sum / self._weight if self._weight > 0 else None
+
+    def ratio(self, size_s: float) -> float:
+        """``size_s`` over the running mean of the earlier requests (1 for the first); then counts it."""
+        mean = self.mean_s
+        r = 1.0 if not mean else size_s / mean
+        self._sum = self.decay * self._sum + size_s
+        self._weight = self.decay * self._weight + 1.0
+        return r
+
+
+class RelativeSizeSplit(SizeSplit):
+    """``sizesplit`` with a relative size threshold: a request is long when its smallest service
+    time exceeds ``long_factor`` times the running mean of the episode's earlier requests'
+    (:class:`ServiceScale`, memory ``memory`` requests), and, with ``min_load``, only while the
+    work queued per instance is at least ``min_load`` such mean requests (a lightly loaded cluster
+    has no queue for a long prompt to block). The rest is :class:`SizeSplit`."""
+
+    name = "relsplit"
+
+    def __init__(self, long_factor: float | None = 6.0, long_instances: int = 2, work_weight: float = 0.0,
+                 threshold: float = 1.0, memory: float = 1000.0, min_load: float = 0.0):
+        super().__init__(None, long_instances, work_weight, threshold)
+        if long_factor is not None and not long_factor > 0:
+            raise ValueError(f"long_factor: expected a ratio > 0 or None, got {long_factor!r}")
+        if not min_load >= 0:
+            raise ValueError(f"min_load: expected a number of mean requests >= 0, got {min_load!r}")
+        self.long_factor, self.min_load = long_factor, float(min_load)
+        self.scale = ServiceScale(memory)
+        self._load_s = 0.0
+
+    def reset(self, rng) -> None:
+        super().reset(rng)
+        self.scale.reset()
+
+    def __call__(self, view: RoutingView) -> Route:
+        self._load_s = sum(view.queue_s) / len(view.queue_s)
+        return super().__call__(view)
+
+    def _is_long(self, size_s: float) -> bool:
+        mean = self.scale.mean_s or size_s
+        r = self.scale.ratio(size_s)
+        return self.long_factor is not None and r > self.long_factor and self._load_s >= self.min_load * mean
+
+    def __repr__(self) -> str:
+        return (f"RelativeSizeSplit(long_factor={self.long_factor!r}, long_instances={self.long_instances}, "
+                f"work_weight={self.work_weight:g}, threshold={self.threshold:g}, "
+                f"memory={1.0 / (1.0 - self.scale.decay):g}, min_load={self.min_load:g})")

@@ -16,6 +16,13 @@ Appended after the env's ``5 N + 2`` entries (N instances; ``T(s)`` is the env's
 | 4i+3 | the request's service time on i (transfer + prefill, of that branch): its own work, at i's speed | T(s) |
 | 4N | the request's smallest service time over instances (its size) | T(s) |
 | 4N+1 | mean queued prefill work over instances (the cluster's load) | T(s) |
+
+:class:`RoutingRelativeFeatures` gives the same entries, except that the three that measure work
+in seconds (4i+3, 4N, 4N+1) are relative to the running mean of the episode's earlier requests'
+smallest service times (``baselines/sizesplit.py`` ``ServiceScale``), scaled ``R(x) = min(1,
+log1p(x) / log1p(32))``: "this request is 5 times the recent mean", "2 mean requests are queued per
+instance". An agent that reads sizes this way is not misled by a workload whose prompts are all
+longer (Mooncake's trace: 15k tokens on average) the way an absolute threshold in seconds is.
 """
 
 from __future__ import annotations
@@ -33,8 +40,14 @@ RULE_FEATURES_PER_INSTANCE = 4
 RULE_FEATURES_REQUEST = 2
 
 
-def rule_features(view, ttft_slo_s: float) -> list[float]:
-    """The appended features of :class:`RoutingRuleFeatures` for one decision view (table above)."""
+#: The ratio (to the running mean service time) at which the relative features reach 1.
+RELATIVE_CAP = 32.0
+
+
+def rule_features(view, ttft_slo_s: float, sizes=None) -> list[float]:
+    """The appended features of :class:`RoutingRuleFeatures` for one decision view (table above);
+    with ``sizes`` (a ``ServiceScale``) those of :class:`RoutingRelativeFeatures`, and the request
+    is counted in ``sizes``."""
     from .baselines.routing import KVCentric
 
     scale = 1.0 / math.log1p(QUEUE_CAP_SLO * ttft_slo_s / TIME_UNIT_S)
@@ -45,10 +58,19 @@ def rule_features(view, ttft_slo_s: float) -> list[float]:
     costs, pulls = KVCentric().estimates(view)
     best = min(costs)
     services = [c - q for c, q in zip(costs, view.queue_s)]
+    size = t
+    if sizes is not None:
+        # the first request of an episode is its own reference (ratio 1, as ServiceScale.ratio says)
+        mean = sizes.mean_s or min(services)
+        sizes.ratio(min(services))
+        rel = 1.0 / math.log1p(RELATIVE_CAP)
+
+        def size(s: float) -> float:
+            return min(1.0, math.log1p(s / mean) * rel) if s > 0 and mean > 0 else 0.0
     vals: list[float] = []
     for c, pull, s in zip(costs, pulls, services):
-        vals += [t(c - best), 1.0 if c == best else 0.0, 1.0 if pull else 0.0, t(s)]
-    vals += [t(min(services)), t(sum(view.queue_s) / len(view.queue_s))]
+        vals += [t(c - best), 1.0 if c == best else 0.0, 1.0 if pull else 0.0, size(s)]
+    vals += [size(min(services)), size(sum(view.queue_s) / len(view.queue_s))]
     return vals
 
 
@@ -72,4 +94,25 @@ class RoutingRuleFeatures(gym.ObservationWrapper):
         view = self.env.unwrapped.decision_view()
         extra = np.zeros(self._extra, np.float32) if view is None else np.asarray(rule_features(view, self._slo),
                                                                                   np.float32)
+        return np.concatenate([np.asarray(observation, np.float32), extra])
+
+
+class RoutingRelativeFeatures(RoutingRuleFeatures):
+    """:class:`RoutingRuleFeatures` with the work features relative to the episode's running mean
+    service time (module docstring); the running mean restarts at each ``reset``."""
+
+    def __init__(self, env: gym.Env, memory: float = 1000.0):
+        from .baselines.sizesplit import ServiceScale
+
+        super().__init__(env)
+        self._scale = ServiceScale(memory)
+
+    def reset(self, **kwargs):
+        self._scale.reset()
+        return super().reset(**kwargs)
+
+    def observation(self, observation):
+        view = self.env.unwrapped.decision_view()
+        extra = (np.zeros(self._extra, np.float32) if view is None
+                 else np.asarray(rule_features(view, self._slo, self._scale), np.float32))
         return np.concatenate([np.asarray(observation, np.float32), extra])

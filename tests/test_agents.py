@@ -28,7 +28,9 @@ def test_shipped_agent_loads_verified_and_runs_an_episode(name):
     card = agents.card(name)
     assert card["sha256"] == sha256_of(agents.agent_dir() / f"{name}.zip")
     assert card["env_id"] == ENV_IDS[agents.SHIPPED[name]]
-    assert card["timesteps"] > 0 and card["wall_time_s"] <= 30 * 60  # issue 13's training budget per agent
+    # trained within issue 13's budget (30 minutes on this 2-core machine); a warm-started agent may
+    # keep its cloned policy (timesteps 0: no PPO checkpoint was better) after a PPO run of timesteps_run
+    assert card.get("timesteps_run", card["timesteps"]) > 0 and card["wall_time_s"] <= 30 * 60
     model = agents.load_agent(name)
     problem = agents.SHIPPED[name]
     (episode,) = evaluate(ENV_IDS[problem], model, [123], **EPISODE[problem])

@@ -83,11 +83,16 @@ def test_shipped_warm_started_agent_runs_a_heterogeneous_episode_behind_its_wrap
     from mooncake_gym.envs import ROUTING_ENV_ID
     from mooncake_gym.evaluation import evaluate
 
+    from mooncake_gym.scenarios import get_scenario
+
     card = agents.card("ppo_routing_ws")
-    assert card["wrappers"] == [{"class": "mooncake_gym.wrappers.RoutingRuleFeatures", "kwargs": {}}]
-    assert {"rate": 24.0, "episode_requests": 3000, "instances": "4xH800+4xA800"} in card["trained_on"]
-    assert card["never_saw"] and card["evaluation"]
+    assert card["wrappers"] == [{"class": "mooncake_gym.wrappers.RoutingRelativeFeatures", "kwargs": {}}]
+    trained = {w["scenario"]: w["env_kwargs"] for w in card["trained_on"]}
+    assert trained["routing-heterogeneous"] == get_scenario("routing-heterogeneous").config()
+    assert "routing-mooncake-trace" not in trained  # the unseen-trace test
+    assert any("routing-mooncake-trace" in str(n) for n in card["never_saw"])
+    assert {e["scenario"] for e in card["evaluation"]} >= {"routing-mooncake-trace", *trained}
     agent = agents.load_agent("ppo_routing_ws")
-    kw = {"rate": 24.0, "episode_requests": 200, "instances": "4xH800+4xA800"}
+    kw = get_scenario("routing-heterogeneous").config(episode_requests=200)
     (episode,) = evaluate(ROUTING_ENV_ID, agent, [7], **kw)
     assert episode["steps"] == 200 and 0 < episode["mean_ttft_s"] < 60
