@@ -112,8 +112,12 @@ def main():
         return
     tuned = {}
     if a.tuned:
-        with open(a.tuned) as f:
-            tuned = json.load(f)
+        try:
+            with open(a.tuned) as f:
+                tuned = json.load(f)
+        except (OSError, ValueError) as e:
+            ap.error(f"--tuned: cannot read {a.tuned} as the JSON written by 'tune' ({e}); run "
+                     f"'python benchmarks/routing_agents.py tune --setting {a.setting} --out {a.tuned}' first")
     rows = table(a.setting, tuned, a.agent, a.seeds)
     print(f"| {a.setting} {json.dumps(SETTINGS[a.setting])} | mean TTFT (s) | x best tuned |\n|---|---|---|")
     for r in rows:
