@@ -586,12 +586,11 @@ class ClusterSimulator:
             # arriving now would face there) over the TTFT SLO; a decode instance's KV use or its
             # iteration time over the TBT SLO, the greater; each pool's load is its instances' mean
             queued = sum(q.busy_until - s for q in prefill if q.busy_until > s)
-            used = [d.used_tokens(s) for d in self.decode]
+            loads = [d.load(s, 0) for d in self.decode]  # (batch, used, step, _): one context solve each
             self._samples_t.append(s)
             self._samples_p.append(queued / (n_p * ttft_slo))
-            self._samples_d.append(sum(max(u / per_instance, d.step_s(s) / tbt_slo)
-                                       for u, d in zip(used, self.decode)) / n_d)
-            self._samples_kv.append(sum(used) / cap)
+            self._samples_d.append(sum(max(used / per_instance, step / tbt_slo) for _, used, step, _ in loads) / n_d)
+            self._samples_kv.append(sum(load[1] for load in loads) / cap)
             self._k_sample += 1
             s = self._k_sample * period
         self._next_sample = s
