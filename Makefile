@@ -84,34 +84,38 @@ fuzz: $(STAMP)
 	MOONCAKE_FUZZ=long $(BIN)/python -m pytest -q tests/test_fuzz.py --hypothesis-show-statistics
 
 # docs/leaderboard.md: every scenario's ranked table (`mooncake-gym compare --scenario all`), with
-# baselines tuned on each scenario's training seeds first (`tune --scenario`): the routing rules of
-# LEADERBOARD_ROUTING_TUNE on the routing scenarios, the admission rules of LEADERBOARD_ADMISSION_TUNE
-# on the admission and Conductor scenarios (list more, e.g. every rule with KNOBS, for a longer run).
-# The scenario that replays Mooncake's trace runs where $(SHARED_TRACE) exists, and is skipped with
-# the reason otherwise. About 20 minutes on two cores with the defaults.
-.PHONY: leaderboard
+# every baseline that has knobs tuned on each scenario's training seeds first (`tune --scenario`): the
+# routing rules on the routing scenarios, the v1 admission rules on the admission and Conductor
+# scenarios (LEADERBOARD_ROUTING_TUNE / LEADERBOARD_ADMISSION_TUNE: `all` or names; LEADERBOARD_TUNE_BUDGET:
+# at most this many settings per rule and scenario, drawn at random from larger grids; default the
+# whole grids). `make leaderboard-tune` writes the tuned knobs to $(LEADERBOARD_DIR)/POLICY-SCENARIO.json
+# (about 100 minutes on two cores with the defaults); `make leaderboard-tables` writes the page from
+# them (about 15 minutes); `make leaderboard` does both. The scenario that replays Mooncake's trace
+# runs where $(SHARED_TRACE) exists, and is skipped with the reason otherwise.
+.PHONY: leaderboard leaderboard-tune leaderboard-tables
 LEADERBOARD_SEEDS ?= 5
 LEADERBOARD_TUNE_SEEDS ?= 3
 LEADERBOARD_ADMISSION_TUNE_SEEDS ?= 1
-LEADERBOARD_ROUTING_TUNE ?= kvcentric
-LEADERBOARD_ADMISSION_TUNE ?= early context_predicted
+LEADERBOARD_ROUTING_TUNE ?= all
+LEADERBOARD_ADMISSION_TUNE ?= all
+LEADERBOARD_TUNE_BUDGET ?=
 LEADERBOARD_DIR ?= build/leaderboard
 LEADERBOARD_TRACE = $(if $(wildcard $(SHARED_TRACE)),--trace $(SHARED_TRACE),)
-leaderboard: $(STAMP)
+LEADERBOARD_PLAN = $(BIN)/python -m mooncake_gym.scenario_docs $(if $(LEADERBOARD_TUNE_BUDGET),--budget $(LEADERBOARD_TUNE_BUDGET),)
+leaderboard: leaderboard-tune
+	$(MAKE) leaderboard-tables
+leaderboard-tune: $(STAMP)
 	mkdir -p $(LEADERBOARD_DIR)
 	rm -f $(LEADERBOARD_DIR)/*.json
-	$(BIN)/python -m mooncake_gym.scenario_docs --tune-targets routing $(LEADERBOARD_TRACE) | while read s trace; do \
-	  for p in $(LEADERBOARD_ROUTING_TUNE); do \
-	    $(BIN)/mooncake-gym tune --policy $$p --env routing --scenario $$s --seeds $(LEADERBOARD_TUNE_SEEDS) $$trace \
-	      --out $(LEADERBOARD_DIR)/$$p-$$s.json --json > /dev/null || exit 1; \
-	  done; \
+	$(LEADERBOARD_PLAN) --tune-plan routing --policies "$(LEADERBOARD_ROUTING_TUNE)" $(LEADERBOARD_TRACE) | while read s p args; do \
+	  $(BIN)/mooncake-gym tune --policy $$p --env routing --scenario $$s --seeds $(LEADERBOARD_TUNE_SEEDS) $$args \
+	    --out $(LEADERBOARD_DIR)/$$p-$$s.json --json > /dev/null || exit 1; \
 	done
-	$(BIN)/python -m mooncake_gym.scenario_docs --tune-targets admission | while read s; do \
-	  for p in $(LEADERBOARD_ADMISSION_TUNE); do \
-	    $(BIN)/mooncake-gym tune --policy $$p --env admission --scenario $$s --seeds $(LEADERBOARD_ADMISSION_TUNE_SEEDS) \
-	      --out $(LEADERBOARD_DIR)/$$p-$$s.json --json > /dev/null || exit 1; \
-	  done; \
+	$(LEADERBOARD_PLAN) --tune-plan admission --policies "$(LEADERBOARD_ADMISSION_TUNE)" | while read s p args; do \
+	  $(BIN)/mooncake-gym tune --policy $$p --env admission --scenario $$s --seeds $(LEADERBOARD_ADMISSION_TUNE_SEEDS) $$args \
+	    --out $(LEADERBOARD_DIR)/$$p-$$s.json --json > /dev/null || exit 1; \
 	done
+leaderboard-tables: $(STAMP)
 	$(BIN)/mooncake-gym compare --scenario all --seeds $(LEADERBOARD_SEEDS) --markdown --no-progress $(LEADERBOARD_TRACE) \
 	  $$(for f in $(LEADERBOARD_DIR)/*.json; do echo --tuned $$f; done) > $(LEADERBOARD_DIR)/tables.md
 	$(BIN)/python -m mooncake_gym.scenario_docs --leaderboard $(LEADERBOARD_DIR)/tables.md \

@@ -260,3 +260,23 @@ def test_a_tuned_oracle_rule_is_evaluated_on_the_oracle_environment_like_its_def
     tuned = [p for name, p in policies.items() if name.startswith("size_oracle (tuned")]
     assert len(tuned) == 1 and tuned[0].env_kwargs == policies["size_oracle"].env_kwargs == {"oracle": True}
     assert policies["early"].env_kwargs == {}
+
+
+def test_leaderboard_tune_plan_covers_every_tunable_baseline_on_every_scenario():
+    from mooncake_gym.scenario_docs import tunable_policies, tune_plan, tune_targets
+
+    routing = tunable_policies("routing")
+    assert {"kvcentric", "llmd", "preble"} <= set(routing) and "random" not in routing
+    plan = [line.split() for line in tune_plan("routing")]
+    assert len(plan) == len(tune_targets("routing")) * len(routing)  # the trace scenario needs --trace
+    assert ["routing-sanity", "kvcentric", "--search", "grid", "--budget", "5"] in plan
+    assert ["routing-sanity", "llmd", "--search", "grid", "--budget", "36"] in plan
+    small = [line.split() for line in tune_plan("routing", trace="t.jsonl", policies="kvcentric llmd", budget=12)]
+    assert ["routing-saturated", "llmd", "--search", "random", "--budget", "12"] in small
+    assert ["routing-mooncake-trace", "kvcentric", "--search", "grid", "--budget", "5", "--trace", "t.jsonl"] in small
+    admission = {(s, p) for s, p, *_ in (line.split() for line in tune_plan("admission"))}
+    assert ("conductor-mooncake", "context_predicted") in admission and ("admission-load2", "size_oracle") in admission
+    with pytest.raises(ValueError, match="policies: foo not tunable routing"):
+        tune_plan("routing", policies="kvcentric foo")
+    with pytest.raises(ValueError, match="budget"):
+        tune_plan("routing", budget=0)
