@@ -189,6 +189,12 @@ def test_window_of_a_trace_from_a_seeded_or_given_offset():
     env.close()
     with pytest.raises(ValueError, match="window_requests: replays a window of a trace"):
         gym.make("mooncake_gym/PrefillRouting-v0", window_requests=10)
+    # a trace no longer than the window is replayed whole, whatever the seed
+    env = gym.make("mooncake_gym/PrefillRouting-v0", trace=trace, window_requests=80)
+    for seed in range(3):
+        env.reset(seed=seed)
+        assert env.unwrapped.sim.trace.input_tokens.tolist() == trace.input_tokens.tolist()
+    env.close()
 
 
 # -- docs ----------------------------------------------------------------------------------------

@@ -64,7 +64,8 @@ class WorkloadSpec:
     generator (:class:`~mooncake_gym.workload.BurstyArrivals` or a dict of its fields);
     ``window_requests``, with a trace: each episode replays only ``window_requests`` consecutive
     requests of it, from an offset drawn uniformly from the env's ``np_random`` (or
-    ``reset(options={"offset": k})``), their arrivals shifted to start at 0.
+    ``reset(options={"offset": k})``), their arrivals shifted to start at 0; a trace of at most
+    ``window_requests`` requests is replayed whole (offset 0), as a shorter ``options['trace']`` is.
     """
 
     def __init__(self, rate=None, rate_range=None, trace=None, speed=1.0, episode_requests=None,
@@ -87,9 +88,6 @@ class WorkloadSpec:
         check("requests", window_requests, "window_requests", allow_none=True)
         if window_requests is not None and self.trace is None:
             raise ValueError("window_requests: replays a window of a trace; give trace= too")
-        if window_requests is not None and window_requests > len(self.trace):
-            raise ValueError(f"window_requests: expected at most the trace's {len(self.trace)} requests, "
-                             f"got {window_requests}")
         self.window_requests = window_requests
 
     def draw(self, np_random: np.random.Generator, options: dict | None) -> Trace:
