@@ -280,6 +280,10 @@ def test_leaderboard_tune_plan_covers_every_tunable_baseline_on_every_scenario()
     small = [line.split() for line in tune_plan("routing", trace="t.jsonl", policies="kvcentric llmd", budget=12)]
     assert ["routing-saturated", "llmd", "--search", "random", "--budget", "12"] in small
     assert ["routing-mooncake-trace", "kvcentric", "--search", "grid", "--budget", "5", "--trace", "t.jsonl"] in small
+    whole = [line.split() for line in tune_plan("admission", policies="early context_predicted", budget=6,
+                                                  full="context_predicted")]
+    assert ["admission-load2", "early", "--search", "random", "--budget", "6"] in whole
+    assert ["admission-load2", "context_predicted", "--search", "grid", "--budget", "48"] in whole
     admission = {(s, p) for s, p, *_ in (line.split() for line in tune_plan("admission"))}
     assert ("conductor-mooncake", "context_predicted") in admission and ("admission-load2", "size_oracle") in admission
     with pytest.raises(ValueError, match="policies: foo not tunable routing"):
