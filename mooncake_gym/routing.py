@@ -234,7 +234,8 @@ class PrefixEstimates:
     def __init__(self, costs: Sequence[CostModel]):
         kinds: dict[CostModel, int] = {}
         self.group = tuple(kinds.setdefault(c, len(kinds)) for c in costs)  # instance -> index of its cost model
-        self.prefill = [c.prefill_time() for c in kinds]  # cost.prefill_s(n, h), constants bound (h <= n - 1 here)
+        # cost.prefill_s(n, h), constants bound (h <= n - 1 here), remembered by (n, h)
+        self.prefill = [c.prefill_time().cached for c in kinds]
         self.homogeneous = len(kinds) == 1
         self.hit_tokens, self.transfer_s = costs[0].hit_tokens, costs[0].transfer_s
 
