@@ -38,7 +38,7 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from .cluster import PrefillInstance
+from .cluster import PrefillInstance, pool_load
 from .costmodel import CostModel, InstanceSpec
 from .limits import check
 from .observation import Observer, as_observation, observation_rng
@@ -151,6 +151,10 @@ def check_route(action, n_instances: int) -> tuple[int, bool]:
     ``(i, pull)`` with ``pull`` a bool, numpy bool or the integer 0 or 1. Returns ``(i, pull)``;
     ``TypeError`` for a wrong type, ``ValueError`` for a value out of range. Nothing is coerced:
     ``Route(1, 'no')`` is an error, not a pull."""
+    if type(action) is Route:  # what the baselines return: checked without conversions
+        inst, pull = action
+        if type(inst) is int and type(pull) is bool and 0 <= inst < n_instances:
+            return action
     if isinstance(action, tuple):  # Route or (instance, pull)
         if len(action) != 2:
             raise ValueError(f"action: expected an instance or (instance, pull), got {action!r}")
@@ -326,8 +330,6 @@ class RoutingResult:
         }
 
 
-_IDLE_LOAD = (0, 0)  # queued requests and tokens of an idle instance
-
 _ARRAYS = ("arrival_s", "input_tokens", "instance", "ttft_s", "queue_s", "transfer_s", "prefill_s",
            "hit_tokens", "fetched_tokens")
 
@@ -403,19 +405,16 @@ class RoutingSimulator:
 
     def _make_view(self) -> RoutingView | None:
         # The hot path of every decision: the prefix fields come from PrefixEstimates (one cost-model
-        # call per distinct hit); an idle instance's queue is not walked.
+        # call per distinct hit), the load fields from cluster.pool_load.
         i = self._i
         if i >= len(self._arrival):
             return None
         now = self._arrival[i]
         ids = self._blocks[i]
-        instances = self.instances
         ks = match_all(self._caches, ids)
         n_in = self._input[i]
         hits, prefills, transfers, pulls, best, best_instance = self._estimates.estimate(ks, n_in)
-        queue = tuple([inst.busy_until - now if inst.busy_until > now else 0.0 for inst in instances])
-        queued, queued_tokens = zip(*[
-            (inst.queued_requests(now), inst.queued_tokens) if q else _IDLE_LOAD for inst, q in zip(instances, queue)])
+        queue, queued, queued_tokens = pool_load(self.instances, now)
         # the fields in the order of ROUTING_VIEW_FIELDS, as one tuple (read-only for the policy)
         return _new_tuple(RoutingView, (now, i, n_in, self._output[i], ids, len(ks), queue, queued, hits, prefills,
                                         best, best_instance, transfers, pulls, queued_tokens, self._cache_blocks,
