@@ -593,7 +593,7 @@ class ClusterSimulator:
             self._samples_kv.append(sum(load[1] for load in loads) / cap)
             self._k_sample += 1
             s = self._k_sample * period
-        self._next_sample = s
+        self._next_sample = s if s <= horizon else math.inf  # past the horizon: no more samples, no more calls
 
     # -- the view -----------------------------------------------------------------------------------
     def _mean_decode_s(self) -> float:
