@@ -363,16 +363,14 @@ class BatchingDecodeInstance:
         if not rows:
             return empty, np.zeros(1, np.int64), np.zeros(0)
         base = min(x[3] for x in rows)  # segments before the first row's first one are not needed
-        segs = self._segments[base:] if base else self._segments
-        a = np.fromiter((x[0] for x in segs), np.int64, len(segs))
-        b = np.fromiter((x[1] for x in segs), np.int64, len(segs))
-        alpha = np.fromiter((x[2] for x in segs), np.float64, len(segs))
-        beta = np.fromiter((x[3] for x in segs), np.float64, len(segs))
-        req = np.fromiter((x[0] for x in rows), np.int64, len(rows))
-        j = np.fromiter((x[1] for x in rows), np.int64, len(rows))
-        f = np.fromiter((x[2] for x in rows), np.int64, len(rows))
-        seg0 = np.fromiter((x[3] - base for x in rows), np.int64, len(rows))
-        wait = np.fromiter((x[4] for x in rows), np.float64, len(rows))
+        # columns through one float64 array each (C loops; the integers are far below 2**53: exact)
+        segs = np.array(self._segments[base:] if base else self._segments, dtype=np.float64).reshape(-1, 4)
+        a, b = segs[:, 0].astype(np.int64), segs[:, 1].astype(np.int64)
+        alpha, beta = segs[:, 2], segs[:, 3]
+        cols = np.array(rows, dtype=np.float64)
+        req, j, f = cols[:, 0].astype(np.int64), cols[:, 1].astype(np.int64), cols[:, 2].astype(np.int64)
+        seg0 = cols[:, 3].astype(np.int64) - base
+        wait = cols[:, 4]
         seg1 = np.searchsorted(a, f, side="left")  # segments starting before f
         n_pairs = seg1 - seg0
         owner = np.repeat(np.arange(len(rows)), n_pairs)
