@@ -286,19 +286,22 @@ class RoutingResult:
 
     def __init__(self, policy: str, trace_name: str, config: RoutingConfig, rows: list[tuple], instances, cost):
         """``rows``: one tuple per dispatched request, its fields in the order of ``_ARRAYS``."""
-        arrays = dict(zip(_ARRAYS, zip(*rows))) if rows else {k: () for k in _ARRAYS}
+        # one float64 array in a single conversion, then its columns (token counts and instance
+        # indices are far below 2**53: exact)
+        table = np.array(rows, dtype=np.float64).reshape(-1, len(_ARRAYS))
+        arrays = dict(zip(_ARRAYS, table.T.copy()))  # each column contiguous
         self.policy = policy
         self.trace_name = trace_name
         self.config = config
-        self.ttft_s = np.asarray(arrays["ttft_s"], dtype=np.float64)
-        self.prefill_s = np.asarray(arrays["prefill_s"], dtype=np.float64)
-        self.queue_s = np.asarray(arrays["queue_s"], dtype=np.float64)
-        self.transfer_s = np.asarray(arrays["transfer_s"], dtype=np.float64)
-        self.hit_tokens = np.asarray(arrays["hit_tokens"], dtype=np.int64)
-        self.fetched_tokens = np.asarray(arrays["fetched_tokens"], dtype=np.int64)
-        self.input_tokens = np.asarray(arrays["input_tokens"], dtype=np.int64)
-        self.instance = np.asarray(arrays["instance"], dtype=np.int64)
-        self.arrival_s = np.asarray(arrays["arrival_s"], dtype=np.float64)
+        self.ttft_s = arrays["ttft_s"]
+        self.prefill_s = arrays["prefill_s"]
+        self.queue_s = arrays["queue_s"]
+        self.transfer_s = arrays["transfer_s"]
+        self.hit_tokens = arrays["hit_tokens"].astype(np.int64)
+        self.fetched_tokens = arrays["fetched_tokens"].astype(np.int64)
+        self.input_tokens = arrays["input_tokens"].astype(np.int64)
+        self.instance = arrays["instance"].astype(np.int64)
+        self.arrival_s = arrays["arrival_s"]
         self.metrics = self._metrics(instances, cost)
 
     def _metrics(self, instances, cost: CostModel) -> dict:
