@@ -255,8 +255,8 @@ class PrefixEstimates:
             pull_prefill = prefill_s(n_in, best)
             # blocks -> hit, prefill, transfer, after pull
             by_hit = {best_blocks: (best, pull_prefill, 0.0, pull_prefill)}
-            for k in ks:
-                if k not in by_hit:
+            for k in set(ks):
+                if k != best_blocks:
                     h = hit_tokens(k, n_in)
                     p = prefill_s(n_in, h)
                     by_hit[k] = (h, p, transfer_s(best - h), pull_prefill) if h < best else (h, p, 0.0, p)
@@ -265,7 +265,7 @@ class PrefixEstimates:
                 n = len(ks)
                 hits, prefills, transfers, pulls = (h,) * n, (p,) * n, (t,) * n, (pp,) * n
             else:
-                hits, prefills, transfers, pulls = zip(*[by_hit[k] for k in ks])
+                hits, prefills, transfers, pulls = zip(*map(by_hit.__getitem__, ks))
         else:  # a heterogeneous pool: the same, per kind of instance
             pull = [f(n_in, best) for f in self.prefill]
             by_hit = {}
