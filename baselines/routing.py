@@ -26,8 +26,10 @@ class _Seeded:
 
     def _argmin(self, costs) -> int:
         best = min(costs)
+        if costs.count(best) == 1:  # no tie (the common case): no list of ties
+            return costs.index(best)
         ties = [i for i, c in enumerate(costs) if c == best]
-        return ties[0] if len(ties) == 1 else ties[int(self.rng.integers(len(ties)))]
+        return ties[int(self.rng.integers(len(ties)))]
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -90,12 +92,10 @@ class KVCentric(_Seeded):
     def estimates(self, view: RoutingView) -> tuple[list[float], list[bool]]:
         """Each instance's TTFT estimate of Algorithm 1 and whether it took the transfer branch."""
         best = view.best_hit_tokens
-        costs, pulls = [], []
         thr = self.threshold
-        for q, p, h, tr, pp in zip(view.queue_s, view.prefill_s, view.hit_tokens, view.transfer_s, view.pull_prefill_s):
-            transfer_branch = best > h and (h == 0 or best / h > thr)
-            pulls.append(transfer_branch)
-            costs.append(q + tr + pp if transfer_branch else q + p)
+        pulls = [best > h and (h == 0 or best / h > thr) for h in view.hit_tokens]
+        costs = [q + tr + pp if transfer_branch else q + p for q, p, tr, pp, transfer_branch
+                 in zip(view.queue_s, view.prefill_s, view.transfer_s, view.pull_prefill_s, pulls)]
         return costs, pulls
 
     def __call__(self, view: RoutingView) -> Route:

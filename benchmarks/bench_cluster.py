@@ -17,6 +17,24 @@ not met: about half the cluster's time is the prefill pool (``routing.RoutingSim
 routing view rebuilt at every dispatch, prefix-cache insert and match, kvcentric's estimates),
 the rest the decode side (default decode rule over the instances, joins, finishes, the vectorised
 TBT pass at the end).
+
+Second round (2026-12-01): the prefill time remembered by (tokens, cached tokens)
+(``PrefillTime.cached``), the routing view's load fields in one pass (``cluster.pool_load``),
+kvcentric's estimates as list comprehensions, no load-series call at every event of the drain after
+the last arrival, the default decode rule evaluating instances in order of their step's lower bound
+(1.05 context solves per decision instead of 2.8) and the result's arrays in one conversion each.
+Same numbers bit for bit (``tests/test_speed_fast_paths.py``). Instructions (callgrind, one run of the
+first 1,200 requests of the shared trace x2, three runs minus one): cluster simulator 425.3e6 ->
+380.1e6 (-10.6 %), routing simulator 177.7e6 -> 158.6e6 (-10.8 %), so the cluster's ratio to the
+routing simulator stays about 0.42. Wall clock on the shared machine (load 6 to 8 on 2 cores), old
+and new commit back to back, two rounds each: ratio 0.39 and 0.43 before, 0.44 and 0.42 after; the
+absolute figures moved by up to 50 % between rounds of the same code. The target is still not met.
+Where the time goes now (py-spy, runs of the shared trace x2): the prefill pool 35 % (prefix-cache
+insert 11 %, the view's estimates 11 %, prefix match 5.5 %), the event loop 30 % (default decode
+rule 7 %, decode finishes 6.5 %, joins 5.4 %, load samples 4.6 %), the result 11 % (TBT pass 7 %),
+kvcentric 6 %. Each is a few dozen bytecodes per decision spread over some 60 Python calls; a 2.4x
+gain would need those loops compiled (the prefix cache, the decode instance's arithmetic, the event
+loop, e.g. in Cython), not more restructuring in Python.
 """
 
 from __future__ import annotations

@@ -31,6 +31,17 @@ same 3000 steps). Wall clock on the then shared machine (load 1 to 9 on 2 cores)
 ran side by side under load 8. Still below the 0.25 target: a v1 step is one cluster-simulator
 step (about half of it the prefill pool's ``RoutingSimulator``, as in v0) plus the observation
 (prefill features, one load read per decode instance, the default router's predicted TTFT).
+
+Second round (2026-12-01; the cluster simulator's changes in ``bench_cluster.py``, plus only the
+decode and request features clipped in the v1 observation): instructions per step (callgrind, 1,000
+random steps, from step 200 to 1,200) PrefillRouting-v1 623.6e3 -> 599.5e3 (-3.9 %),
+OverloadAdmission-v1 538.9e3 -> 496.2e3 (-7.9 %), Conductor-v1 498.5e3 -> 470.5e3 (-5.6 %). Wall
+clock, old and new commit back to back on the shared machine (load 6 to 8), two rounds each: before
+0.098 / 0.114 / 0.132 and 0.088 / 0.117 / 0.104, after 0.118 / 0.122 / 0.124 and 0.102 / 0.109 /
+0.137 (within noise). Still below 0.25. A v1 step now (py-spy, PrefillRouting-v1): the cluster
+simulator's step 48 % (its prefill pool 19 %, events 25 %), the observation 27 % (one context solve
+per decode instance 9.5 %, prefill features 5 %, the default router's TTFT 5 %, packing 4.6 %), the
+episode's final metrics 10 %, the reset 4 %.
 """
 
 from __future__ import annotations

@@ -66,3 +66,25 @@ class PrefillInstance:
         self.busy_s += service_s
         self.requests += 1
         return start, finish
+
+
+def pool_load(instances: list[PrefillInstance], now: float) -> tuple[tuple, tuple, tuple]:
+    """Each instance's ``(queue_s(now), queued_requests(now), queued_tokens)`` as three tuples, in
+    one pass (what a routing view shows at ``now``; an idle instance holds nothing). The hot path of
+    every routing decision: an instance whose oldest request has not finished by ``now`` is read
+    without walking its queue."""
+    queue, queued, tokens = [], [], []
+    for inst in instances:
+        b = inst.busy_until
+        if b > now:
+            f = inst._finishes  # holds busy_until's request at least
+            if f[0] <= now:
+                inst.queued_requests(now)  # forget the requests finished by now
+            queue.append(b - now)
+            queued.append(len(f))
+            tokens.append(inst.queued_tokens)
+        else:
+            queue.append(0.0)
+            queued.append(0)
+            tokens.append(0)
+    return tuple(queue), tuple(queued), tuple(tokens)

@@ -414,6 +414,10 @@ class CostModel:
         return max(0, min(hit_blocks * self.block_tokens, input_tokens - 1))
 
 
+#: Most ``(n_tokens, cached_tokens)`` pairs a :class:`PrefillTime` remembers (:meth:`PrefillTime.cached`).
+PREFILL_MEMO_SIZE = 1 << 18
+
+
 class PrefillTime:
     """``CostModel.prefill_s(n_tokens, cached_tokens, tier, overlap)`` with the cost model's
     constants bound and no argument checks: ``PrefillTime(cost, tier, overlap)(n, h)``. It is the
@@ -423,7 +427,8 @@ class PrefillTime:
     results are theirs to the last bit (tested)."""
 
     __slots__ = ("n_layers", "linear", "attention", "flops", "kv_bytes", "bandwidth", "loads", "overlap",
-                 "overhead_s", "realistic", "chunk", "weights_s", "step_fixed_s", "ar_token_s", "attention_efficiency")
+                 "overhead_s", "realistic", "chunk", "weights_s", "step_fixed_s", "ar_token_s", "attention_efficiency",
+                 "_memo")
 
     def __init__(self, cost: "CostModel", tier: str = "dram", overlap: bool = True):
         m = cost.model
@@ -442,6 +447,21 @@ class PrefillTime:
         ar_fixed, self.ar_token_s = cost.allreduce_coefficients
         self.step_fixed_s = inst.iteration_overhead_s + ar_fixed
         self.attention_efficiency = inst.attention_efficiency
+        self._memo: dict[tuple[int, int], float] = {}
+
+    def cached(self, n: int, h: int) -> float:
+        """``self(n, h)``, remembered: a pure function of ``(n, h)`` (the constants are a frozen
+        cost model's), and the routing simulator asks for the same pairs again and again (every
+        instance without a hit, requests of the same length, i.i.d. episodes drawn from one trace).
+        ``n`` and ``h`` must be Python ints (a numpy integer would key the same entry but give a
+        numpy float). At most ``PREFILL_MEMO_SIZE`` pairs are kept (then it starts afresh)."""
+        memo = self._memo
+        t = memo.get((n, h))
+        if t is None:
+            if len(memo) >= PREFILL_MEMO_SIZE:
+                memo.clear()
+            t = memo[n, h] = self(n, h)
+        return t
 
     def _chunked_compute(self, n: int, h: int) -> float:
         """Realistic model: tokens ``h..n`` in iterations of at most ``chunk`` tokens, each taking

@@ -363,16 +363,14 @@ class BatchingDecodeInstance:
         if not rows:
             return empty, np.zeros(1, np.int64), np.zeros(0)
         base = min(x[3] for x in rows)  # segments before the first row's first one are not needed
-        segs = self._segments[base:] if base else self._segments
-        a = np.fromiter((x[0] for x in segs), np.int64, len(segs))
-        b = np.fromiter((x[1] for x in segs), np.int64, len(segs))
-        alpha = np.fromiter((x[2] for x in segs), np.float64, len(segs))
-        beta = np.fromiter((x[3] for x in segs), np.float64, len(segs))
-        req = np.fromiter((x[0] for x in rows), np.int64, len(rows))
-        j = np.fromiter((x[1] for x in rows), np.int64, len(rows))
-        f = np.fromiter((x[2] for x in rows), np.int64, len(rows))
-        seg0 = np.fromiter((x[3] - base for x in rows), np.int64, len(rows))
-        wait = np.fromiter((x[4] for x in rows), np.float64, len(rows))
+        # columns through one float64 array each (C loops; the integers are far below 2**53: exact)
+        segs = np.array(self._segments[base:] if base else self._segments, dtype=np.float64).reshape(-1, 4)
+        a, b = segs[:, 0].astype(np.int64), segs[:, 1].astype(np.int64)
+        alpha, beta = segs[:, 2], segs[:, 3]
+        cols = np.array(rows, dtype=np.float64)
+        req, j, f = cols[:, 0].astype(np.int64), cols[:, 1].astype(np.int64), cols[:, 2].astype(np.int64)
+        seg0 = cols[:, 3].astype(np.int64) - base
+        wait = cols[:, 4]
         seg1 = np.searchsorted(a, f, side="left")  # segments starting before f
         n_pairs = seg1 - seg0
         owner = np.repeat(np.arange(len(rows)), n_pairs)
@@ -469,11 +467,13 @@ def fastest_accepting(instances: list[BatchingDecodeInstance], tokens: int, now:
     accept it at ``now``; the first such on ties; -1 if none accepts. The cluster's default decode
     rule.
 
-    An instance is skipped without computing its contexts at ``now`` when a lower bound of its step
-    already reaches the best one found: the same formula with its contexts at its last event (they
-    only grow between events, and the step grows with them). Idle instances all predict the same
-    step: only the first is computed."""
-    best, best_step = -1, math.inf
+    Instances are evaluated in order of a lower bound of their step: the same formula with their
+    contexts at their last event (they only grow between events, and the step grows with them). The
+    first evaluated is usually the winner, and the scan stops at the first bound above the best
+    step found (a bound equal to it can still tie, and wins the tie only with a smaller index), so
+    most instances never compute their contexts at ``now``. Idle instances all predict the same
+    step: only the first is a candidate."""
+    candidates = []  # (lower bound of the step with the request, index, coefficients of the grown batch)
     idle_seen = False
     for j, inst in enumerate(instances):
         b = inst.batch
@@ -486,16 +486,24 @@ def fastest_accepting(instances: list[BatchingDecodeInstance], tokens: int, now:
             if idle_seen:
                 continue
             idle_seen = True
-        elif best >= 0 and co[0] + co[1] * (inst.k_base + b * inst.it0 + pending + tokens) >= best_step:
-            continue  # its step is at least the best one: it cannot win
+        candidates.append((co[0] + co[1] * (inst.k_base + b * inst.it0 + pending + tokens), j, co))
+    candidates.sort()
+    best, best_step = -1, math.inf
+    for bound, j, co in candidates:
+        if bound >= best_step:
+            if bound > best_step:
+                break  # neither this one nor any later one can reach the best step
+            if j > best:
+                continue  # at best it ties, and loses the tie to the smaller index
         # step_if_accepted(tokens, now, check_tbt), inlined
-        context = inst._context_tokens(now) + pending + tokens
-        if context + b + 1 > inst.capacity_tokens:
+        inst = instances[j]
+        context = inst._context_tokens(now) + inst.pending_tokens + tokens
+        if context + inst.batch + 1 > inst.capacity_tokens:
             continue
         step = co[0] + co[1] * context
         if check_tbt and step > inst.tbt_slo_s:
             continue
-        if step < best_step:
+        if step < best_step or (step == best_step and j < best):
             best, best_step = j, step
     return best
 

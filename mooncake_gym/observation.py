@@ -110,6 +110,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .cluster import pool_load
 from .prefixcache import PrefixCache, match_all
 
 #: The parts a mode string may join with "+" ("exact" stands alone).
@@ -335,10 +336,7 @@ class Observer:
             self._all_next_k[r] = max(next_k, last + 1)
 
     def _take(self, t: float) -> tuple:
-        queue = tuple([inst.queue_s(t) for inst in self.instances])
-        queued, tokens = zip(*[(inst.queued_requests(t), inst.queued_tokens) if q else (0, 0)
-                               for inst, q in zip(self.instances, queue)])
-        return t, self._dispatches, queue, queued, tokens
+        return (t, self._dispatches, *pool_load(self.instances, t))
 
     def observe(self, exact) -> object:
         """The view the policy sees for the exact view ``exact`` (a named tuple of the same class,

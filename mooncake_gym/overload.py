@@ -450,7 +450,7 @@ class OverloadSimulator:
             self._samples_d.append(occ)
             self._k_sample += 1
             s = self._k_sample * period
-        self._next_sample = s
+        self._next_sample = s if s <= horizon else math.inf  # past the horizon: no more samples, no more calls
 
     def _occupancy_changes(self, t: float) -> None:
         """Accumulate the used-tokens area up to ``t`` (clipped to the horizon) before a change."""

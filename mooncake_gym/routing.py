@@ -38,7 +38,7 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from .cluster import PrefillInstance
+from .cluster import PrefillInstance, pool_load
 from .costmodel import CostModel, InstanceSpec
 from .limits import check
 from .observation import Observer, as_observation, observation_rng
@@ -151,6 +151,10 @@ def check_route(action, n_instances: int) -> tuple[int, bool]:
     ``(i, pull)`` with ``pull`` a bool, numpy bool or the integer 0 or 1. Returns ``(i, pull)``;
     ``TypeError`` for a wrong type, ``ValueError`` for a value out of range. Nothing is coerced:
     ``Route(1, 'no')`` is an error, not a pull."""
+    if type(action) is Route:  # what the baselines return: checked without conversions
+        inst, pull = action
+        if type(inst) is int and type(pull) is bool and 0 <= inst < n_instances:
+            return action
     if isinstance(action, tuple):  # Route or (instance, pull)
         if len(action) != 2:
             raise ValueError(f"action: expected an instance or (instance, pull), got {action!r}")
@@ -234,7 +238,8 @@ class PrefixEstimates:
     def __init__(self, costs: Sequence[CostModel]):
         kinds: dict[CostModel, int] = {}
         self.group = tuple(kinds.setdefault(c, len(kinds)) for c in costs)  # instance -> index of its cost model
-        self.prefill = [c.prefill_time() for c in kinds]  # cost.prefill_s(n, h), constants bound (h <= n - 1 here)
+        # cost.prefill_s(n, h), constants bound (h <= n - 1 here), remembered by (n, h)
+        self.prefill = [c.prefill_time().cached for c in kinds]
         self.homogeneous = len(kinds) == 1
         self.hit_tokens, self.transfer_s = costs[0].hit_tokens, costs[0].transfer_s
 
@@ -250,8 +255,8 @@ class PrefixEstimates:
             pull_prefill = prefill_s(n_in, best)
             # blocks -> hit, prefill, transfer, after pull
             by_hit = {best_blocks: (best, pull_prefill, 0.0, pull_prefill)}
-            for k in ks:
-                if k not in by_hit:
+            for k in set(ks):
+                if k != best_blocks:
                     h = hit_tokens(k, n_in)
                     p = prefill_s(n_in, h)
                     by_hit[k] = (h, p, transfer_s(best - h), pull_prefill) if h < best else (h, p, 0.0, p)
@@ -260,7 +265,7 @@ class PrefixEstimates:
                 n = len(ks)
                 hits, prefills, transfers, pulls = (h,) * n, (p,) * n, (t,) * n, (pp,) * n
             else:
-                hits, prefills, transfers, pulls = zip(*[by_hit[k] for k in ks])
+                hits, prefills, transfers, pulls = zip(*map(by_hit.__getitem__, ks))
         else:  # a heterogeneous pool: the same, per kind of instance
             pull = [f(n_in, best) for f in self.prefill]
             by_hit = {}
@@ -281,19 +286,22 @@ class RoutingResult:
 
     def __init__(self, policy: str, trace_name: str, config: RoutingConfig, rows: list[tuple], instances, cost):
         """``rows``: one tuple per dispatched request, its fields in the order of ``_ARRAYS``."""
-        arrays = dict(zip(_ARRAYS, zip(*rows))) if rows else {k: () for k in _ARRAYS}
+        # one float64 array in a single conversion, then its columns (token counts and instance
+        # indices are far below 2**53: exact)
+        table = np.array(rows, dtype=np.float64).reshape(-1, len(_ARRAYS))
+        arrays = dict(zip(_ARRAYS, table.T.copy()))  # each column contiguous
         self.policy = policy
         self.trace_name = trace_name
         self.config = config
-        self.ttft_s = np.asarray(arrays["ttft_s"], dtype=np.float64)
-        self.prefill_s = np.asarray(arrays["prefill_s"], dtype=np.float64)
-        self.queue_s = np.asarray(arrays["queue_s"], dtype=np.float64)
-        self.transfer_s = np.asarray(arrays["transfer_s"], dtype=np.float64)
-        self.hit_tokens = np.asarray(arrays["hit_tokens"], dtype=np.int64)
-        self.fetched_tokens = np.asarray(arrays["fetched_tokens"], dtype=np.int64)
-        self.input_tokens = np.asarray(arrays["input_tokens"], dtype=np.int64)
-        self.instance = np.asarray(arrays["instance"], dtype=np.int64)
-        self.arrival_s = np.asarray(arrays["arrival_s"], dtype=np.float64)
+        self.ttft_s = arrays["ttft_s"]
+        self.prefill_s = arrays["prefill_s"]
+        self.queue_s = arrays["queue_s"]
+        self.transfer_s = arrays["transfer_s"]
+        self.hit_tokens = arrays["hit_tokens"].astype(np.int64)
+        self.fetched_tokens = arrays["fetched_tokens"].astype(np.int64)
+        self.input_tokens = arrays["input_tokens"].astype(np.int64)
+        self.instance = arrays["instance"].astype(np.int64)
+        self.arrival_s = arrays["arrival_s"]
         self.metrics = self._metrics(instances, cost)
 
     def _metrics(self, instances, cost: CostModel) -> dict:
@@ -324,8 +332,6 @@ class RoutingResult:
             "request_share": [inst.requests / n if n else 0.0 for inst in instances],
         }
 
-
-_IDLE_LOAD = (0, 0)  # queued requests and tokens of an idle instance
 
 _ARRAYS = ("arrival_s", "input_tokens", "instance", "ttft_s", "queue_s", "transfer_s", "prefill_s",
            "hit_tokens", "fetched_tokens")
@@ -402,19 +408,16 @@ class RoutingSimulator:
 
     def _make_view(self) -> RoutingView | None:
         # The hot path of every decision: the prefix fields come from PrefixEstimates (one cost-model
-        # call per distinct hit); an idle instance's queue is not walked.
+        # call per distinct hit), the load fields from cluster.pool_load.
         i = self._i
         if i >= len(self._arrival):
             return None
         now = self._arrival[i]
         ids = self._blocks[i]
-        instances = self.instances
         ks = match_all(self._caches, ids)
         n_in = self._input[i]
         hits, prefills, transfers, pulls, best, best_instance = self._estimates.estimate(ks, n_in)
-        queue = tuple([inst.busy_until - now if inst.busy_until > now else 0.0 for inst in instances])
-        queued, queued_tokens = zip(*[
-            (inst.queued_requests(now), inst.queued_tokens) if q else _IDLE_LOAD for inst, q in zip(instances, queue)])
+        queue, queued, queued_tokens = pool_load(self.instances, now)
         # the fields in the order of ROUTING_VIEW_FIELDS, as one tuple (read-only for the policy)
         return _new_tuple(RoutingView, (now, i, n_in, self._output[i], ids, len(ks), queue, queued, hits, prefills,
                                         best, best_instance, transfers, pulls, queued_tokens, self._cache_blocks,

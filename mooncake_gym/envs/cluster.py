@@ -23,7 +23,7 @@ from ..overload import DEMO3_BASE_RATE
 from ..prediction import DEFAULT_PREDICTION_SIGMA, check_sigma, predict_output_tokens
 from ..presets import ClusterPreset, get_preset
 from ..workload import synthetic_trace
-from .common import ValueOrRange, as_clipped_float32, as_trace, check_range, episode_workload
+from .common import ValueOrRange, as_float32, as_trace, check_range, clipped, episode_workload
 from .prefill_routing import PER_INSTANCE_FEATURES, QUEUE_CAP_SLO, TIME_UNIT_S, routing_features
 
 #: Caps of the normalised decode and request features: a value at or above the cap reads 1.
@@ -276,21 +276,23 @@ class ClusterEnv(gym.Env):
         v = self.sim.view
         if v is None:
             return np.zeros(self.observation_space.shape, np.float32)
-        vals = routing_features(v.routing, self._time_scale)
         # the view's decode_batch, decode_used_per_instance, decode_step_s and decode_step_with_s,
         # read from the instances directly: the view computes them together with its mean decode
         # time, which costs a third more and is not observed (tests/test_envs_v1.py checks they agree)
         cap, step_den, now, tokens = v.decode_capacity_per_instance, self._step_den, v.now, v.input_tokens
+        rest = []
         for d in self.sim.decode:
             batch, used, step, step_with = d.load(now, tokens)
-            vals += (batch / BATCH_CAP, used / cap, step / step_den, step_with / step_den)
+            rest += (batch / BATCH_CAP, used / cap, step / step_den, step_with / step_den)
         ttft = v.predicted_ttft_s
-        vals += (ttft / self._ttft_den, 1.0 if ttft > v.ttft_slo_s else 0.0, v.requests_in_prefill / self._in_prefill_den)
+        rest += (ttft / self._ttft_den, 1.0 if ttft > v.ttft_slo_s else 0.0, v.requests_in_prefill / self._in_prefill_den)
         if self.oracle:
-            vals.append(v.output_tokens / OUTPUT_TOKENS_CAP)
+            rest.append(v.output_tokens / OUTPUT_TOKENS_CAP)
         if self.prediction:
-            vals.append(math.log1p(v.predicted_output_tokens) * self._log_output_scale)
-        return as_clipped_float32(vals)
+            rest.append(math.log1p(v.predicted_output_tokens) * self._log_output_scale)
+        # the prefill features are PrefillRouting-v0's observation, in [0, 1] by construction: only the
+        # rest is clipped
+        return as_float32(routing_features(v.routing, self._time_scale) + clipped(rest))
 
     # -- Gymnasium API ------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):

@@ -162,9 +162,14 @@ def as_float32(values: list[float]) -> np.ndarray:
     return np.frombuffer(bytearray(_float32_packer(len(values))(*values)), np.float32)
 
 
+def clipped(values: list[float]) -> list[float]:
+    """``values`` each clipped to [0, 1] (NaN stays NaN)."""
+    return [0.0 if x < 0.0 else (1.0 if x > 1.0 else x) for x in values]
+
+
 def as_clipped_float32(values: list[float]) -> np.ndarray:
     """:func:`as_float32` of ``values`` each clipped to [0, 1]."""
-    return as_float32([0.0 if x < 0.0 else (1.0 if x > 1.0 else x) for x in values])
+    return as_float32(clipped(values))
 
 
 @functools.cache
