@@ -117,14 +117,16 @@ def replay(trace, preset: ClusterPreset, names, seed: int = 0, threshold: float 
     return results
 
 
-def overload(base, preset: ClusterPreset, load: float, n_requests: int, names, seed: int = 0):
+def overload(base, preset: ClusterPreset, load: float, n_requests: int, names, seed: int = 0,
+             fresh_blocks: bool = False):
     """Every admission baseline of ``names`` (None: all) owning the admission decision on
     ``preset``'s cluster, over ``n_requests`` requests drawn i.i.d. from ``base`` at ``load`` x the
-    cluster's measured saturation. Returns ``(trace, saturation, {name: ClusterResult})``."""
+    cluster's measured saturation (``fresh_blocks``: see :func:`conductor.overload_workload`).
+    Returns ``(trace, saturation, {name: ClusterResult})``."""
     from .baselines import ADMISSION_POLICIES, make_policy
     from .conductor import overload_workload, simulate
 
-    trace, sat = overload_workload(base, load, n_requests, seed, preset)
+    trace, sat = overload_workload(base, load, n_requests, seed, preset, fresh_blocks=fresh_blocks)
     results = {name: simulate(trace, preset, admission=make_policy("admission", name), seed=seed)
                for name in (list(ADMISSION_POLICIES) if names is None else names)}
     return trace, sat, results
@@ -195,6 +197,10 @@ _LECTURE_ONLY = {
                 "tuned": "tuned knobs come from the v0 environments",
                 "plot_dir": "the plots are drawn for the lecture's simulators only"},
 }
+#: Per command, the options only a cluster preset takes, and why.
+_CLUSTER_ONLY = {
+    "overload": {"fresh_blocks": "the lecture's demo 3 keeps its i.i.d. draw as it is"},
+}
 #: The lecture's defaults of the options whose default depends on the preset.
 _LECTURE_DEFAULTS = {"replay": {"ttft_slo": 5.0, "cache_blocks": 3000}, "overload": {"ttft_slo": 30.0}}
 
@@ -203,6 +209,9 @@ def check_preset_args(command: str, args) -> None:
     """``--preset``'s checks before any work: options a cluster preset does not take are an error
     naming them; under ``lecture`` the preset-dependent defaults are the lecture's."""
     if args.preset == LECTURE:
+        for dest, why in _CLUSTER_ONLY.get(command, {}).items():
+            if getattr(args, dest) not in (None, False):
+                raise ValueError(f"--{dest.replace('_', '-')}: only with a cluster --preset (not lecture): {why}")
         for dest, default in _LECTURE_DEFAULTS.get(command, {}).items():
             if getattr(args, dest) is None:
                 setattr(args, dest, default)
@@ -267,7 +276,8 @@ def cmd_overload(args) -> int:
     p = cluster_preset(args.preset, ttft_slo_s=args.ttft_slo)
     base = load_workload(args.trace, rate=args.rate, seed=args.seed)
     names = None if args.policy == "all" else [args.policy]
-    trace, sat, results = overload(base, p, args.load, args.requests, names, seed=args.seed)
+    trace, sat, results = overload(base, p, args.load, args.requests, names, seed=args.seed,
+                                   fresh_blocks=args.fresh_blocks)
     if args.plot:
         from .plots import plot_load_series
 
@@ -275,12 +285,14 @@ def cmd_overload(args) -> int:
     if args.json:
         report.print_json({"base_trace": base.name, "trace": trace.name, "requests": len(trace),
                            "preset": preset_json(p), "saturation": sat._asdict(), "load": args.load,
+                           "fresh_blocks": args.fresh_blocks,
                            "arrival_rate_per_s": args.load * sat.cluster_per_s,
                            "results": {n: r.metrics for n, r in results.items()}})
         return 0
     print(f"base {base.name}: {describe(p)}; measured saturation {sat.cluster_per_s:.2f} requests/s "
           f"({sat.bottleneck} pool first: prefill {sat.prefill_per_s:.2f}/s, decode {sat.decode_per_s:.2f}/s); "
-          f"{len(trace):,} i.i.d. requests at load {args.load:g} = {args.load * sat.cluster_per_s:.2f}/s")
+          f"{len(trace):,} i.i.d. requests at load {args.load:g} = {args.load * sat.cluster_per_s:.2f}/s"
+          + ("; re-drawn requests get fresh blocks for what they brought" if args.fresh_blocks else ""))
     _print_table([table_row(n, r.metrics) for n, r in results.items()], CLUSTER_ADMISSION_COLUMNS, False)
     if args.plot:
         print(f"load series written to {args.plot}")

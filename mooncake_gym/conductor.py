@@ -918,11 +918,16 @@ def saturation(trace: Trace, preset: str | ClusterPreset = "mooncake", decode_ch
 
 
 def overload_workload(base: Trace, load: float, n_requests: int, seed: int = 0,
-                      preset: str | ClusterPreset = "mooncake") -> tuple[Trace, Saturation]:
+                      preset: str | ClusterPreset = "mooncake", fresh_blocks: bool = False) -> tuple[Trace, Saturation]:
     """``n_requests`` drawn i.i.d. from ``base`` with Poisson arrivals at ``load`` x the cluster's
-    measured saturation throughput (:func:`saturation`); returns (trace, saturation)."""
+    measured saturation throughput (:func:`saturation`); returns (trace, saturation).
+
+    ``fresh_blocks=True`` (opt-in) gives each re-drawn copy of a request fresh ids for the blocks it
+    brought into ``base``, those no earlier request of ``base`` holds (``workload.redrawn_block_ids``):
+    without it a long draw repeats prompts whose blocks are already cached, and its prefix-hit
+    ratio climbs with its length."""
     from .workload import resample_iid
     if not (isinstance(load, (int, float)) and 0.01 <= load <= 100):
         raise ValueError(f"load: expected a multiple of the saturation throughput in [0.01, 100], got {load!r}")
     sat = saturation(base, preset)
-    return resample_iid(base, n_requests, load * sat.cluster_per_s, seed), sat
+    return resample_iid(base, n_requests, load * sat.cluster_per_s, seed, fresh_blocks=fresh_blocks), sat
