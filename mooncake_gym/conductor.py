@@ -700,8 +700,8 @@ class ClusterResult:
 
     ``correlation`` (metric ``load_correlation``) is the Pearson correlation of the first two after
     ``warmup_s``; ``prefill_load_std`` the prefill load's swing. Mooncake's Figure 9 shows the two
-    swinging in anti-phase under early rejection; here that shows at most as one swing while the
-    pools fill (docs/cluster.md).
+    swinging in anti-phase under early rejection; here they do where the prefill queue makes
+    admission lag decode by about a decode residence (docs/cluster.md, ``tests/test_antiphase.py``).
     """
 
     #: What the two load series are, for plots.
