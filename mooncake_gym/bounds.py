@@ -180,6 +180,29 @@ def ttft_lower_bound(trace: Trace, config: RoutingConfig | None = None, cost: Co
     return TTFTBound(max(isolated, srpt), isolated, srpt, w)
 
 
+def cluster_ttft_bound(trace: Trace, preset="mooncake") -> TTFTBound:
+    """A lower bound on the mean TTFT of every routing policy on ``preset``'s whole cluster
+    (:mod:`mooncake_gym.conductor`, every request admitted, as in ``PrefillRouting-v1``).
+
+    The cluster refuses at arrival, without a TTFT, the requests whose prompt and output exceed one
+    decode instance's KV (``refused_too_long``), and its mean TTFT is over the requests it
+    prefilled, the others. Its prefill pool is the routing simulator over exactly those requests (a
+    refused request is skipped and caches nothing), with the preset's instances, caches and prefill
+    cost model, and a request's TTFT is its prefill's end less its arrival there. So
+    :func:`ttft_lower_bound` of the trace restricted to them bounds that mean; ``min_service_s``
+    holds their ``w_j`` in trace order."""
+    from .presets import get_preset
+
+    if not isinstance(trace, Trace):
+        raise ValueError(f"trace: expected a mooncake_gym.workload.Trace, got {type(trace).__name__}")
+    p = get_preset(preset)
+    fits = np.flatnonzero(trace.input_tokens + trace.output_tokens <= p.capacity_tokens)
+    if len(fits) == 0:
+        raise ValueError(f"trace: no request fits in one decode instance of preset {p.name!r}, none is prefilled")
+    config = RoutingConfig(p.n_prefill, p.cache_blocks, p.ttft_slo_s)
+    return ttft_lower_bound(trace.take(fits), config, p.prefill_cost)
+
+
 # ------------------------------------------------------------------------------------------------
 # An upper bound on the token goodput of any admission policy (OverloadAdmission-v1, Conductor-v1)
 # ------------------------------------------------------------------------------------------------

@@ -12,7 +12,10 @@ cluster of :mod:`mooncake_gym.conductor` instead:
   decode rule) on :func:`conductor.overload_workload`'s requests, whose arrival rate is ``load`` x
   the cluster's measured saturation throughput (:func:`conductor.saturation`).
 - ``compare``: the same baselines through the v1 environments (``mooncake_gym/PrefillRouting-v1``,
-  ``mooncake_gym/OverloadAdmission-v1``) on held-out seeds, mean and 95 % CI per metric.
+  ``mooncake_gym/OverloadAdmission-v1``) on held-out seeds, mean and 95 % CI per metric, each table
+  ending with a ``bound`` row (``compare.BOUNDS``): a lower bound on mean TTFT
+  (``bounds.cluster_ttft_bound``), an upper bound on token goodput and good requests
+  (``bounds.admission_goodput_bound``).
 """
 
 from __future__ import annotations
@@ -52,6 +55,16 @@ CLUSTER_ADMISSION_COLUMNS = [
     ("tbt_attainment", "TBT<=SLO", ".3f"),
     ("p99_tbt_s", "P99 TBT s", ".3f"),
     ("load_correlation", "P/D corr", "+.2f"),
+]
+
+#: compare's admission table on a cluster preset: the overload table with the two metrics its bound
+#: row bounds (``bounds.admission_goodput_bound``: good requests that started decoding by the last
+#: arrival, and their output tokens), after ``goodput`` (which also counts the drain's).
+CLUSTER_COMPARE_ADMISSION_COLUMNS = [
+    *CLUSTER_ADMISSION_COLUMNS[:3],
+    ("token_goodput", "token goodput", ".0f"),
+    ("goodput_requests", "good by horizon", ".0f"),
+    *CLUSTER_ADMISSION_COLUMNS[3:],
 ]
 
 #: compare's problem names on a cluster preset (``compare.columns_of`` knows their columns).
@@ -182,7 +195,7 @@ def columns_of_cluster(problem: str):
     """compare's table columns of a cluster problem and the function turning one run's metrics into a row."""
     if problem == CLUSTER_PROBLEMS["routing"]:
         return CLUSTER_ROUTING_COLUMNS, table_row
-    return CLUSTER_ADMISSION_COLUMNS, table_row
+    return CLUSTER_COMPARE_ADMISSION_COLUMNS, table_row
 
 
 # ------------------------------------------------------------------------------------------------
@@ -312,17 +325,7 @@ def cmd_compare(args) -> int:
     settings = compare_settings(args.preset, args.env, args.cluster_loads, trace, args.speed)
     seeds = [cmp.COMPARE_SEED_BASE + i for i in range(args.seeds)]
     plan = [(s, compare_policies(s.problem)) for s in settings]
-    bar = None
-    if not (args.json or args.no_progress):
-        from tqdm import tqdm
-
-        bar = tqdm(total=sum(len(pols) for _, pols in plan), desc="compare", unit="policy", leave=False)
-    try:
-        for s, pols in plan:
-            cmp.run_setting(s, pols, seeds, progress=bar, threads=args.threads)
-    finally:
-        if bar is not None:
-            bar.close()
+    cmp.run_plan(plan, seeds, not (args.json or args.no_progress), args.threads)  # each table ends with its bound
     if args.json:
         report.print_json(cmp.settings_json(settings, args.seeds))
         return 0
