@@ -55,7 +55,7 @@ needs:
    decode_step_coefficients``), so otherwise its TBT exceeds the SLO.
 2. *Prefill time.* Its prefill runs within ``[a_r, H]`` on one of P instances, one request at a
    time, for at least ``w_r``: over the good requests, ``sum w_r <= P (H - t0)``, t0 the first
-   arrival.
+   arrival. (In a pool of several GPU kinds, ``w_r`` is the least over the kinds.)
 3. *Decode time.* TBT is the mean of the slowest ``ceil(n / 10)`` of its n = ``o_r - 1`` token
    intervals; if it is <= ``S_tbt`` the slowest of the other intervals is too, so all n intervals
    sum to at most ``n S_tbt`` and its last token comes by ``d_r = H + (o_r - 1) S_tbt`` (its first
@@ -199,8 +199,7 @@ def cluster_ttft_bound(trace: Trace, preset="mooncake") -> TTFTBound:
     fits = np.flatnonzero(trace.input_tokens + trace.output_tokens <= p.capacity_tokens)
     if len(fits) == 0:
         raise ValueError(f"trace: no request fits in one decode instance of preset {p.name!r}, none is prefilled")
-    config = RoutingConfig(p.n_prefill, p.cache_blocks, p.ttft_slo_s)
-    return ttft_lower_bound(trace.take(fits), config, p.prefill_cost)
+    return ttft_lower_bound(trace.take(fits), p.routing_config(), p.prefill_cost)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -252,7 +251,9 @@ def admission_goodput_bound(trace: Trace, preset="mooncake-overload", n_lambda: 
     inputs = np.asarray(trace.input_tokens, np.float64)
     outputs = np.asarray(trace.output_tokens, np.float64)
     t0, horizon = float(arrival[0]), float(arrival[-1])
-    w = min_service_s(trace, p.prefill_cost)
+    # a request's fastest prefill on any instance of the pool (one kind unless prefill_gpus)
+    kinds = dict.fromkeys(p.routing_config().instance_costs(p.prefill_cost))
+    w = np.minimum.reduce([min_service_s(trace, c) for c in kinds])
     fixed1, c = p.decode_cost.decode_step_coefficients(1)
     big = 1 << 20
     a1 = (p.decode_cost.decode_step_coefficients(2 * big)[0] - p.decode_cost.decode_step_coefficients(big)[0]) / big

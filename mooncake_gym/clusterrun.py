@@ -85,7 +85,8 @@ def cluster_preset(name: str | ClusterPreset, n_prefill: int | None = None, cach
 
 def describe(p: ClusterPreset) -> str:
     """One line naming the preset and its cluster, for the tables' headers."""
-    return (f"preset {p.name}: {p.n_prefill} prefill + {p.n_decode} decode instances, "
+    pool = "" if p.prefill_gpus is None else f" ({'+'.join(p.prefill_gpus)})"
+    return (f"preset {p.name}: {p.n_prefill} prefill{pool} + {p.n_decode} decode instances, "
             f"{p.capacity_tokens:,} KV tokens per decode instance, {p.cache_blocks} cache blocks per prefill "
             f"instance, TTFT SLO {p.ttft_slo_s:g} s, TBT SLO {p.tbt_slo_s * 1000:g} ms")
 
@@ -339,6 +340,7 @@ def cmd_compare(args) -> int:
 
 def preset_json(p: ClusterPreset) -> dict:
     """The preset's cluster in a JSON document (its name, pool sizes, KV, cache and SLOs)."""
-    return {"name": p.name, "n_prefill": p.n_prefill, "n_decode": p.n_decode, "decode_model": p.decode_model,
+    return {"name": p.name, "n_prefill": p.n_prefill, "prefill_gpus": p.prefill_gpus, "n_decode": p.n_decode,
+            "decode_model": p.decode_model,
             "decode_capacity_tokens": p.capacity_tokens, "cache_blocks": p.cache_blocks,
             "ttft_slo_s": p.ttft_slo_s, "tbt_slo_s": p.tbt_slo_s}

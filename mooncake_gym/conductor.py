@@ -59,7 +59,7 @@ from .observation import as_observation, observation_rng
 from .overload import load_correlation
 from .policy import policy_name, reset_policy
 from .presets import ClusterPreset, get_preset
-from .routing import Route, RoutingConfig, RoutingSimulator, RoutingView
+from .routing import Route, RoutingSimulator, RoutingView
 from .workload import Trace
 
 # Outcomes of a request
@@ -296,7 +296,7 @@ class ClusterSimulator:
         self.capacity_tokens = p.capacity_tokens
         self.reserve = p.decode_model == "reserve"
         self._arrival, self._input, self._output, _ = trace.columns()
-        self._routing_config = RoutingConfig(p.n_prefill, p.cache_blocks, p.ttft_slo_s)
+        self._routing_config = p.routing_config()
         # the decode footprint the instance checks: the prompt (batching: it grows from there), or
         # the whole reservation (the lecture's model)
         if self.reserve:
@@ -864,7 +864,7 @@ def saturation(trace: Trace, preset: str | ClusterPreset = "mooncake", decode_ch
     # pulls included): the pool's rate is the requests over the time the last one finishes
     from .baselines.routing import KVCentric
     backlog = trace.take(range(len(trace)), arrival_s=np.zeros(len(trace)))
-    pool_sim = RoutingSimulator(backlog, RoutingConfig(p.n_prefill, p.cache_blocks, p.ttft_slo_s), p.prefill_cost)
+    pool_sim = RoutingSimulator(backlog, p.routing_config(), p.prefill_cost)
     router = KVCentric()
     view = pool_sim.view
     while view is not None:

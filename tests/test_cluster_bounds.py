@@ -46,7 +46,7 @@ def run_with_bound(setting, seeds):
     return setting
 
 
-@pytest.mark.parametrize("preset, load", [("mooncake", 0.9), ("mooncake", 1.5), ("h100", 1.2)])
+@pytest.mark.parametrize("preset, load", [("mooncake", 0.9), ("mooncake", 1.5), ("h100", 1.2), ("mooncake-hetero", 1.2)])
 def test_no_routing_baseline_beats_the_ttft_bound_on_the_cluster(preset, load):
     seeds = [11, 12, 13]
     (setting,) = compare_settings(preset, "routing", loads=(load,), episode_requests=400)
