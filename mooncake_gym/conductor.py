@@ -233,6 +233,9 @@ class ClusterSimulator:
     - ``router``: the default prefill policy (``view -> Route``) used when an action gives no route
       (default: ``kvcentric``, Algorithm 1); it is also what ``view.predicted_ttft_s`` assumes.
     - ``decode_check``: ``"tbt"`` (KV room and predicted iteration time <= TBT SLO) or ``"kv"``.
+    - ``tbt_headroom``: the share of the TBT SLO the ``"tbt"`` check keeps free (default 0: a
+      request joins if the predicted iteration with it is within the SLO; 0.2: within 80 % of it,
+      leaving room for the batch's contexts to grow). ``saturation`` is measured without it.
     - ``refuse_never_fit``: refuse at arrival requests whose input + output exceed one decode
       instance's KV (counted in ``refused_too_long``).
     - ``kv_transfer``: copy the prompt's KV to the decode instance over RDMA before it joins.
@@ -254,7 +257,7 @@ class ClusterSimulator:
     def __init__(self, trace: Trace, preset: str | ClusterPreset = "mooncake", router: Callable | None = None,
                  decode_check: str = "tbt", refuse_never_fit: bool = True, kv_transfer: bool = True,
                  oracle: bool = False, sample_period_s: float = 1.0, warmup_s: float = 30.0, seed: int = 0,
-                 observation=None, predicted_output=None):
+                 observation=None, predicted_output=None, tbt_headroom: float = 0.0):
         if not isinstance(trace, Trace):
             raise ValueError(f"trace: expected a mooncake_gym.workload.Trace, got {type(trace).__name__}")
         if len(trace) == 0:
@@ -274,6 +277,10 @@ class ClusterSimulator:
         self.preset = p = get_preset(preset)
         self.check_tbt = decode_check == "tbt"
         self.decode_check = decode_check
+        if not (isinstance(tbt_headroom, (int, float)) and not isinstance(tbt_headroom, bool)
+                and 0 <= tbt_headroom < 1):
+            raise ValueError(f"tbt_headroom: expected a share of the TBT SLO in [0, 1), got {tbt_headroom!r}")
+        self.tbt_headroom = float(tbt_headroom)
         self.refuse_never_fit = refuse_never_fit
         self.kv_transfer = kv_transfer
         self.oracle = oracle
@@ -323,7 +330,8 @@ class ClusterSimulator:
         if self.reserve:
             self.decode = [ReservingDecodeInstance(j, self.capacity_tokens, p.tbt_s) for j in range(p.n_decode)]
         else:
-            self.decode = [BatchingDecodeInstance(j, p.decode_cost, self.capacity_tokens, p.tbt_slo_s)
+            check_s = p.tbt_slo_s * (1 - self.tbt_headroom) if self.tbt_headroom else p.tbt_slo_s
+            self.decode = [BatchingDecodeInstance(j, p.decode_cost, self.capacity_tokens, check_s)
                            for j in range(p.n_decode)]
         n = len(self._arrival)
         self._heap: list = []
