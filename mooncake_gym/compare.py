@@ -262,7 +262,8 @@ def run_plan(plan: list, seed_list, progress: bool, threads: int | None, keep_re
 SCENARIO_PROBLEMS = ("routing", "admission", "conductor")
 
 #: The bound row of each problem's tables: ``problem -> function(setting, seeds) -> row`` (a
-#: lower bound on mean TTFT for routing, an upper bound on token goodput for admission). The one place where a problem's bound is chosen.
+#: lower bound on mean TTFT for routing, an upper bound on token goodput for admission). The one
+#: place where a problem's bound is chosen.
 BOUNDS = {"routing": routing_bound,
           ADMISSION_V1: lambda setting, seeds: admission_bound_row(setting.env_id, setting.env_kwargs, seeds)}
 # compare --preset's problems (mooncake_gym.clusterrun.CLUSTER_PROBLEMS): the same bounds on the v1 envs
