@@ -55,7 +55,7 @@ needs:
    decode_step_coefficients``), so otherwise its TBT exceeds the SLO.
 2. *Prefill time.* Its prefill runs within ``[a_r, H]`` on one of P instances, one request at a
    time, for at least ``w_r``: over the good requests, ``sum w_r <= P (H - t0)``, t0 the first
-   arrival.
+   arrival. (In a pool of several GPU kinds, ``w_r`` is the least over the kinds.)
 3. *Decode time.* TBT is the mean of the slowest ``ceil(n / 10)`` of its n = ``o_r - 1`` token
    intervals; if it is <= ``S_tbt`` the slowest of the other intervals is too, so all n intervals
    sum to at most ``n S_tbt`` and its last token comes by ``d_r = H + (o_r - 1) S_tbt`` (its first
@@ -180,6 +180,28 @@ def ttft_lower_bound(trace: Trace, config: RoutingConfig | None = None, cost: Co
     return TTFTBound(max(isolated, srpt), isolated, srpt, w)
 
 
+def cluster_ttft_bound(trace: Trace, preset="mooncake") -> TTFTBound:
+    """A lower bound on the mean TTFT of every routing policy on ``preset``'s whole cluster
+    (:mod:`mooncake_gym.conductor`, every request admitted, as in ``PrefillRouting-v1``).
+
+    The cluster refuses at arrival, without a TTFT, the requests whose prompt and output exceed one
+    decode instance's KV (``refused_too_long``), and its mean TTFT is over the requests it
+    prefilled, the others. Its prefill pool is the routing simulator over exactly those requests (a
+    refused request is skipped and caches nothing), with the preset's instances, caches and prefill
+    cost model, and a request's TTFT is its prefill's end less its arrival there. So
+    :func:`ttft_lower_bound` of the trace restricted to them bounds that mean; ``min_service_s``
+    holds their ``w_j`` in trace order."""
+    from .presets import get_preset
+
+    if not isinstance(trace, Trace):
+        raise ValueError(f"trace: expected a mooncake_gym.workload.Trace, got {type(trace).__name__}")
+    p = get_preset(preset)
+    fits = np.flatnonzero(trace.input_tokens + trace.output_tokens <= p.capacity_tokens)
+    if len(fits) == 0:
+        raise ValueError(f"trace: no request fits in one decode instance of preset {p.name!r}, none is prefilled")
+    return ttft_lower_bound(trace.take(fits), p.routing_config(), p.prefill_cost)
+
+
 # ------------------------------------------------------------------------------------------------
 # An upper bound on the token goodput of any admission policy (OverloadAdmission-v1, Conductor-v1)
 # ------------------------------------------------------------------------------------------------
@@ -229,7 +251,9 @@ def admission_goodput_bound(trace: Trace, preset="mooncake-overload", n_lambda: 
     inputs = np.asarray(trace.input_tokens, np.float64)
     outputs = np.asarray(trace.output_tokens, np.float64)
     t0, horizon = float(arrival[0]), float(arrival[-1])
-    w = min_service_s(trace, p.prefill_cost)
+    # a request's fastest prefill on any instance of the pool (one kind unless prefill_gpus)
+    kinds = dict.fromkeys(p.routing_config().instance_costs(p.prefill_cost))
+    w = np.minimum.reduce([min_service_s(trace, c) for c in kinds])
     fixed1, c = p.decode_cost.decode_step_coefficients(1)
     big = 1 << 20
     a1 = (p.decode_cost.decode_step_coefficients(2 * big)[0] - p.decode_cost.decode_step_coefficients(big)[0]) / big

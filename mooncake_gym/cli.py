@@ -608,6 +608,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ttft-slo", type=float, default=None, help="TTFT SLO in seconds (default 30, or the --preset's)")
     p.add_argument("--plot", default=None, help="write the load series of the policies run to this PNG file")
     p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.add_argument("--fresh-blocks", action="store_true",
+                   help="cluster presets: each re-drawn copy of a base request gets fresh ids for the blocks it "
+                        "brought into the base trace, so a long draw reuses only what each request reused there")
     _add_preset_arg(p, "the admission baselines own the admission decision of the whole cluster, --load "
                        "being a multiple of its measured saturation throughput")
     p.set_defaults(func=_cmd_overload)

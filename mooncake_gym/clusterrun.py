@@ -12,7 +12,10 @@ cluster of :mod:`mooncake_gym.conductor` instead:
   decode rule) on :func:`conductor.overload_workload`'s requests, whose arrival rate is ``load`` x
   the cluster's measured saturation throughput (:func:`conductor.saturation`).
 - ``compare``: the same baselines through the v1 environments (``mooncake_gym/PrefillRouting-v1``,
-  ``mooncake_gym/OverloadAdmission-v1``) on held-out seeds, mean and 95 % CI per metric.
+  ``mooncake_gym/OverloadAdmission-v1``) on held-out seeds, mean and 95 % CI per metric, each table
+  ending with a ``bound`` row (``compare.BOUNDS``): a lower bound on mean TTFT
+  (``bounds.cluster_ttft_bound``), an upper bound on token goodput and good requests
+  (``bounds.admission_goodput_bound``).
 """
 
 from __future__ import annotations
@@ -54,6 +57,16 @@ CLUSTER_ADMISSION_COLUMNS = [
     ("load_correlation", "P/D corr", "+.2f"),
 ]
 
+#: compare's admission table on a cluster preset: the overload table with the two metrics its bound
+#: row bounds (``bounds.admission_goodput_bound``: good requests that started decoding by the last
+#: arrival, and their output tokens), after ``goodput`` (which also counts the drain's).
+CLUSTER_COMPARE_ADMISSION_COLUMNS = [
+    *CLUSTER_ADMISSION_COLUMNS[:3],
+    ("token_goodput", "token goodput", ".0f"),
+    ("goodput_requests", "good by horizon", ".0f"),
+    *CLUSTER_ADMISSION_COLUMNS[3:],
+]
+
 #: compare's problem names on a cluster preset (``compare.columns_of`` knows their columns).
 CLUSTER_PROBLEMS = {"routing": "routing-cluster", "admission": "admission-cluster"}
 #: compare's default loads on a cluster preset, per problem (multiples of the measured saturation):
@@ -72,7 +85,8 @@ def cluster_preset(name: str | ClusterPreset, n_prefill: int | None = None, cach
 
 def describe(p: ClusterPreset) -> str:
     """One line naming the preset and its cluster, for the tables' headers."""
-    return (f"preset {p.name}: {p.n_prefill} prefill + {p.n_decode} decode instances, "
+    pool = "" if p.prefill_gpus is None else f" ({'+'.join(p.prefill_gpus)})"
+    return (f"preset {p.name}: {p.n_prefill} prefill{pool} + {p.n_decode} decode instances, "
             f"{p.capacity_tokens:,} KV tokens per decode instance, {p.cache_blocks} cache blocks per prefill "
             f"instance, TTFT SLO {p.ttft_slo_s:g} s, TBT SLO {p.tbt_slo_s * 1000:g} ms")
 
@@ -117,14 +131,16 @@ def replay(trace, preset: ClusterPreset, names, seed: int = 0, threshold: float 
     return results
 
 
-def overload(base, preset: ClusterPreset, load: float, n_requests: int, names, seed: int = 0):
+def overload(base, preset: ClusterPreset, load: float, n_requests: int, names, seed: int = 0,
+             fresh_blocks: bool = False):
     """Every admission baseline of ``names`` (None: all) owning the admission decision on
     ``preset``'s cluster, over ``n_requests`` requests drawn i.i.d. from ``base`` at ``load`` x the
-    cluster's measured saturation. Returns ``(trace, saturation, {name: ClusterResult})``."""
+    cluster's measured saturation (``fresh_blocks``: see :func:`conductor.overload_workload`).
+    Returns ``(trace, saturation, {name: ClusterResult})``."""
     from .baselines import ADMISSION_POLICIES, make_policy
     from .conductor import overload_workload, simulate
 
-    trace, sat = overload_workload(base, load, n_requests, seed, preset)
+    trace, sat = overload_workload(base, load, n_requests, seed, preset, fresh_blocks=fresh_blocks)
     results = {name: simulate(trace, preset, admission=make_policy("admission", name), seed=seed)
                for name in (list(ADMISSION_POLICIES) if names is None else names)}
     return trace, sat, results
@@ -180,7 +196,7 @@ def columns_of_cluster(problem: str):
     """compare's table columns of a cluster problem and the function turning one run's metrics into a row."""
     if problem == CLUSTER_PROBLEMS["routing"]:
         return CLUSTER_ROUTING_COLUMNS, table_row
-    return CLUSTER_ADMISSION_COLUMNS, table_row
+    return CLUSTER_COMPARE_ADMISSION_COLUMNS, table_row
 
 
 # ------------------------------------------------------------------------------------------------
@@ -195,6 +211,10 @@ _LECTURE_ONLY = {
                 "tuned": "tuned knobs come from the v0 environments",
                 "plot_dir": "the plots are drawn for the lecture's simulators only"},
 }
+#: Per command, the options only a cluster preset takes, and why.
+_CLUSTER_ONLY = {
+    "overload": {"fresh_blocks": "the lecture's demo 3 keeps its i.i.d. draw as it is"},
+}
 #: The lecture's defaults of the options whose default depends on the preset.
 _LECTURE_DEFAULTS = {"replay": {"ttft_slo": 5.0, "cache_blocks": 3000}, "overload": {"ttft_slo": 30.0}}
 
@@ -203,6 +223,9 @@ def check_preset_args(command: str, args) -> None:
     """``--preset``'s checks before any work: options a cluster preset does not take are an error
     naming them; under ``lecture`` the preset-dependent defaults are the lecture's."""
     if args.preset == LECTURE:
+        for dest, why in _CLUSTER_ONLY.get(command, {}).items():
+            if getattr(args, dest) not in (None, False):
+                raise ValueError(f"--{dest.replace('_', '-')}: only with a cluster --preset (not lecture): {why}")
         for dest, default in _LECTURE_DEFAULTS.get(command, {}).items():
             if getattr(args, dest) is None:
                 setattr(args, dest, default)
@@ -267,7 +290,8 @@ def cmd_overload(args) -> int:
     p = cluster_preset(args.preset, ttft_slo_s=args.ttft_slo)
     base = load_workload(args.trace, rate=args.rate, seed=args.seed)
     names = None if args.policy == "all" else [args.policy]
-    trace, sat, results = overload(base, p, args.load, args.requests, names, seed=args.seed)
+    trace, sat, results = overload(base, p, args.load, args.requests, names, seed=args.seed,
+                                   fresh_blocks=args.fresh_blocks)
     if args.plot:
         from .plots import plot_load_series
 
@@ -275,12 +299,14 @@ def cmd_overload(args) -> int:
     if args.json:
         report.print_json({"base_trace": base.name, "trace": trace.name, "requests": len(trace),
                            "preset": preset_json(p), "saturation": sat._asdict(), "load": args.load,
+                           "fresh_blocks": args.fresh_blocks,
                            "arrival_rate_per_s": args.load * sat.cluster_per_s,
                            "results": {n: r.metrics for n, r in results.items()}})
         return 0
     print(f"base {base.name}: {describe(p)}; measured saturation {sat.cluster_per_s:.2f} requests/s "
           f"({sat.bottleneck} pool first: prefill {sat.prefill_per_s:.2f}/s, decode {sat.decode_per_s:.2f}/s); "
-          f"{len(trace):,} i.i.d. requests at load {args.load:g} = {args.load * sat.cluster_per_s:.2f}/s")
+          f"{len(trace):,} i.i.d. requests at load {args.load:g} = {args.load * sat.cluster_per_s:.2f}/s"
+          + ("; re-drawn requests get fresh blocks for what they brought" if args.fresh_blocks else ""))
     _print_table([table_row(n, r.metrics) for n, r in results.items()], CLUSTER_ADMISSION_COLUMNS, False)
     if args.plot:
         print(f"load series written to {args.plot}")
@@ -300,17 +326,7 @@ def cmd_compare(args) -> int:
     settings = compare_settings(args.preset, args.env, args.cluster_loads, trace, args.speed)
     seeds = [cmp.COMPARE_SEED_BASE + i for i in range(args.seeds)]
     plan = [(s, compare_policies(s.problem)) for s in settings]
-    bar = None
-    if not (args.json or args.no_progress):
-        from tqdm import tqdm
-
-        bar = tqdm(total=sum(len(pols) for _, pols in plan), desc="compare", unit="policy", leave=False)
-    try:
-        for s, pols in plan:
-            cmp.run_setting(s, pols, seeds, progress=bar, threads=args.threads)
-    finally:
-        if bar is not None:
-            bar.close()
+    cmp.run_plan(plan, seeds, not (args.json or args.no_progress), args.threads)  # each table ends with its bound
     if args.json:
         report.print_json(cmp.settings_json(settings, args.seeds))
         return 0
@@ -324,6 +340,7 @@ def cmd_compare(args) -> int:
 
 def preset_json(p: ClusterPreset) -> dict:
     """The preset's cluster in a JSON document (its name, pool sizes, KV, cache and SLOs)."""
-    return {"name": p.name, "n_prefill": p.n_prefill, "n_decode": p.n_decode, "decode_model": p.decode_model,
+    return {"name": p.name, "n_prefill": p.n_prefill, "prefill_gpus": p.prefill_gpus, "n_decode": p.n_decode,
+            "decode_model": p.decode_model,
             "decode_capacity_tokens": p.capacity_tokens, "cache_blocks": p.cache_blocks,
             "ttft_slo_s": p.ttft_slo_s, "tbt_slo_s": p.tbt_slo_s}

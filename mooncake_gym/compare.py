@@ -155,10 +155,14 @@ def run_setting(setting: Setting, policies: dict, seeds, keep_results: bool = Fa
 
 def routing_bound(setting: Setting, seeds) -> dict:
     """The lower bound on mean TTFT (:func:`mooncake_gym.bounds.ttft_lower_bound`) of each seed's
-    episode of a routing setting, as a row: mean and 95 % CI over the seeds."""
+    episode of a routing setting, as a row: mean and 95 % CI over the seeds. On a cluster
+    environment (``PrefillRouting-v1``, ``compare --preset``) it is
+    :func:`mooncake_gym.bounds.cluster_ttft_bound`: over the requests the cluster prefills, as its
+    mean TTFT is."""
     import gymnasium as gym
 
-    from .bounds import ttft_lower_bound
+    from .bounds import cluster_ttft_bound, ttft_lower_bound
+    from .envs.cluster import ClusterEnv
 
     env = gym.make(setting.env_id, **setting.env_kwargs)
     try:
@@ -166,7 +170,10 @@ def routing_bound(setting: Setting, seeds) -> dict:
         for seed in seeds:
             env.reset(seed=seed)  # the episode every policy of the setting saw with this seed
             base = env.unwrapped
-            values.append(ttft_lower_bound(base.sim.trace, base.config, base.cost).mean_ttft_s)
+            if isinstance(base, ClusterEnv):
+                values.append(cluster_ttft_bound(base.sim.trace, base.preset).mean_ttft_s)
+            else:
+                values.append(ttft_lower_bound(base.sim.trace, base.config, base.cost).mean_ttft_s)
     finally:
         env.close()
     mean, ci = mean_ci95(values)
@@ -255,9 +262,13 @@ def run_plan(plan: list, seed_list, progress: bool, threads: int | None, keep_re
 SCENARIO_PROBLEMS = ("routing", "admission", "conductor")
 
 #: The bound row of each problem's tables: ``problem -> function(setting, seeds) -> row`` (a
-#: lower bound on mean TTFT for routing). The one place where a problem's bound is chosen.
+#: lower bound on mean TTFT for routing, an upper bound on token goodput for admission). The one
+#: place where a problem's bound is chosen.
 BOUNDS = {"routing": routing_bound,
           ADMISSION_V1: lambda setting, seeds: admission_bound_row(setting.env_id, setting.env_kwargs, seeds)}
+# compare --preset's problems (mooncake_gym.clusterrun.CLUSTER_PROBLEMS): the same bounds on the v1 envs
+BOUNDS["routing-cluster"] = routing_bound
+BOUNDS["admission-cluster"] = BOUNDS[ADMISSION_V1]
 
 
 def scenario_setting(scenario, **given) -> Setting:

@@ -59,7 +59,7 @@ from .observation import as_observation, observation_rng
 from .overload import load_correlation
 from .policy import policy_name, reset_policy
 from .presets import ClusterPreset, get_preset
-from .routing import Route, RoutingConfig, RoutingSimulator, RoutingView
+from .routing import Route, RoutingSimulator, RoutingView
 from .workload import Trace
 
 # Outcomes of a request
@@ -233,6 +233,9 @@ class ClusterSimulator:
     - ``router``: the default prefill policy (``view -> Route``) used when an action gives no route
       (default: ``kvcentric``, Algorithm 1); it is also what ``view.predicted_ttft_s`` assumes.
     - ``decode_check``: ``"tbt"`` (KV room and predicted iteration time <= TBT SLO) or ``"kv"``.
+    - ``tbt_headroom``: the share of the TBT SLO the ``"tbt"`` check keeps free (default 0: a
+      request joins if the predicted iteration with it is within the SLO; 0.2: within 80 % of it,
+      leaving room for the batch's contexts to grow). ``saturation`` is measured without it.
     - ``refuse_never_fit``: refuse at arrival requests whose input + output exceed one decode
       instance's KV (counted in ``refused_too_long``).
     - ``kv_transfer``: copy the prompt's KV to the decode instance over RDMA before it joins.
@@ -254,7 +257,7 @@ class ClusterSimulator:
     def __init__(self, trace: Trace, preset: str | ClusterPreset = "mooncake", router: Callable | None = None,
                  decode_check: str = "tbt", refuse_never_fit: bool = True, kv_transfer: bool = True,
                  oracle: bool = False, sample_period_s: float = 1.0, warmup_s: float = 30.0, seed: int = 0,
-                 observation=None, predicted_output=None):
+                 observation=None, predicted_output=None, tbt_headroom: float = 0.0):
         if not isinstance(trace, Trace):
             raise ValueError(f"trace: expected a mooncake_gym.workload.Trace, got {type(trace).__name__}")
         if len(trace) == 0:
@@ -274,6 +277,10 @@ class ClusterSimulator:
         self.preset = p = get_preset(preset)
         self.check_tbt = decode_check == "tbt"
         self.decode_check = decode_check
+        if not (isinstance(tbt_headroom, (int, float)) and not isinstance(tbt_headroom, bool)
+                and 0 <= tbt_headroom < 1):
+            raise ValueError(f"tbt_headroom: expected a share of the TBT SLO in [0, 1), got {tbt_headroom!r}")
+        self.tbt_headroom = float(tbt_headroom)
         self.refuse_never_fit = refuse_never_fit
         self.kv_transfer = kv_transfer
         self.oracle = oracle
@@ -296,7 +303,7 @@ class ClusterSimulator:
         self.capacity_tokens = p.capacity_tokens
         self.reserve = p.decode_model == "reserve"
         self._arrival, self._input, self._output, _ = trace.columns()
-        self._routing_config = RoutingConfig(p.n_prefill, p.cache_blocks, p.ttft_slo_s)
+        self._routing_config = p.routing_config()
         # the decode footprint the instance checks: the prompt (batching: it grows from there), or
         # the whole reservation (the lecture's model)
         if self.reserve:
@@ -323,7 +330,8 @@ class ClusterSimulator:
         if self.reserve:
             self.decode = [ReservingDecodeInstance(j, self.capacity_tokens, p.tbt_s) for j in range(p.n_decode)]
         else:
-            self.decode = [BatchingDecodeInstance(j, p.decode_cost, self.capacity_tokens, p.tbt_slo_s)
+            check_s = p.tbt_slo_s * (1 - self.tbt_headroom) if self.tbt_headroom else p.tbt_slo_s
+            self.decode = [BatchingDecodeInstance(j, p.decode_cost, self.capacity_tokens, check_s)
                            for j in range(p.n_decode)]
         n = len(self._arrival)
         self._heap: list = []
@@ -700,8 +708,8 @@ class ClusterResult:
 
     ``correlation`` (metric ``load_correlation``) is the Pearson correlation of the first two after
     ``warmup_s``; ``prefill_load_std`` the prefill load's swing. Mooncake's Figure 9 shows the two
-    swinging in anti-phase under early rejection; here that shows at most as one swing while the
-    pools fill (docs/cluster.md).
+    swinging in anti-phase under early rejection; here they do where the prefill queue makes
+    admission lag decode by about a decode residence (docs/cluster.md, ``tests/test_antiphase.py``).
     """
 
     #: What the two load series are, for plots.
@@ -866,7 +874,7 @@ def saturation(trace: Trace, preset: str | ClusterPreset = "mooncake", decode_ch
     # pulls included): the pool's rate is the requests over the time the last one finishes
     from .baselines.routing import KVCentric
     backlog = trace.take(range(len(trace)), arrival_s=np.zeros(len(trace)))
-    pool_sim = RoutingSimulator(backlog, RoutingConfig(p.n_prefill, p.cache_blocks, p.ttft_slo_s), p.prefill_cost)
+    pool_sim = RoutingSimulator(backlog, p.routing_config(), p.prefill_cost)
     router = KVCentric()
     view = pool_sim.view
     while view is not None:
@@ -920,11 +928,16 @@ def saturation(trace: Trace, preset: str | ClusterPreset = "mooncake", decode_ch
 
 
 def overload_workload(base: Trace, load: float, n_requests: int, seed: int = 0,
-                      preset: str | ClusterPreset = "mooncake") -> tuple[Trace, Saturation]:
+                      preset: str | ClusterPreset = "mooncake", fresh_blocks: bool = False) -> tuple[Trace, Saturation]:
     """``n_requests`` drawn i.i.d. from ``base`` with Poisson arrivals at ``load`` x the cluster's
-    measured saturation throughput (:func:`saturation`); returns (trace, saturation)."""
+    measured saturation throughput (:func:`saturation`); returns (trace, saturation).
+
+    ``fresh_blocks=True`` (opt-in) gives each re-drawn copy of a request fresh ids for the blocks it
+    brought into ``base``, those no earlier request of ``base`` holds (``workload.redrawn_block_ids``):
+    without it a long draw repeats prompts whose blocks are already cached, and its prefix-hit
+    ratio climbs with its length."""
     from .workload import resample_iid
     if not (isinstance(load, (int, float)) and 0.01 <= load <= 100):
         raise ValueError(f"load: expected a multiple of the saturation throughput in [0.01, 100], got {load!r}")
     sat = saturation(base, preset)
-    return resample_iid(base, n_requests, load * sat.cluster_per_s, seed), sat
+    return resample_iid(base, n_requests, load * sat.cluster_per_s, seed, fresh_blocks=fresh_blocks), sat

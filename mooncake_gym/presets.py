@@ -30,6 +30,11 @@ class ClusterPreset:
     - ``decode_capacity_tokens``: KV tokens per decode instance (``None``: the cost model's
       ``kv_capacity_tokens``, GPU memory less a reserve less the weights).
     - ``tbt_s``: the fixed time per token of the ``reserve`` model.
+    - ``prefill_gpus``: None (every prefill instance is ``prefill_cost``'s) or one GPU name per
+      prefill instance, as a sequence or a string such as ``"4xH800+4xA800"``: a pool of several GPU
+      generations, each instance ``prefill_cost``'s with that GPU (its FLOPs, HBM bandwidth and
+      NVLink all-reduce bandwidth from ``mooncake_gym.costmodel``'s per-GPU tables; the model, MFU,
+      chunking and overheads the same), as ``RoutingConfig(instances=...)`` builds them.
     """
 
     name: str
@@ -44,8 +49,20 @@ class ClusterPreset:
     decode_model: str = "batching"
     decode_capacity_tokens: int | None = None
     tbt_s: float = 0.05
+    prefill_gpus: tuple[str, ...] | None = None
 
     def __post_init__(self):
+        if self.prefill_gpus is not None:
+            from .routing import parse_instances
+
+            try:
+                gpus = tuple(spec.gpu for spec in parse_instances(self.prefill_gpus))
+            except ValueError as e:
+                raise ValueError(f"prefill_gpus: {e}") from None
+            if len(gpus) != self.n_prefill:
+                raise ValueError(f"prefill_gpus: expected one GPU per prefill instance ({self.n_prefill}), got "
+                                 f"{len(gpus)}: {self.prefill_gpus!r}")
+            object.__setattr__(self, "prefill_gpus", gpus)
         if self.decode_model not in DECODE_MODELS:
             raise ValueError(f"decode_model: expected one of {DECODE_MODELS}, got {self.decode_model!r}")
         for name in ("n_prefill", "n_decode"):
@@ -68,6 +85,15 @@ class ClusterPreset:
         if self.decode_capacity_tokens is not None:
             return self.decode_capacity_tokens
         return self.decode_cost.kv_capacity_tokens
+
+    def routing_config(self):
+        """The prefill pool as the routing simulator's ``RoutingConfig`` (instances, caches, TTFT
+        SLO; with ``prefill_gpus``, one ``InstanceSpec`` per instance)."""
+        from .routing import RoutingConfig
+
+        instances = None if self.prefill_gpus is None else tuple(
+            replace(self.prefill_cost.instance, gpu=gpu) for gpu in self.prefill_gpus)
+        return RoutingConfig(self.n_prefill, self.cache_blocks, self.ttft_slo_s, instances=instances)
 
     def with_(self, **changes) -> "ClusterPreset":
         """A copy with some fields changed (``preset.with_(n_decode=4)``)."""
@@ -105,6 +131,15 @@ PRESETS: dict[str, ClusterPreset] = {
         "'mooncake-overload' with a TTFT SLO of 8 s (an assumption: interactive chat)",
         CostModel.realistic("llama2-70b", "A800"), CostModel.realistic("llama2-70b", "A800"),
         16, 1, 5800, 8.0, 0.1, "batching"),
+    # two GPU generations in the prefill pool (as the routing-heterogeneous scenario's 4xH800+4xA800):
+    # H800 nodes compute 3.2x as fast (989 vs 312 dense BF16 TFLOPS per GPU) but all-reduce over a
+    # slower NVLink (costmodel.NVLINK_ALLREDUCE_BUSBW); the decode pool is the testbed's
+    "mooncake-hetero": ClusterPreset(
+        "mooncake-hetero",
+        "'mooncake' with a prefill pool of two GPU generations: 4 nodes of 8x H800 and 4 of 8x A800, all "
+        "serving LLaMA2-70B with the same realistic model; decode as 'mooncake'",
+        CostModel.realistic("llama2-70b", "A800"), CostModel.realistic("llama2-70b", "A800"),
+        8, 8, 5800, 30.0, 0.1, "batching", prefill_gpus="4xH800+4xA800"),
     "h100": ClusterPreset(
         "h100",
         "the same cluster of 8x H100-SXM5-80GB nodes serving LLaMA3-70B",

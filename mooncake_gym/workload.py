@@ -761,17 +761,71 @@ def _block_ids(total, full_shared, prompt_blocks, prompt, session, block_tokens,
     return [tuple(flat[a:e]) for a, e in zip(starts.tolist(), ends.tolist())]
 
 
-def resample_iid(trace: Trace, n_requests: int, rate: float, seed: int | np.random.Generator = 0) -> Trace:
+def resample_iid(trace: Trace, n_requests: int, rate: float, seed: int | np.random.Generator = 0,
+                 fresh_blocks: bool = False) -> Trace:
     """``n_requests`` requests drawn i.i.d. (with replacement) from ``trace`` with stationary
-    Poisson arrivals at ``rate`` per second (lecture demo 3)."""
+    Poisson arrivals at ``rate`` per second (lecture demo 3).
+
+    A request drawn twice repeats its prompt's blocks exactly, so a long draw from a short base
+    trace hits the prefix caches more and more often. ``fresh_blocks=True`` (opt-in; the draws and
+    arrivals are the same either way) gives every re-drawn copy of a request fresh ids for the
+    blocks it brought into ``trace`` (no earlier request holds them; :func:`redrawn_block_ids`), so
+    that a copy reuses what its request reused in the trace and no more."""
     check("requests", n_requests, "n_requests")
     check("rate", rate)
+    if not isinstance(fresh_blocks, (bool, np.bool_)):
+        raise ValueError(f"fresh_blocks: expected True or False, got {fresh_blocks!r}")
     if len(trace) == 0:
         raise ValueError("trace: expected a base trace with at least one request")
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     idx = rng.integers(0, len(trace), size=n_requests)
     arrivals = np.cumsum(rng.exponential(1.0 / rate, size=n_requests))
-    return trace.take(idx, arrival_s=arrivals, name=f"{trace.name} iid({n_requests} @ {rate:.3g}/s)")
+    if not fresh_blocks:
+        return trace.take(idx, arrival_s=arrivals, name=f"{trace.name} iid({n_requests} @ {rate:.3g}/s)")
+    out = trace.take(idx, arrival_s=arrivals, name=f"{trace.name} iid({n_requests} @ {rate:.3g}/s, fresh blocks)")
+    out.block_ids = redrawn_block_ids(trace, idx.tolist())
+    return out
+
+
+def redrawn_block_ids(trace: Trace, indices: Sequence[int]) -> list[tuple[int, ...]]:
+    """The block ids of ``trace``'s requests at ``indices`` (a draw with replacement), each request
+    drawn again getting fresh ids for the blocks it brought into the trace.
+
+    In ``trace``, request i *reuses* a block that an earlier request (a smaller index) holds, a
+    system prompt or its session's earlier turns, and *brings* the others. The first copy of a
+    request keeps its ids; each later copy keeps the blocks it reuses and numbers the blocks it
+    brings anew, from one above ``trace``'s largest id, in the order of ``indices``. An id names a
+    block with every block before it, so the reused blocks come first and the new ids are prefix
+    hashes again. A copy can then hit the caches for what its request hit in the trace and never
+    for what only that request had: over a long draw an infinite cache's hit ratio tends to the
+    trace's own (``Trace.stats()['ideal_hit_ratio']``). (Renaming only the blocks no other request
+    holds does not: a session's earlier turn, whose blocks its later turns hold, would hit its own
+    whole prompt at every re-draw.) The first request to bring a shared block, such as a system
+    prompt, brings it again at each re-draw."""
+    first: dict[int, int] = {}
+    for i, ids in enumerate(trace.block_ids):
+        for b in ids:
+            first.setdefault(b, i)
+    next_id = 1 + max(first, default=-1)
+    drawn: set[int] = set()
+    out = []
+    for i in indices:
+        ids = trace.block_ids[i]
+        if i not in drawn:
+            drawn.add(i)
+            out.append(ids)
+            continue
+        new = []
+        for b in ids:
+            if first[b] < i:
+                new.append(b)
+            else:
+                new.append(next_id)
+                next_id += 1
+        if next_id - 1 > MAX_ID:
+            raise ValueError(f"fresh_blocks: no id left above {MAX_ID} for the re-drawn requests' own blocks")
+        out.append(tuple(new))
+    return out
 
 
 def load_workload(trace: str | os.PathLike | Trace = "synthetic", rate: float = 4.0, seed: int = 0,

@@ -96,6 +96,8 @@ def test_compare_on_a_cluster_preset_runs_the_v1_envs(capsys):
     rows = {r["policy"]: r for r in setting["rows"]}
     assert set(rows) == set(ADMISSION_POLICIES)
     assert rows["early"]["wasted_prefill_s"] < rows["baseline"]["wasted_prefill_s"]
+    assert setting["bound"]["policy"] == "bound"  # the table's last row: no baseline beats it
+    assert setting["bound"]["token_goodput"] >= max(r["token_goodput"] for r in rows.values())
 
 
 def test_compare_routing_on_a_cluster_preset_takes_loads(capsys):
@@ -105,6 +107,7 @@ def test_compare_routing_on_a_cluster_preset_takes_loads(capsys):
     rows = {r["policy"]: r for r in setting["rows"]}
     assert set(rows) == set(ROUTING_POLICIES)
     assert rows["kvcentric"]["mean_ttft_s"] < rows["random"]["mean_ttft_s"]
+    assert 0 < setting["bound"]["mean_ttft_s"] <= min(r["mean_ttft_s"] for r in rows.values())
 
 
 # --- bad input: named, before any work ----------------------------------------------------------------

@@ -195,7 +195,7 @@ INFO_DOC = """\
 
 ARGUMENTS_DOC = """\
     ``preset`` is any name of ``mooncake_gym.presets.PRESETS`` (``lecture``, ``mooncake``,
-    ``mooncake-overload``, ``mooncake-overload-tight``, ``h100``) or a ``ClusterPreset``. ``load``
+    ``mooncake-overload``, ``mooncake-overload-tight``, ``mooncake-hetero``, ``h100``) or a ``ClusterPreset``. ``load``
     (finite, > 0) is the arrival rate as a multiple of the saturation throughput; ``load_range`` a pair ``(low, high)``, finite,
     ``0 < low <= high``, not with ``load``. ``prediction`` (bool) adds the predicted output length to
     the observation and the view (``view.predicted_output_tokens``); ``prediction_sigma`` (0 to 3)
