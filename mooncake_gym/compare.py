@@ -392,5 +392,6 @@ def settings_json(settings: list[Setting], seeds: int) -> dict:
             "settings": [{"problem": s.problem, "label": s.label, "env_id": s.env_id,
                           "env_kwargs": {k: (v if isinstance(v, (int, float, str)) else str(v))
                                          for k, v in s.env_kwargs.items()},
-                          "rows": s.rows, **({"bound": s.bound} if s.bound is not None else {})}
+                          "rows": s.rows, **({"bound": s.bound} if s.bound is not None else {}),
+                          **({"scenario": s.scenario} if s.scenario is not None else {})}
                          for s in settings]}
