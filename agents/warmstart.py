@@ -278,7 +278,8 @@ def complete_routing_card(path, compare_json, notes: str, per_scenario: bool = F
     evaluation = []
     for setting in doc["settings"]:
         rows = {r["policy"]: r["mean_ttft_s"] for r in setting["rows"]}
-        baselines = {n: t for n, t in rows.items() if n.removesuffix(" (tuned)") in POLICIES["routing"]}
+        # a baseline's row is NAME, or NAME (tuned) / NAME (tuned on SCENARIO) with tuned knobs
+        baselines = {n: t for n, t in rows.items() if n.split(" (tuned")[0] in POLICIES["routing"]}
         best = min(baselines, key=baselines.get)
         evaluation.append({"scenario": setting["scenario"], "seeds": doc["seeds"],
                            "agent_mean_ttft_s": rows["user_agent"], "best_baseline": best,

@@ -54,3 +54,25 @@ def test_shipped_bursty_agent_card_names_its_one_scenario_and_compare_shows_it_t
     assert name in cmp.policies_for("routing", shipped, "routing-bursty")
     assert name not in cmp.policies_for("routing", shipped, "routing-saturated")
     assert name not in cmp.policies_for("routing", shipped)
+
+
+def test_complete_routing_card_takes_the_best_baseline_row_default_or_tuned(tmp_path):
+    import json
+
+    from mooncake_gym.agents.warmstart import complete_routing_card
+
+    kw = {"rate": 8.0}
+    card = {"training": {"workloads": [{"scenario": "routing-bursty", "env_kwargs": kw}], "selected_timestep": 61440,
+                         "timesteps_run": 552960, "wall_time_s": 1390.8}}
+    (tmp_path / "a.json").write_text(json.dumps(card))
+    rows = [{"policy": "user_agent", "mean_ttft_s": 0.5}, {"policy": "ppo_routing_ws", "mean_ttft_s": 0.4},
+            {"policy": "kvcentric", "mean_ttft_s": 0.7}, {"policy": "preble (tuned on routing-bursty)", "mean_ttft_s": 0.625}]
+    doc = {"seeds": [1000000], "settings": [{"scenario": "routing-bursty", "rows": rows}]}
+    (tmp_path / "c.json").write_text(json.dumps(doc))
+    out = complete_routing_card(tmp_path / "a.json", tmp_path / "c.json", "n", per_scenario=True)
+    assert out["evaluation"] == [{"scenario": "routing-bursty", "seeds": [1000000], "agent_mean_ttft_s": 0.5,
+                                  "best_baseline": "preble (tuned on routing-bursty)",
+                                  "best_baseline_mean_ttft_s": 0.625, "ratio": 0.8}]
+    assert out["scenarios"] == ["routing-bursty"] and out["timesteps"] == 61440 and out["env_kwargs"] == kw
+    assert "routing-bursty" not in out["never_saw"] and "routing-saturated" in out["never_saw"]
+    assert json.loads((tmp_path / "a.json").read_text()) == out
