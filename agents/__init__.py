@@ -24,7 +24,7 @@ __all__ = ["Agent", "AgentFormatError", "AgentIntegrityError", "SHIPPED", "SHIPP
 
 #: Shipped agents by name -> the problem they solve.
 SHIPPED = {"ppo_routing": "routing", "ppo_admission": "admission", "ppo_routing_ws": "routing",
-           "ppo_admission_v1": "admission-v1"}
+           "ppo_admission_v1": "admission-v1", "ppo_routing_bursty": "routing"}
 #: sha256 of each shipped agent's zip and card (update both when an agent is retrained).
 SHIPPED_SHA256 = {
     "ppo_routing": {"zip": "e59cf80ea9a8048d8a1b14f03750bc2f3181f8a1ed604d13e6738a6fff031401",
@@ -39,6 +39,10 @@ SHIPPED_SHA256 = {
     # mooncake_gym.admission_features.AdmissionRuleFeatures (agents/warmstart_admission.py)
     "ppo_admission_v1": {"zip": "ba7c877044c4e25315bb917fa6859bc1e7f9343101ecfd0493e4d5f749a5e3ef",
                          "json": "b23e26e2ea5dfc7e78be0a66e19ddac58793244272695d1c3e8d661c61ea300e"},
+    # issue 13: a per-scenario agent for routing-bursty (its card's "scenarios"; compare shows it only
+    # there): behaviour cloning of relsplit (2, 4, min_load 3), then PPO, behind RoutingRelativeFeatures
+    "ppo_routing_bursty": {"zip": "03cef35fc90d86fe769ada10da69b5fbe9e1a45c67561219ae6ba23e0ccc9c7f",
+                           "json": "b02238b2759ddb38caac334c72b710808d4945659a40b4cdc76cf2f8c4650a0b"},
 }
 
 

@@ -243,19 +243,57 @@ SCENARIO_ENVS = {"routing-saturated": 2, "routing-bursty": 2, "routing-heterogen
                  "routing-stale-multirouter": 1, "routing-sanity": 1, "routing-sanity-8": 1}
 
 
-def scenario_workloads(long_factor: float = 6.0, long_instances: int = 2, min_load: float = 0.0) -> list[dict]:
-    """The workloads of the shipped ``ppo_routing_ws``: each registered routing scenario of
-    :data:`SCENARIO_ENVS` (its ``config()``), with one teacher for all, ``relsplit`` (sizesplit with
-    a threshold relative to the running mean size; knobs chosen on training seeds 0-9 of these
-    scenarios, docs/routing-agents.md), and kvcentric (the best tuned baseline on each) as the
-    reference for checkpoint selection."""
+def scenario_workloads(long_factor: float = 6.0, long_instances: int = 2, min_load: float = 0.0,
+                       envs: dict | None = None) -> list[dict]:
+    """The workloads of the shipped ``ppo_routing_ws``: each registered routing scenario of ``envs``
+    (``{name: vector envs}``, default :data:`SCENARIO_ENVS`; its ``config()``), with one teacher for
+    all, ``relsplit`` (sizesplit with a threshold relative to the running mean size; knobs chosen on
+    training seeds 0-9 of these scenarios, docs/routing-agents.md), and kvcentric (the best tuned
+    baseline on each) as the reference for checkpoint selection. A per-scenario agent
+    (``ppo_routing_bursty``) passes its one scenario in ``envs``."""
     from mooncake_gym.baselines.routing import KVCentric
     from mooncake_gym.baselines.sizesplit import RelativeSizeSplit
     from mooncake_gym.scenarios import get_scenario
 
     return [{"scenario": name, "env_kwargs": get_scenario(name).config(), "envs": envs,
              "teacher": RelativeSizeSplit(long_factor, long_instances, min_load=min_load), "reference": KVCentric()}
-            for name, envs in SCENARIO_ENVS.items()]
+            for name, envs in (SCENARIO_ENVS if envs is None else envs).items()]
+
+
+def complete_routing_card(path, compare_json, notes: str, per_scenario: bool = False) -> dict:
+    """Add to the card ``path`` (``OUT/NAME.json`` of :func:`warm_start_ppo` on routing scenarios)
+    what the card format names beside the training record: ``trained_on`` and ``never_saw`` (the
+    other routing scenarios, and the held-out seeds), ``evaluation`` from the JSON of ``mooncake-gym
+    compare --scenario ... --agent OUT/NAME.zip --json`` (``compare_json``: per scenario the agent's
+    mean TTFT and the best baseline row's, default or tuned; the bound and the agents are not
+    baselines), ``notes``; with ``per_scenario``, ``scenarios`` (the scenarios it was trained on:
+    ``compare`` shows it only there, ``mooncake_gym.compare.agent_scenarios``). Returns the card."""
+    from mooncake_gym.baselines import POLICIES
+    from mooncake_gym.scenarios import scenarios_of
+
+    path = Path(path)
+    card = json.loads(path.read_text())
+    doc = json.loads(Path(compare_json).read_text())
+    trained = [w["scenario"] for w in card["training"]["workloads"]]
+    evaluation = []
+    for setting in doc["settings"]:
+        rows = {r["policy"]: r["mean_ttft_s"] for r in setting["rows"]}
+        # a baseline's row is NAME, or NAME (tuned) / NAME (tuned on SCENARIO) with tuned knobs
+        baselines = {n: t for n, t in rows.items() if n.split(" (tuned")[0] in POLICIES["routing"]}
+        best = min(baselines, key=baselines.get)
+        evaluation.append({"scenario": setting["scenario"], "seeds": doc["seeds"],
+                           "agent_mean_ttft_s": rows["user_agent"], "best_baseline": best,
+                           "best_baseline_mean_ttft_s": baselines[best], "ratio": rows["user_agent"] / baselines[best]})
+    t = card["training"]
+    card.update({"env_kwargs": t["workloads"][0]["env_kwargs"], "timesteps": t["selected_timestep"],
+                 "timesteps_run": t["timesteps_run"], "wall_time_s": t["wall_time_s"],
+                 "trained_on": [{"scenario": w["scenario"], "env_kwargs": w["env_kwargs"]} for w in t["workloads"]],
+                 "never_saw": [s.name for s in scenarios_of("routing") if s.name not in trained]
+                 + ["seeds >= 1,000,000 (compare's held-out seeds)"],
+                 "evaluation": evaluation, "notes": notes,
+                 **({"scenarios": trained} if per_scenario else {})})
+    path.write_text(json.dumps(card, indent=2) + "\n")
+    return card
 
 
 if __name__ == "__main__":  # python -m mooncake_gym.agents.warmstart OUT [--scenarios | --sanity] [--demo-seeds N]
@@ -273,12 +311,28 @@ if __name__ == "__main__":  # python -m mooncake_gym.agents.warmstart OUT [--sce
     ap.add_argument("--chunk", type=int, default=60_000)
     ap.add_argument("--select-seeds", type=int, default=3, help="selection seeds 900, 901, ...")
     ap.add_argument("--teacher", default="6,2,0", help="with --scenarios: relsplit's long_factor,long_instances,min_load")
+    ap.add_argument("--only", metavar="SCENARIO", help="with --scenarios: train a per-scenario agent on this one "
+                    "routing scenario alone (--envs vector envs of it)")
+    ap.add_argument("--envs", type=int, default=4, help="with --only: vector envs (default 4)")
+    ap.add_argument("--name", default="ppo_routing_ws", help="the agent's file name (default ppo_routing_ws)")
     a = ap.parse_args()
+    if a.only and not a.scenarios:
+        ap.error("--only: give --scenarios too (a per-scenario agent trains on a registered scenario)")
+    if a.only:
+        from mooncake_gym.scenarios import get_scenario
+
+        try:
+            problem = get_scenario(a.only).problem
+        except ValueError as e:
+            ap.error(f"--only: {e}")
+        if problem != "routing":
+            ap.error(f"--only: expected a routing scenario, got {a.only!r} (a {problem} scenario)")
     if a.scenarios:
         f, k, load = a.teacher.split(",")
-        workloads, wrappers = scenario_workloads(float(f), int(k), float(load)), [RoutingRelativeFeatures]
+        workloads = scenario_workloads(float(f), int(k), float(load), None if a.only is None else {a.only: a.envs})
+        wrappers = [RoutingRelativeFeatures]
     else:
         workloads, wrappers = issue13_workloads(a.sanity), [RoutingRuleFeatures]
     warm_start_ppo(workloads, a.out, wrappers=wrappers, timesteps=3_000_000, demo_seeds=range(a.demo_seeds),
                    select_seeds=range(900, 900 + a.select_seeds), chunk=a.chunk, bc_epochs=30,
-                   time_budget_s=a.budget_s, hyperparameters={"learning_rate": 3e-5, "gamma": 0.999})
+                   time_budget_s=a.budget_s, hyperparameters={"learning_rate": 3e-5, "gamma": 0.999}, name=a.name)

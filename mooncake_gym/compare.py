@@ -97,15 +97,26 @@ def admission_settings(loads=(2.0,), trace=None, episode_requests=ADMISSION_EPIS
     return out
 
 
-def policies_for(problem: str, agents: dict) -> dict:
-    """Every baseline of ``problem`` plus the agents (``{name: model}``) that solve it."""
+def policies_for(problem: str, agents: dict, scenario: str | None = None) -> dict:
+    """Every baseline of ``problem`` plus the agents (``{name: model}``) that solve it; a
+    per-scenario agent (:func:`agent_scenarios`) only on ``scenario`` (a scenario's setting's name)."""
     from .baselines import POLICIES
 
     out = {name: baseline_policy(problem, name) for name in POLICIES[problem]}
     for name, (agent_problem, model) in agents.items():
-        if agent_problem == problem:
+        only = agent_scenarios(model)
+        if agent_problem == problem and (only is None or scenario in only):
             out[name] = ModelPolicy(model, name)
     return out
+
+
+def agent_scenarios(model) -> list | None:
+    """The scenarios a per-scenario agent is for: its card's ``scenarios`` (a list of scenario names;
+    ``compare`` shows it only in their tables), or None for an agent meant for every setting it fits."""
+    only = (getattr(model, "card", None) or {}).get("scenarios")
+    if only is not None and not (isinstance(only, list) and all(isinstance(n, str) for n in only)):
+        raise ValueError(f"agent card: 'scenarios' must be a list of scenario names, got {only!r}")
+    return only
 
 
 def baseline_policy(problem: str, name: str, label: str | None = None, **knobs) -> ViewPolicy:
@@ -331,7 +342,7 @@ def compare_scenarios(names="all", seeds: int = 5, trace=None, agents: dict | No
             continue
         s = scenario_setting(sc, **own)
         docs = [d for d in tuned or [] if d.get("scenario") in (None, sc.name)]
-        plan.append((s, with_tuned(policies_for(s.problem, agents_fitting(s, agents)), s.problem, docs)))
+        plan.append((s, with_tuned(policies_for(s.problem, agents_fitting(s, agents), sc.name), s.problem, docs)))
     run_plan(plan, [COMPARE_SEED_BASE + i for i in range(seeds)], progress, threads)
     return [s for s, _ in plan], skipped
 
@@ -392,5 +403,6 @@ def settings_json(settings: list[Setting], seeds: int) -> dict:
             "settings": [{"problem": s.problem, "label": s.label, "env_id": s.env_id,
                           "env_kwargs": {k: (v if isinstance(v, (int, float, str)) else str(v))
                                          for k, v in s.env_kwargs.items()},
-                          "rows": s.rows, **({"bound": s.bound} if s.bound is not None else {})}
+                          "rows": s.rows, **({"bound": s.bound} if s.bound is not None else {}),
+                          **({"scenario": s.scenario} if s.scenario is not None else {})}
                          for s in settings]}

@@ -131,7 +131,8 @@ It prints the scenario's fingerprint and its ranked table with your agent as `us
 between the baselines and the bound (`--scenario all` runs every scenario whose spaces it fits;
 add `--trace synthetic_trace.jsonl` for the scenarios that replay Mooncake's trace, `--markdown`
 for a table to paste). An agent is shown only where its observation and action spaces fit the
-scenario's environment. To add a row here, open a pull request with the agent's zip, its card
+scenario's environment, and an agent whose card names `"scenarios": [...]` (a per-scenario agent)
+only on those. To add a row here, open a pull request with the agent's zip, its card
 and the printed table; a row counts only with the fingerprint printed above it, on seeds your
 training never used (`compare`'s seeds start at 1,000,000; training uses seeds below 1,000).
 """

@@ -1,0 +1,78 @@
+"""Per-scenario agents (issue 13: "one per scenario where it must"): ``compare`` shows an agent whose
+card names ``scenarios`` only in those scenarios' tables; the shipped ``ppo_routing_bursty``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mooncake_gym import compare as cmp
+from mooncake_gym.agents import Agent
+
+torch.set_num_threads(1)
+
+
+class _Constant:
+    """A stand-in policy network: always instance 0."""
+
+    def predict(self, obs, state=None, episode_start=None, deterministic=True):
+        return [0] * len(obs), state
+
+
+def _agent(card: dict) -> Agent:
+    return Agent(_Constant(), None, None, card=card)
+
+
+def test_a_per_scenario_agent_is_compared_only_on_its_scenarios():
+    agents = {"general": ("routing", _agent({})), "bursty_only": ("routing", _agent({"scenarios": ["routing-bursty"]}))}
+    on_bursty = cmp.policies_for("routing", agents, "routing-bursty")
+    on_saturated = cmp.policies_for("routing", agents, "routing-saturated")
+    plain = cmp.policies_for("routing", agents)  # compare's own settings (no scenario)
+    assert "general" in on_bursty and "general" in on_saturated and "general" in plain
+    assert "bursty_only" in on_bursty
+    assert "bursty_only" not in on_saturated and "bursty_only" not in plain
+    # both agents' rows come after every baseline's, as before
+    assert list(on_bursty)[-2:] == ["general", "bursty_only"]
+    assert cmp.agent_scenarios(_agent({})) is None
+    with pytest.raises(ValueError, match="scenarios"):
+        cmp.agent_scenarios(_agent({"scenarios": "routing-bursty"}))
+
+
+def test_shipped_bursty_agent_card_names_its_one_scenario_and_compare_shows_it_there_only():
+    from mooncake_gym import agents
+    from mooncake_gym.scenarios import get_scenario, scenarios_of
+
+    name = "ppo_routing_bursty"
+    card = agents.card(name)
+    assert card["scenarios"] == ["routing-bursty"]
+    assert [w["scenario"] for w in card["trained_on"]] == ["routing-bursty"]
+    assert card["trained_on"][0]["env_kwargs"] == get_scenario("routing-bursty").config()
+    never = " ".join(map(str, card["never_saw"]))
+    assert all(s.name in never for s in scenarios_of("routing") if s.name != "routing-bursty")
+    assert all(s < 1_000 for s in card["training"]["demo_seeds"] + card["training"]["select_seeds"])
+    shipped = {name: ("routing", agents.load_agent(name))}
+    assert name in cmp.policies_for("routing", shipped, "routing-bursty")
+    assert name not in cmp.policies_for("routing", shipped, "routing-saturated")
+    assert name not in cmp.policies_for("routing", shipped)
+
+
+def test_complete_routing_card_takes_the_best_baseline_row_default_or_tuned(tmp_path):
+    import json
+
+    from mooncake_gym.agents.warmstart import complete_routing_card
+
+    kw = {"rate": 8.0}
+    card = {"training": {"workloads": [{"scenario": "routing-bursty", "env_kwargs": kw}], "selected_timestep": 61440,
+                         "timesteps_run": 552960, "wall_time_s": 1390.8}}
+    (tmp_path / "a.json").write_text(json.dumps(card))
+    rows = [{"policy": "user_agent", "mean_ttft_s": 0.5}, {"policy": "ppo_routing_ws", "mean_ttft_s": 0.4},
+            {"policy": "kvcentric", "mean_ttft_s": 0.7}, {"policy": "preble (tuned on routing-bursty)", "mean_ttft_s": 0.625}]
+    doc = {"seeds": [1000000], "settings": [{"scenario": "routing-bursty", "rows": rows}]}
+    (tmp_path / "c.json").write_text(json.dumps(doc))
+    out = complete_routing_card(tmp_path / "a.json", tmp_path / "c.json", "n", per_scenario=True)
+    assert out["evaluation"] == [{"scenario": "routing-bursty", "seeds": [1000000], "agent_mean_ttft_s": 0.5,
+                                  "best_baseline": "preble (tuned on routing-bursty)",
+                                  "best_baseline_mean_ttft_s": 0.625, "ratio": 0.8}]
+    assert out["scenarios"] == ["routing-bursty"] and out["timesteps"] == 61440 and out["env_kwargs"] == kw
+    assert "routing-bursty" not in out["never_saw"] and "routing-saturated" in out["never_saw"]
+    assert json.loads((tmp_path / "a.json").read_text()) == out
