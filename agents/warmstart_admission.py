@@ -9,9 +9,12 @@ load) and its own vector envs. Cloning, PPO and checkpoint selection (token good
 seeds 900-902, the cloned policy kept unless PPO beats it) are :func:`warm_start_ppo`'s.
 Every seed is below 1,000; ``compare`` evaluates on seeds from 1,000,000::
 
-    python -m mooncake_gym.agents.warmstart_admission OUT [--budget-s 1500] [--demo-seeds 8]
+    python -m mooncake_gym.agents.warmstart_admission OUT [--budget-s 1500] [--demo-seeds 8] [--cem JSON]
+        [--loads 2,3] [--name ppo_admission_v1] [--growth]
 
-writes ``OUT/ppo_admission_v1.zip`` and its card (docs/admission-v1.md has the figures).
+writes ``OUT/NAME.zip`` and its card (docs/admission-v1.md has the figures of every attempt):
+``--loads 2`` trains a per-scenario agent on load 2 alone, ``--growth`` adds the wrapper's
+opportunity-cost features.
 """
 
 from __future__ import annotations
