@@ -9,9 +9,12 @@ load) and its own vector envs. Cloning, PPO and checkpoint selection (token good
 seeds 900-902, the cloned policy kept unless PPO beats it) are :func:`warm_start_ppo`'s.
 Every seed is below 1,000; ``compare`` evaluates on seeds from 1,000,000::
 
-    python -m mooncake_gym.agents.warmstart_admission OUT [--budget-s 1500] [--demo-seeds 8]
+    python -m mooncake_gym.agents.warmstart_admission OUT [--budget-s 1500] [--demo-seeds 8] [--cem JSON]
+        [--loads 2,3] [--name ppo_admission_v1] [--growth]
 
-writes ``OUT/ppo_admission_v1.zip`` and its card (docs/admission-v1.md has the figures).
+writes ``OUT/NAME.zip`` and its card (docs/admission-v1.md has the figures of every attempt):
+``--loads 2`` trains a per-scenario agent on load 2 alone, ``--growth`` adds the wrapper's
+opportunity-cost features.
 """
 
 from __future__ import annotations
@@ -31,12 +34,18 @@ SCENARIO_KWARGS = {"preset": "mooncake-overload", "episode_requests": 3000, "pre
 TEACHERS = {2.0: (0.7, 0.9, 8000), 3.0: (0.5, 0.8, 8000)}
 
 
-def workloads(envs_per_load: int = 2) -> list[dict]:
-    """One workload per load of :data:`TEACHERS`, with the context rule at that load's knobs as the teacher."""
+def workloads(envs_per_load: int = 2, loads=None, episode_requests: int | None = None) -> list[dict]:
+    """One workload per load of :data:`TEACHERS` (or of ``loads``, a subset), with the context rule at
+    that load's knobs as the teacher (``episode_requests`` replaces the scenarios' 3,000, for tests)."""
     from mooncake_gym.baselines.admission import ContextRule
 
-    return [{"env_kwargs": {**SCENARIO_KWARGS, "load": load}, "teacher": ContextRule(*knobs, length="predicted"),
-             "envs": envs_per_load} for load, knobs in TEACHERS.items()]
+    loads = list(TEACHERS) if loads is None else [float(x) for x in loads]
+    unknown = [x for x in loads if x not in TEACHERS]
+    if unknown or not loads:
+        raise ValueError(f"loads: expected a non-empty subset of {sorted(TEACHERS)}, got {loads}")
+    size = {} if episode_requests is None else {"episode_requests": int(episode_requests)}
+    return [{"env_kwargs": {**SCENARIO_KWARGS, **size, "load": load}, "teacher": ContextRule(*TEACHERS[load], length="predicted"),
+             "envs": envs_per_load} for load in loads]
 
 
 def linear_admit(theta: np.ndarray, obs: np.ndarray) -> int:
@@ -74,16 +83,20 @@ def _log(entry: dict) -> None:
 
 
 def cem_init(generations: int = 15, population: int = 12, elite: int = 3, budget_s: float = 1200.0, seed: int = 0,
-             std: float = 1.0, log=_log):
+             std: float = 1.0, seeds_per_generation: int = 1, loads=None, episode_requests: int | None = None,
+             log=_log):
     """The ``init`` of :func:`warm_start_ppo` that searches a linear policy by the cross-entropy method.
 
     Cross-entropy method (Szita and Lorincz, Neural Computation 2006, noisy CEM): a Gaussian over
     ``theta = (w, b)`` starts at the context rule (w = 2 on feature 10, its decision; b = -1) with
     standard deviation ``std``; each generation draws ``population`` candidates, runs each for one
-    episode per load on the generation's training seed (100 + generation: common random numbers),
-    scores it by the sum over loads of its token goodput over the teacher's on that episode, and
-    refits the Gaussian to the ``elite`` best (plus decaying noise). The mean is written into the
-    model's (linear) policy."""
+    episode per load on each of the generation's ``seeds_per_generation`` training seeds
+    (``100 + seeds_per_generation x generation + i``: common random numbers), scores it by the mean
+    over those seeds of the sum over loads (``loads``: :func:`workloads`'s) of its token goodput over
+    the teacher's on that episode, and refits the Gaussian to the ``elite`` best (plus decaying
+    noise). The mean is written into the model's (linear) policy."""
+    if seeds_per_generation < 1:
+        raise ValueError(f"seeds_per_generation: expected an integer >= 1, got {seeds_per_generation}")
     rng = np.random.default_rng(seed)
 
     def init(model, specs) -> dict:
@@ -92,7 +105,7 @@ def cem_init(generations: int = 15, population: int = 12, elite: int = 3, budget
         from .warmstart import _wrapped
 
         start = time.time()
-        envs = [(_wrapped(w["env_kwargs"], specs, ENV_ID), w["teacher"]) for w in workloads()]
+        envs = [(_wrapped(w["env_kwargs"], specs, ENV_ID), w["teacher"]) for w in workloads(loads=loads, episode_requests=episode_requests)]
         n = model.observation_space.shape[0] + 1
         mean, sd = np.zeros(n), np.full(n, float(std))
         mean[10], mean[-1] = 2.0, -1.0
@@ -101,16 +114,17 @@ def cem_init(generations: int = 15, population: int = 12, elite: int = 3, budget
             if time.time() - start + last_s > budget_s:  # the next generation would not fit the budget
                 break
             gen_start = time.time()
-            ep_seed = 100 + g
-            refs = [_teacher_goodput(env, teacher, ep_seed) for env, teacher in envs]
+            ep_seeds = [100 + seeds_per_generation * g + i for i in range(seeds_per_generation)]
+            refs = [[_teacher_goodput(env, teacher, s) for env, teacher in envs] for s in ep_seeds]
             cands = mean + sd * rng.standard_normal((population, n))
             cands[0] = mean  # the current mean is scored too
-            scores = np.array([sum(episode_goodput(env, ep_seed, lambda o, t=theta: linear_admit(t, o)) / ref
-                                   for (env, _), ref in zip(envs, refs)) for theta in cands])
+            scores = np.array([np.mean([sum(episode_goodput(env, s, lambda o, t=theta: linear_admit(t, o)) / ref
+                                            for (env, _), ref in zip(envs, rs)) for s, rs in zip(ep_seeds, refs)])
+                               for theta in cands])
             best = cands[np.argsort(-scores)[:elite]]
             noise = max(0.0, 0.3 * (1 - g / generations))
             mean, sd = best.mean(0), best.std(0) + noise
-            history.append({"generation": g, "seed": ep_seed, "mean_score": float(scores[0]),
+            history.append({"generation": g, "seed": ep_seeds[0] if len(ep_seeds) == 1 else ep_seeds, "mean_score": float(scores[0]),
                             "best_score": float(scores.max()), "wall_s": round(time.time() - start, 1)})
             log(history[-1])
             last_s = time.time() - gen_start
@@ -118,7 +132,8 @@ def cem_init(generations: int = 15, population: int = 12, elite: int = 3, budget
             env.close()
         set_linear_policy(model, mean)
         return {"method": "cem", "theta": [round(float(x), 4) for x in mean], "generations": history,
-                "population": population, "elite": elite, "std": std, "wall_s": round(time.time() - start, 1)}
+                "population": population, "elite": elite, "std": std, "seeds_per_generation": seeds_per_generation,
+                "wall_s": round(time.time() - start, 1)}
 
     init.__doc__ = ("cross-entropy method on a linear policy started at the context rule "
                     "(agents/warmstart_admission.cem_init)")
@@ -134,29 +149,33 @@ def _teacher_goodput(env, teacher, seed: int) -> float:
 
 
 def train(out, budget_s: float = 1500.0, demo_seeds: int = 8, timesteps: int = 5_000_000, chunk: int = 40_000,
-          hyperparameters: dict | None = None, cem: dict | None = None) -> dict:
+          hyperparameters: dict | None = None, cem: dict | None = None, loads=None, name: str = NAME,
+          growth: bool = False) -> dict:
     """Behaviour cloning (or, with ``cem``, :func:`cem_init` with those arguments on a linear policy),
-    then PPO with checkpoint selection, within ``budget_s`` seconds in all."""
+    then PPO with checkpoint selection, within ``budget_s`` seconds in all, on the loads ``loads``
+    (default both), behind :class:`AdmissionRuleFeatures` (with its opportunity-cost features if
+    ``growth``); writes ``OUT/NAME.zip`` and its card."""
     from mooncake_gym.admission_features import AdmissionRuleFeatures
 
     arch = [] if cem is not None else [64, 64]
     hp = {"learning_rate": 3e-5, "gamma": 0.995, "policy_kwargs": {"net_arch": arch}, **(hyperparameters or {})}
-    init = None if cem is None else cem_init(**cem)
-    return warm_start_ppo(workloads(), out, wrappers=[AdmissionRuleFeatures], timesteps=timesteps,
+    init = None if cem is None else cem_init(**{"loads": loads, **cem})
+    wrapper = (AdmissionRuleFeatures, {"growth": True}) if growth else AdmissionRuleFeatures
+    return warm_start_ppo(workloads(loads=loads), out, wrappers=[wrapper], timesteps=timesteps,
                           demo_seeds=range(demo_seeds), select_seeds=range(900, 903), chunk=chunk, bc_epochs=30,
                           time_budget_s=budget_s, hyperparameters=hp, env_id=ENV_ID, metric="token_goodput",
-                          goal="max", name=NAME, init=init)
+                          goal="max", name=name, init=init)
 
 
-def complete_card(out, compare_json, notes: str) -> dict:
-    """Add to ``OUT/ppo_admission_v1.json`` what the card format names beside the training record
+def complete_card(out, compare_json, notes: str, name: str = NAME) -> dict:
+    """Add to ``OUT/NAME.json`` (default ``ppo_admission_v1.json``) what the card format names beside the training record
     (``env_kwargs``, ``timesteps``, ``wall_time_s``, ``trained_on``, ``never_saw``, ``evaluation``,
     ``notes``): ``evaluation`` from the JSON of ``mooncake-gym compare --scenario
     admission-load2,admission-load3 --agent OUT/ppo_admission_v1.zip --json`` (``compare_json``), the
     agent's row and the best other row of each scenario (and ``early``'s, the waste reference)."""
     from pathlib import Path
 
-    path = Path(out) / f"{NAME}.json"
+    path = Path(out) / f"{name}.json"
     card = json.loads(path.read_text())
     doc = json.loads(Path(compare_json).read_text())
     keys = ("token_goodput", "goodput_requests", "wasted_prefill_gpu_s")
@@ -170,11 +189,14 @@ def complete_card(out, compare_json, notes: str) -> dict:
                            "best_other": {"policy": best, **rows[best]}, "early": rows["early"],
                            "ratio_to_best_other": agent["token_goodput"] / rows[best]["token_goodput"]})
     t = card["training"]
-    card.update({"env_kwargs": {**SCENARIO_KWARGS, "load": 2.0}, "timesteps": t["timesteps_run"],
+    trained_on = [w["env_kwargs"] for w in t["workloads"]]
+    unseen_loads = [f"admission-load{load:g}" for load in TEACHERS if load not in [w["load"] for w in trained_on]]
+    card.update({"env_kwargs": trained_on[0], "timesteps": t["timesteps_run"],
                  "timesteps_run": t["timesteps_run"], "wall_time_s": t["wall_time_s"],
-                 "trained_on": [w["env_kwargs"] for w in t["workloads"]],
-                 "never_saw": ["held-out seeds (>= 1,000,000)", "admission-load1.5", "admission-tight-slo",
-                               "other output-length prediction errors than sigma 0.5", "Conductor-v1"],
+                 "trained_on": trained_on,
+                 "never_saw": ["held-out seeds (>= 1,000,000)", *unseen_loads, "admission-load1.5",
+                               "admission-tight-slo", "other output-length prediction errors than sigma 0.5",
+                               "Conductor-v1"],
                  "evaluation": evaluation, "notes": notes})
     path.write_text(json.dumps(card, indent=2) + "\n")
     return card
@@ -190,6 +212,10 @@ if __name__ == "__main__":
     ap.add_argument("--chunk", type=int, default=40_000)
     ap.add_argument("--hp", default="{}", help="PPO hyperparameters overriding the defaults (JSON)")
     ap.add_argument("--cem", help="start from cem_init(**CEM) on a linear policy instead of cloning (JSON)")
+    ap.add_argument("--loads", default="2,3", help="the admission scenarios' loads to train on (comma-separated)")
+    ap.add_argument("--name", default=NAME, help="the agent's file name (OUT/NAME.zip)")
+    ap.add_argument("--growth", action="store_true", help="add AdmissionRuleFeatures' opportunity-cost features")
     a = ap.parse_args()
     train(a.out, a.budget_s, a.demo_seeds, chunk=a.chunk, hyperparameters=json.loads(a.hp),
-          cem=None if a.cem is None else json.loads(a.cem))
+          cem=None if a.cem is None else json.loads(a.cem), loads=[float(x) for x in a.loads.split(",")], name=a.name,
+          growth=a.growth)

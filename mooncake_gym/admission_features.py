@@ -25,6 +25,16 @@ greater), SLO the preset's TTFT SLO.
 | 10-12 | the context rule's decision at ``(low, high, max)`` = (0.7, 0.9, 8,000) (defaults), (0.5, 0.8, 8,000) and (0.5, 0.9, 12,000) (tuned at loads 3 and 2, ``docs/admission-v1.md``) | 0 or 1 |
 | 13 | ``early``'s decision at threshold 0.9 | 0 or 1 |
 
+With ``growth=True`` four features of the request's opportunity cost follow (18 in all), on the
+same decode instance (the emptiest); ``b`` is its batch, ``u`` its KV use, ``cap`` its capacity:
+
+| index | feature | scaling |
+|---|---|---|
+| 14 | the iteration time this request adds, ``decode_step_with_s - decode_step_s`` (what every running request pays per token while it decodes) | s / (0.02 TBT SLO) |
+| 15 | the instance's KV at the end of the request's residence if the batch grows one token per running request per iteration for ``min(out, mean output)`` iterations and nobody leaves: ``u + input + out + b x min(out, mean output)`` | tokens / cap |
+| 16 | the pool's KV use now (every decode instance) | used / capacity |
+| 17 | the slowest decode instance's current iteration time | s / (2 TBT SLO) |
+
 Every feature is clipped to [0, 1]. After the last request the observation is all zeros.
 """
 
@@ -45,6 +55,9 @@ RATE_EMA = 0.02  # weight of the newest inter-arrival time (about 50 arrivals)
 CONTEXT_RULES = ((0.7, 0.9, 8000), (0.5, 0.8, 8000), (0.5, 0.9, 12000))
 EARLY_THRESHOLD = 0.9
 N_FEATURES = 14
+#: Features added by ``growth=True`` (module docstring).
+N_GROWTH_FEATURES = 4
+MARGINAL_STEP_SLO = 0.02  # feature 14's scale, in TBT SLOs
 
 
 def _clip(x: float) -> float:
@@ -53,9 +66,11 @@ def _clip(x: float) -> float:
 
 class AdmissionRuleFeatures(gym.ObservationWrapper):
     """``OverloadAdmission-v1`` (``prediction=True``) seen through the admission rules' quantities
-    (module docstring): ``Box(0, 1, (14,), float32)``."""
+    (module docstring): ``Box(0, 1, (14,), float32)``, or ``(18,)`` with ``growth=True`` (the
+    request's opportunity cost: its marginal iteration time, the batch's KV growth over its
+    residence, the pool's KV use and slowest iteration)."""
 
-    def __init__(self, env: gym.Env):
+    def __init__(self, env: gym.Env, growth: bool = False):
         super().__init__(env)
         base = env.unwrapped
         if not (hasattr(base, "decision_view") and getattr(base, "prediction", False) and hasattr(base, "saturation")):
@@ -66,7 +81,11 @@ class AdmissionRuleFeatures(gym.ObservationWrapper):
         self._early = EarlyRejection(EARLY_THRESHOLD)
         self._rate_den = 4.0 * base.saturation.cluster_per_s
         self._n_prefill = base.preset.n_prefill
-        self.observation_space = spaces.Box(0.0, 1.0, (N_FEATURES,), np.float32)
+        if not isinstance(growth, bool):
+            raise ValueError(f"growth: expected True or False, got {growth!r}")
+        self.growth = growth
+        self._n = N_FEATURES + (N_GROWTH_FEATURES if growth else 0)
+        self.observation_space = spaces.Box(0.0, 1.0, (self._n,), np.float32)
         self._last_now, self._ema, self._weight = None, 0.0, 0.0
 
     def reset(self, **kwargs):
@@ -87,7 +106,7 @@ class AdmissionRuleFeatures(gym.ObservationWrapper):
     def observation(self, observation):
         view = self.env.unwrapped.decision_view()
         if view is None:
-            return np.zeros(N_FEATURES, np.float32)
+            return np.zeros(self._n, np.float32)
         from .baselines.admission import decode_load_with
 
         out = float(view.predicted_output_tokens)
@@ -102,4 +121,10 @@ class AdmissionRuleFeatures(gym.ObservationWrapper):
                 view.requests_in_prefill / (20 * self._n_prefill), self._rate(view.now) / self._rate_den]
         vals += [1.0 if rule(view) else 0.0 for rule in self._rules]
         vals.append(1.0 if self._early(view) else 0.0)
+        if self.growth:
+            slo = view.tbt_slo_s
+            grown = (view.decode_used_per_instance[j] + context
+                     + view.decode_batch[j] * min(out, float(view.mean_output_tokens)))
+            vals += [(view.decode_step_with_s[j] - view.decode_step_s[j]) / (MARGINAL_STEP_SLO * slo),
+                     grown / cap, view.decode_load, max(view.decode_step_s) / (2 * slo)]
         return np.asarray([_clip(float(v)) for v in vals], np.float32)
