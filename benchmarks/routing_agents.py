@@ -8,7 +8,10 @@ TTFT lower bound, on held-out seeds 1,000,000 on (``compare``'s).
 
 ``tune`` searches each of ``TUNED``'s ``KNOBS`` grids on training seeds 0, 1, 2 (the objective of
 ``mooncake_gym.tune``: mean TTFT over the seeds, on the setting's own env kwargs). The settings are
-plain ``PrefillRouting-v0`` kwargs (``SETTINGS``): the lead maps them to the scenario registry.
+plain ``PrefillRouting-v0`` kwargs (``SETTINGS``) of attempts 1-6 in docs/routing-agents.md, made
+before the scenario registry: this script reproduces those figures. The registered scenarios
+(``mooncake_gym.scenarios``, docs/scenarios.md) are measured with ``mooncake-gym compare --scenario``,
+their baselines tuned by ``make leaderboard-tune``.
 """
 
 from __future__ import annotations
