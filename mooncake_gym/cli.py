@@ -611,6 +611,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fresh-blocks", action="store_true",
                    help="cluster presets: each re-drawn copy of a base request gets fresh ids for the blocks it "
                         "brought into the base trace, so a long draw reuses only what each request reused there")
+    p.add_argument("--tbt-headroom", type=float, default=None,
+                   help="cluster presets: the share of the TBT SLO the decode instances' admission check keeps "
+                        "free, in [0, 1) (default 0: a request joins if the next iteration fits the SLO)")
     _add_preset_arg(p, "the admission baselines own the admission decision of the whole cluster, --load "
                        "being a multiple of its measured saturation throughput")
     p.set_defaults(func=_cmd_overload)

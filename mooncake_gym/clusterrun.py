@@ -132,16 +132,18 @@ def replay(trace, preset: ClusterPreset, names, seed: int = 0, threshold: float 
 
 
 def overload(base, preset: ClusterPreset, load: float, n_requests: int, names, seed: int = 0,
-             fresh_blocks: bool = False):
+             fresh_blocks: bool = False, tbt_headroom: float = 0.0):
     """Every admission baseline of ``names`` (None: all) owning the admission decision on
     ``preset``'s cluster, over ``n_requests`` requests drawn i.i.d. from ``base`` at ``load`` x the
-    cluster's measured saturation (``fresh_blocks``: see :func:`conductor.overload_workload`).
+    cluster's measured saturation (``fresh_blocks``: see :func:`conductor.overload_workload`;
+    ``tbt_headroom``: see :class:`conductor.ClusterSimulator`).
     Returns ``(trace, saturation, {name: ClusterResult})``."""
     from .baselines import ADMISSION_POLICIES, make_policy
     from .conductor import overload_workload, simulate
 
     trace, sat = overload_workload(base, load, n_requests, seed, preset, fresh_blocks=fresh_blocks)
-    results = {name: simulate(trace, preset, admission=make_policy("admission", name), seed=seed)
+    results = {name: simulate(trace, preset, admission=make_policy("admission", name), seed=seed,
+                              tbt_headroom=tbt_headroom)
                for name in (list(ADMISSION_POLICIES) if names is None else names)}
     return trace, sat, results
 
@@ -213,7 +215,8 @@ _LECTURE_ONLY = {
 }
 #: Per command, the options only a cluster preset takes, and why.
 _CLUSTER_ONLY = {
-    "overload": {"fresh_blocks": "the lecture's demo 3 keeps its i.i.d. draw as it is"},
+    "overload": {"fresh_blocks": "the lecture's demo 3 keeps its i.i.d. draw as it is",
+                 "tbt_headroom": "the lecture's decode instance has no TBT"},
 }
 #: The lecture's defaults of the options whose default depends on the preset.
 _LECTURE_DEFAULTS = {"replay": {"ttft_slo": 5.0, "cache_blocks": 3000}, "overload": {"ttft_slo": 30.0}}
@@ -291,7 +294,7 @@ def cmd_overload(args) -> int:
     base = load_workload(args.trace, rate=args.rate, seed=args.seed)
     names = None if args.policy == "all" else [args.policy]
     trace, sat, results = overload(base, p, args.load, args.requests, names, seed=args.seed,
-                                   fresh_blocks=args.fresh_blocks)
+                                   fresh_blocks=args.fresh_blocks, tbt_headroom=args.tbt_headroom or 0.0)
     if args.plot:
         from .plots import plot_load_series
 
@@ -299,14 +302,15 @@ def cmd_overload(args) -> int:
     if args.json:
         report.print_json({"base_trace": base.name, "trace": trace.name, "requests": len(trace),
                            "preset": preset_json(p), "saturation": sat._asdict(), "load": args.load,
-                           "fresh_blocks": args.fresh_blocks,
+                           "fresh_blocks": args.fresh_blocks, "tbt_headroom": args.tbt_headroom or 0.0,
                            "arrival_rate_per_s": args.load * sat.cluster_per_s,
                            "results": {n: r.metrics for n, r in results.items()}})
         return 0
     print(f"base {base.name}: {describe(p)}; measured saturation {sat.cluster_per_s:.2f} requests/s "
           f"({sat.bottleneck} pool first: prefill {sat.prefill_per_s:.2f}/s, decode {sat.decode_per_s:.2f}/s); "
           f"{len(trace):,} i.i.d. requests at load {args.load:g} = {args.load * sat.cluster_per_s:.2f}/s"
-          + ("; re-drawn requests get fresh blocks for what they brought" if args.fresh_blocks else ""))
+          + ("; re-drawn requests get fresh blocks for what they brought" if args.fresh_blocks else "")
+          + (f"; decode check within {1 - args.tbt_headroom:g} x the TBT SLO" if args.tbt_headroom else ""))
     _print_table([table_row(n, r.metrics) for n, r in results.items()], CLUSTER_ADMISSION_COLUMNS, False)
     if args.plot:
         print(f"load series written to {args.plot}")

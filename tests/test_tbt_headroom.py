@@ -38,3 +38,23 @@ def test_headroom_trades_a_few_completions_for_tbt_attainment_under_overload():
     assert runs[0.0]["tbt_attainment"] < 0.3 < 0.9 < runs[0.2]["tbt_attainment"]
     assert runs[0.2]["goodput"] > 3 * runs[0.0]["goodput"]
     assert 0.9 * runs[0.0]["completed"] < runs[0.2]["completed"] <= runs[0.0]["completed"]
+
+
+def test_overload_cli_tbt_headroom_is_the_simulators_and_cluster_only(capsys):
+    import json
+
+    from mooncake_gym.cli import main
+
+    assert main(["overload", "--requests", "300", "--preset", "mooncake-overload", "--seed", "1",
+                 "--policy", "baseline", "--tbt-headroom", "0.2", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    trace, _ = overload_workload(synthetic_trace(1, rate=4.0), 2.0, 300, 1, "mooncake-overload")
+    expected = simulate(trace, "mooncake-overload", admission=make_policy("admission", "baseline"), seed=1,
+                        tbt_headroom=0.2)
+    assert doc["tbt_headroom"] == 0.2
+    assert doc["results"]["baseline"]["completed"] == expected.metrics["completed"]
+    assert doc["results"]["baseline"]["tbt_attainment"] == expected.metrics["tbt_attainment"]
+    assert main(["overload", "--tbt-headroom", "0.2"]) == 2
+    assert "--tbt-headroom: only with a cluster --preset" in capsys.readouterr().err
+    assert main(["overload", "--preset", "mooncake-overload", "--requests", "50", "--tbt-headroom", "1"]) == 2
+    assert "tbt_headroom: expected a share of the TBT SLO in [0, 1)" in capsys.readouterr().err
