@@ -83,3 +83,26 @@ def test_fresh_blocks_is_refused_under_the_lecture_preset(capsys):
     assert main(["overload", "--fresh-blocks"]) == 2
     err = capsys.readouterr().err
     assert "--fresh-blocks: only with a cluster --preset" in err
+
+
+@pytest.mark.parametrize("env_id", ["mooncake_gym/OverloadAdmission-v1", "mooncake_gym/Conductor-v1",
+                                    "mooncake_gym/PrefillRouting-v1"])
+def test_v1_envs_draw_fresh_blocks_when_asked(env_id):
+    import gymnasium as gym
+
+    import mooncake_gym  # noqa: F401  (registers the env ids)
+
+    traces = {}
+    for fresh in (False, True):
+        env = gym.make(env_id, episode_requests=400, fresh_blocks=fresh)
+        env.reset(seed=3)
+        traces[fresh] = env.unwrapped.sim.trace
+        env.close()
+    plain, fresh = traces[False], traces[True]
+    # the same draw and arrivals; only the ids of the blocks a re-drawn copy brought itself differ
+    assert plain.input_tokens.tolist() == fresh.input_tokens.tolist()
+    assert plain.arrival_s.tolist() == fresh.arrival_s.tolist()
+    assert plain.block_ids != fresh.block_ids
+    assert len({b for blocks in fresh.block_ids for b in blocks}) > len({b for blocks in plain.block_ids for b in blocks})
+    with pytest.raises(ValueError, match="fresh_blocks: expected True or False"):
+        gym.make(env_id, fresh_blocks="yes")

@@ -157,7 +157,10 @@ WORKLOAD_DOC = """\
     (``mooncake_gym.conductor.saturation``: the smaller of the prefill pool's and the decode pool's
     requests/s on the base trace's mix), or at a load drawn uniformly from ``load_range``: the
     workload of ``conductor.overload_workload``. The base trace is ``base_trace`` (a path or Trace)
-    or the synthetic trace of seed 0 at 4 sessions/s. ``trace=`` (or
+    or the synthetic trace of seed 0 at 4 sessions/s. A request drawn twice repeats its prompt's
+    blocks, so long episodes hit the prefix caches more than the base trace does;
+    ``fresh_blocks=True`` gives each re-drawn copy new ids for the blocks it brought into the base
+    trace (``mooncake_gym.workload.resample_iid``; default False). ``trace=`` (or
     ``reset(options={"trace": ...})``) replays a given trace whole at ``speed`` instead. The default
     router's tie-breaks are seeded from ``np_random`` too (``info["sim_seed"]``)."""
 
@@ -202,7 +205,8 @@ ARGUMENTS_DOC = """\
     is its log-normal error. ``observation`` is what the policy sees of the prefill pool: a mode
     string or ``mooncake_gym.observation.ObservationConfig`` (``exact``, the default; ``scraped``,
     ``approximate``, ``precise``, ``noisy``, ``mooncake_gym.observation`` and ``docs/envs/prefill_routing.md``); the prefill features, the
-    default router and the predicted TTFT come from that view, service stays exact. ``render_mode`` must be None (no picture yet). An invalid argument
+    default router and the predicted TTFT come from that view, service stays exact. ``fresh_blocks``
+    (bool) gives re-drawn requests new ids for the blocks they brought (Starting State). ``render_mode`` must be None (no picture yet). An invalid argument
     raises ``ValueError`` naming it and its allowed range."""
 
 GOODPUT_REWARD_DOC = """\
@@ -230,7 +234,7 @@ class ClusterEnv(gym.Env):
     def __init__(self, preset="mooncake", load=None, load_range=None, default_load: float = 1.0, base_trace=None,
                  trace=None, speed: float = 1.0, episode_requests: int = 1000, oracle: bool = False,
                  waste_penalty: float = DEFAULT_WASTE_PENALTY, render_mode=None, prediction: bool = False,
-                 prediction_sigma: float = DEFAULT_PREDICTION_SIGMA, observation=None):
+                 prediction_sigma: float = DEFAULT_PREDICTION_SIGMA, observation=None, fresh_blocks: bool = False):
         self.preset = get_preset(preset)
         try:
             self.observation = as_observation(observation)
@@ -245,6 +249,9 @@ class ClusterEnv(gym.Env):
         if not isinstance(prediction, bool):
             raise ValueError(f"prediction: expected True or False, got {prediction!r}")
         self.prediction = prediction
+        if not isinstance(fresh_blocks, bool):
+            raise ValueError(f"fresh_blocks: expected True or False, got {fresh_blocks!r}")
+        self.fresh_blocks = fresh_blocks
         self.prediction_sigma = check_sigma(prediction_sigma)
         if render_mode is not None:
             raise ValueError(f"render_mode: expected None (the v1 environments do not render), got {render_mode!r}")
@@ -298,7 +305,8 @@ class ClusterEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         trace, load = episode_workload(self.np_random, options, self.trace, self.speed, self.base,
-                                       self.episode_requests, self.load, self.saturation.cluster_per_s)
+                                       self.episode_requests, self.load, self.saturation.cluster_per_s,
+                                       fresh_blocks=self.fresh_blocks)
         sim_seed = int(self.np_random.integers(2**31))
         predicted = None
         if self.prediction:  # drawn after everything else, so the workload is the same with or without

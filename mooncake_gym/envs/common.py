@@ -127,17 +127,18 @@ class WorkloadSpec:
 
 
 def episode_workload(np_random: np.random.Generator, options: dict | None, trace: Trace | None, speed: float,
-                     base: Trace, episode_requests: int, load: ValueOrRange, rate_per_load: float) -> tuple[Trace, float]:
+                     base: Trace, episode_requests: int, load: ValueOrRange, rate_per_load: float,
+                     fresh_blocks: bool = False) -> tuple[Trace, float]:
     """The episode's trace and load in the admission environments: ``options['trace']`` or the
     env's ``trace`` replayed whole at ``speed`` (load NaN), else ``episode_requests`` requests
     drawn i.i.d. from ``base`` with Poisson arrivals at a ``load`` drawn from ``np_random`` times
-    ``rate_per_load`` requests/s."""
+    ``rate_per_load`` requests/s (``fresh_blocks``: see :func:`~mooncake_gym.workload.resample_iid`)."""
     if options and "trace" in options:
         trace = as_trace("options['trace']", options["trace"])
     if trace is not None:
         return (trace.scaled(speed) if speed != 1.0 else trace), float("nan")
     x = load.draw(np_random)
-    return resample_iid(base, episode_requests, x * rate_per_load, np_random), x
+    return resample_iid(base, episode_requests, x * rate_per_load, np_random, fresh_blocks=fresh_blocks), x
 
 
 def is_range(value) -> bool:

@@ -58,7 +58,7 @@ class OverloadAdmissionV1Env(ClusterEnv):
     ``gym.make("mooncake_gym/OverloadAdmission-v1", preset="mooncake-overload", load=None,
     load_range=None, base_trace=None, trace=None, speed=1.0, episode_requests=1000, oracle=False,
     waste_penalty=0.1, render_mode=None, prediction=False, prediction_sigma=0.5,
-    observation=None)``. With neither
+    observation=None, fresh_blocks=False)``. With neither
     ``load`` nor ``load_range`` the load is 2.
 {ARGUMENTS_DOC}
 
@@ -76,9 +76,9 @@ class OverloadAdmissionV1Env(ClusterEnv):
     def __init__(self, preset="mooncake-overload", load=None, load_range=None, base_trace=None, trace=None,
                  speed: float = 1.0, episode_requests: int = 1000, oracle: bool = False,
                  waste_penalty: float = DEFAULT_WASTE_PENALTY, render_mode=None, prediction: bool = False,
-                 prediction_sigma: float = DEFAULT_PREDICTION_SIGMA, observation=None):
+                 prediction_sigma: float = DEFAULT_PREDICTION_SIGMA, observation=None, fresh_blocks: bool = False):
         super().__init__(preset, load, load_range, 2.0, base_trace, trace, speed, episode_requests, oracle,
-                         waste_penalty, render_mode, prediction, prediction_sigma, observation)
+                         waste_penalty, render_mode, prediction, prediction_sigma, observation, fresh_blocks)
         self.action_space = spaces.Discrete(2)
 
     def encode_action(self, admit) -> int:

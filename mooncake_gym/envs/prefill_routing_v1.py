@@ -60,7 +60,7 @@ class PrefillRoutingV1Env(ClusterEnv):
 
     ``gym.make("mooncake_gym/PrefillRouting-v1", preset="mooncake", load=None, load_range=None,
     base_trace=None, trace=None, speed=1.0, episode_requests=1000, oracle=False, render_mode=None,
-    observation=None)``.
+    observation=None, fresh_blocks=False)``.
     With neither ``load`` nor ``load_range`` the load is 0.9.
 {ARGUMENTS_DOC}
 
@@ -73,9 +73,9 @@ class PrefillRoutingV1Env(ClusterEnv):
 
     def __init__(self, preset="mooncake", load=None, load_range=None, base_trace=None, trace=None,
                  speed: float = 1.0, episode_requests: int = 1000, oracle: bool = False, render_mode=None,
-                 observation=None):
+                 observation=None, fresh_blocks: bool = False):
         super().__init__(preset, load, load_range, 0.9, base_trace, trace, speed, episode_requests, oracle,
-                         render_mode=render_mode, observation=observation)
+                         render_mode=render_mode, observation=observation, fresh_blocks=fresh_blocks)
         n = self.preset.n_prefill
         self.action_space = spaces.Discrete(2 * n)
         self._n = n
