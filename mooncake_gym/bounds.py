@@ -196,7 +196,7 @@ def cluster_ttft_bound(trace: Trace, preset="mooncake") -> TTFTBound:
     if not isinstance(trace, Trace):
         raise ValueError(f"trace: expected a mooncake_gym.workload.Trace, got {type(trace).__name__}")
     p = get_preset(preset)
-    fits = np.flatnonzero(trace.input_tokens + trace.output_tokens <= p.capacity_tokens)
+    fits = np.flatnonzero(p.fits(trace.input_tokens, trace.output_tokens))
     if len(fits) == 0:
         raise ValueError(f"trace: no request fits in one decode instance of preset {p.name!r}, none is prefilled")
     return ttft_lower_bound(trace.take(fits), p.routing_config(), p.prefill_cost)

@@ -272,14 +272,17 @@ def run_plan(plan: list, seed_list, progress: bool, threads: int | None, keep_re
 #: columns are wired in here.
 SCENARIO_PROBLEMS = ("routing", "admission", "conductor")
 
+
+def _admission_bound(setting: Setting, seeds) -> dict:
+    return admission_bound_row(setting.env_id, setting.env_kwargs, seeds)
+
+
 #: The bound row of each problem's tables: ``problem -> function(setting, seeds) -> row`` (a
-#: lower bound on mean TTFT for routing, an upper bound on token goodput for admission). The one
-#: place where a problem's bound is chosen.
-BOUNDS = {"routing": routing_bound,
-          ADMISSION_V1: lambda setting, seeds: admission_bound_row(setting.env_id, setting.env_kwargs, seeds)}
-# compare --preset's problems (mooncake_gym.clusterrun.CLUSTER_PROBLEMS): the same bounds on the v1 envs
-BOUNDS["routing-cluster"] = routing_bound
-BOUNDS["admission-cluster"] = BOUNDS[ADMISSION_V1]
+#: lower bound on mean TTFT for routing, an upper bound on token goodput for admission; compare
+#: --preset's problems, ``clusterrun.CLUSTER_PROBLEMS``, the same on the v1 envs). The one place
+#: where a problem's bound is chosen.
+BOUNDS = {"routing": routing_bound, "routing-cluster": routing_bound,
+          ADMISSION_V1: _admission_bound, "admission-cluster": _admission_bound}
 
 
 def scenario_setting(scenario, **given) -> Setting:

@@ -310,8 +310,7 @@ class ClusterSimulator:
             self._footprint = [i + o for i, o in zip(self._input, self._output)]
         else:
             self._footprint = self._input
-        self._never_fits = [refuse_never_fit and i + o > self.capacity_tokens
-                            for i, o in zip(self._input, self._output)]
+        self._never_fits = [refuse_never_fit and not p.fits(i, o) for i, o in zip(self._input, self._output)]
         self._idle_step_s = (p.tbt_s if self.reserve else
                              p.decode_cost.decode_step_s(1, int(np.mean(self._input))))
         out = np.asarray(self._output, dtype=np.int64)
@@ -330,7 +329,7 @@ class ClusterSimulator:
         if self.reserve:
             self.decode = [ReservingDecodeInstance(j, self.capacity_tokens, p.tbt_s) for j in range(p.n_decode)]
         else:
-            check_s = p.tbt_slo_s * (1 - self.tbt_headroom) if self.tbt_headroom else p.tbt_slo_s
+            check_s = p.tbt_slo_s * (1 - self.tbt_headroom)  # x 1.0 exactly without headroom
             self.decode = [BatchingDecodeInstance(j, p.decode_cost, self.capacity_tokens, check_s)
                            for j in range(p.n_decode)]
         n = len(self._arrival)

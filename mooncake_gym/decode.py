@@ -141,13 +141,12 @@ class BatchingDecodeInstance:
             ab = self._ab_now = (fixed + per_token * self.k_base, per_token * b)
         return ab
 
-    def _time_of(self, n: int, alpha: float, beta: float) -> float:
-        """Seconds of iterations it0 .. it0 + n - 1."""
-        it0 = self.it0
-        return n * (alpha + beta * it0) + beta * n * (n - 1) / 2
-
     def _iterations_within(self, dt: float, alpha: float, beta: float) -> int:
-        """The most iterations from ``it0`` that end within ``dt`` seconds of ``t0``."""
+        """The most iterations from ``it0`` that end within ``dt`` seconds of ``t0``.
+
+        Iterations ``it0 .. it0 + n - 1`` take ``n * (alpha + beta * it0) + beta * n * (n - 1) / 2``
+        seconds (the "time of n" below); the hot paths write that expression out rather than call a
+        method, always in this order of operations, so the floats agree wherever it is computed."""
         if dt <= 0:
             return 0
         a = alpha + beta * self.it0 - beta / 2  # time(n) = a n + (beta / 2) n^2
@@ -155,7 +154,7 @@ class BatchingDecodeInstance:
             n = int((-a + math.sqrt(a * a + 2 * beta * dt)) / beta)
         else:
             n = int(dt / a)
-        first = alpha + beta * self.it0  # _time_of(n) = n * first + beta * n * (n - 1) / 2, inlined
+        first = alpha + beta * self.it0  # the time of n = n * first + beta * n * (n - 1) / 2
         while n > 0 and n * first + beta * n * (n - 1) / 2 > dt:
             n -= 1
         while (n + 1) * first + beta * (n + 1) * n / 2 <= dt:
@@ -169,7 +168,7 @@ class BatchingDecodeInstance:
         if n <= 0:
             return
         alpha, beta = self._ab_now or self._ab()
-        dt = n * (alpha + beta * it0) + beta * n * (n - 1) / 2  # _time_of(n), inlined
+        dt = n * (alpha + beta * it0) + beta * n * (n - 1) / 2  # the time of n (_iterations_within)
         segments = self._segments
         segments.append((it0, k, alpha, beta))
         # the suffix maxima of the segments' slowest iterations (a decreasing stack), for tbt_within
@@ -300,7 +299,7 @@ class BatchingDecodeInstance:
         elif now > t0:
             alpha, beta = self._ab_now or self._ab()
             n = self._iterations_within(now - t0, alpha, beta)
-            if t0 + (n * (alpha + beta * self.it0) + beta * n * (n - 1) / 2) < now:  # t0 + _time_of(n)
+            if t0 + (n * (alpha + beta * self.it0) + beta * n * (n - 1) / 2) < now:  # t0 + the time of n
                 n += 1  # mid-iteration: wait for the boundary
             ended = self._finish_until(self.it0 + n)
         k = self.it0
@@ -449,7 +448,7 @@ class BatchingDecodeInstance:
         k = f if f < full else (full if full > it0 else it0)
         alpha, beta = self._ab_now or self._ab()
         n = k - it0
-        self.next_event_s = self.t0 + (n * (alpha + beta * it0) + beta * n * (n - 1) / 2)  # t0 + _time_of(n)
+        self.next_event_s = self.t0 + (n * (alpha + beta * it0) + beta * n * (n - 1) / 2)  # t0 + the time of n
         self._next_boundary = k
 
     def on_event(self, now: float) -> list[Completion]:

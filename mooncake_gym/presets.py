@@ -86,6 +86,11 @@ class ClusterPreset:
             return self.decode_capacity_tokens
         return self.decode_cost.kv_capacity_tokens
 
+    def fits(self, input_tokens, output_tokens):
+        """Whether a request of ``input_tokens`` + ``output_tokens`` fits in one decode instance's KV
+        (elementwise on arrays); the cluster refuses the others at arrival (``refused_too_long``)."""
+        return input_tokens + output_tokens <= self.capacity_tokens
+
     def routing_config(self):
         """The prefill pool as the routing simulator's ``RoutingConfig`` (instances, caches, TTFT
         SLO; with ``prefill_gpus``, one ``InstanceSpec`` per instance)."""

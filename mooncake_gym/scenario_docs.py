@@ -78,15 +78,14 @@ def tune_targets(problem: str, trace: str | None = None) -> list[str]:
 
 def tunable_policies(problem: str) -> dict:
     """The baselines of ``problem`` (``routing`` or ``admission``) that have ``KNOBS`` to tune, by
-    name: the routing rules on every routing scenario; the v1 admission rules, which also decide the
-    Conductor scenarios' admissions."""
-    if problem == "routing":
-        from .baselines import ROUTING_POLICIES as policies
-    elif problem == "admission":
-        from baselines.admission import ADMISSION_V1_POLICIES as policies
-    else:
+    name: the routing rules on every routing scenario; the v1 admission rules (``admission-v1``),
+    which also decide the Conductor scenarios' admissions."""
+    from .baselines import POLICIES
+
+    registry = {"routing": "routing", "admission": "admission-v1"}.get(problem)
+    if registry is None:
         raise ValueError(f"problem: expected 'routing' or 'admission', got {problem!r}")
-    return {name: cls.KNOBS for name, cls in policies.items() if getattr(cls, "KNOBS", None)}
+    return {name: cls.KNOBS for name, cls in POLICIES[registry].items() if getattr(cls, "KNOBS", None)}
 
 
 def tune_plan(problem: str, trace: str | None = None, policies: str = "all", budget: int | None = None,
@@ -97,6 +96,8 @@ def tune_plan(problem: str, trace: str | None = None, policies: str = "all", bud
     settings (default: any) is searched whole; a larger one by ``budget`` settings drawn at random
     (seeded), which is faster and may miss the grid's best; the baselines named in ``full``
     (space-separated) are searched whole whatever the budget."""
+    from .tune import candidates
+
     if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
         raise ValueError(f"budget: expected an integer >= 1, got {budget!r}")
     knobs = tunable_policies(problem)
@@ -110,9 +111,7 @@ def tune_plan(problem: str, trace: str | None = None, policies: str = "all", bud
     for target in tune_targets(problem, trace):
         scenario, _, trace_args = target.partition(" ")
         for name in names:
-            size = 1
-            for values in knobs[name].values():
-                size *= len(values)
+            size = len(candidates(knobs[name]))
             search = "grid" if budget is None or size <= budget or name in whole else "random"
             lines.append(f"{scenario} {name} --search {search} --budget {size if search == 'grid' else budget}"
                          + (f" {trace_args}" if trace_args else ""))

@@ -780,10 +780,10 @@ def resample_iid(trace: Trace, n_requests: int, rate: float, seed: int | np.rand
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     idx = rng.integers(0, len(trace), size=n_requests)
     arrivals = np.cumsum(rng.exponential(1.0 / rate, size=n_requests))
-    if not fresh_blocks:
-        return trace.take(idx, arrival_s=arrivals, name=f"{trace.name} iid({n_requests} @ {rate:.3g}/s)")
-    out = trace.take(idx, arrival_s=arrivals, name=f"{trace.name} iid({n_requests} @ {rate:.3g}/s, fresh blocks)")
-    out.block_ids = redrawn_block_ids(trace, idx.tolist())
+    out = trace.take(idx, arrival_s=arrivals,
+                     name=f"{trace.name} iid({n_requests} @ {rate:.3g}/s{', fresh blocks' if fresh_blocks else ''})")
+    if fresh_blocks:
+        out.block_ids = redrawn_block_ids(trace, idx.tolist())
     return out
 
 
