@@ -50,10 +50,11 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Union, cast
 
 import numpy as np
 
+from ._native import mypyc_attr
 from .decode import BatchingDecodeInstance, Completion, ReservingDecodeInstance, fastest_accepting, tail_means
 from .observation import as_observation, observation_rng
 from .overload import load_correlation
@@ -61,6 +62,9 @@ from .policy import policy_name, reset_policy
 from .presets import ClusterPreset, get_preset
 from .routing import Route, RoutingSimulator, RoutingView
 from .workload import Trace
+
+#: A decode instance of either model (the preset's ``decode_model``).
+DecodeInstance = Union[BatchingDecodeInstance, ReservingDecodeInstance]
 
 # Outcomes of a request
 PENDING = -1
@@ -118,6 +122,22 @@ class ClusterView:
     __slots__ = ("now", "index", "input_tokens", "output_tokens", "predicted_output_tokens", "routing",
                  "decode_capacity_per_instance", "ttft_slo_s", "tbt_slo_s", "mean_output_tokens", "requests_in_prefill", "requests_in_decode",
                  "_sim", "_decode", "_route")
+    # the slots' types (set by ClusterSimulator._make_view)
+    now: float
+    index: int
+    input_tokens: int
+    output_tokens: int | None
+    predicted_output_tokens: float | None
+    routing: RoutingView
+    decode_capacity_per_instance: int
+    ttft_slo_s: float
+    tbt_slo_s: float
+    mean_output_tokens: float
+    requests_in_prefill: int
+    requests_in_decode: int
+    _sim: ClusterSimulator
+    _decode: tuple | None
+    _route: tuple | None
 
     def _default(self) -> tuple:
         """(route, prefill instance, prefill time, predicted prefill finish) of the default router,
@@ -218,6 +238,7 @@ class ClusterView:
         return self._sim.project_decode(at_s, decode_s, quantile, output_tokens)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled (setup.py), it can still be subclassed in Python
 class ClusterSimulator:
     """Prefill pool + decode pool of one preset; pauses at every arrival (see the module docstring).
 
@@ -267,9 +288,10 @@ class ClusterSimulator:
         for name, v in (("refuse_never_fit", refuse_never_fit), ("kv_transfer", kv_transfer), ("oracle", oracle)):
             if not isinstance(v, bool):
                 raise ValueError(f"{name}: expected True or False, got {v!r}")
-        for name, v in (("sample_period_s", sample_period_s), ("warmup_s", warmup_s)):
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 and (v > 0 or name == "warmup_s")):
-                raise ValueError(f"{name}: expected a finite number of seconds > 0, got {v!r}")
+        for name, seconds in (("sample_period_s", sample_period_s), ("warmup_s", warmup_s)):
+            if not (isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds >= 0
+                    and (seconds > 0 or name == "warmup_s")):
+                raise ValueError(f"{name}: expected a finite number of seconds > 0, got {seconds!r}")
         if sample_period_s * 1e6 < trace.arrival_s[-1]:
             raise ValueError(f"sample_period_s: {sample_period_s} s would take more than 10**6 samples over the "
                              f"trace's {trace.arrival_s[-1]:.0f} s")
@@ -326,6 +348,7 @@ class ClusterSimulator:
         reset_policy(self.router, self.seed)
         self.prefill = RoutingSimulator(self.trace, self._routing_config, p.prefill_cost, self.observation,
                                         None if self.observation.exact else observation_rng(self.seed))
+        self.decode: list[DecodeInstance]
         if self.reserve:
             self.decode = [ReservingDecodeInstance(j, self.capacity_tokens, p.tbt_s) for j in range(p.n_decode)]
         else:
@@ -396,6 +419,7 @@ class ClusterSimulator:
             else:  # checked by _parse already
                 self.prefill.dispatch(route[0], route[1])
             last = self.prefill.last
+            assert last is not None  # set by the dispatch
             k = last["instance"]
             finish = self.prefill.instances[k].busy_until
             now = self._arrival[i]
@@ -541,9 +565,10 @@ class ClusterSimulator:
         """The decode instance for a request of ``tokens`` at its prefill's end, or -1."""
         decode = self.decode
         if self.reserve:  # the lecture's rule: the instance with the most free room, if it fits
-            best = min(range(len(decode)), key=lambda j: (decode[j].used, j))
+            pool = cast("list[ReservingDecodeInstance]", decode)
+            best = min(range(len(pool)), key=lambda j: (pool[j].used, j))
             return best if decode[best].accepts(tokens, t) else -1
-        return fastest_accepting(decode, tokens, t, self.check_tbt)
+        return fastest_accepting(cast("list[BatchingDecodeInstance]", decode), tokens, t, self.check_tbt)
 
     def _ended(self, completions: list[Completion]) -> None:
         for c in completions:
@@ -566,7 +591,9 @@ class ClusterSimulator:
         """Compute the TBT of every request finished since the last call (one vectorised pass per
         decode instance; the hot path only records what it needs)."""
         for inst in self.decode:
-            rows = getattr(inst, "finished", None)
+            if not isinstance(inst, BatchingDecodeInstance):  # the reserve model knows its TBTs at once
+                continue
+            rows = inst.finished
             done = self._tbt_done.get(inst.index, 0)
             if not rows or done == len(rows):
                 continue
@@ -615,7 +642,7 @@ class ClusterSimulator:
         v.now, v.index, v.input_tokens = now, i, self._input[i]
         v.output_tokens = self._output[i] if self.oracle else None
         v.predicted_output_tokens = None if self.predicted_output is None else self.predicted_output[i]
-        v.routing = self.prefill.view
+        v.routing = cast(RoutingView, self.prefill.view)  # pending: not None
         v._route = None
         v.decode_capacity_per_instance = self.capacity_tokens
         v.ttft_slo_s, v.tbt_slo_s = self.preset.ttft_slo_s, self.preset.tbt_slo_s
@@ -885,6 +912,7 @@ def saturation(trace: Trace, preset: str | ClusterPreset = "mooncake", decode_ch
         raise ValueError("trace: no request fits in one decode instance")
     reserve = p.decode_model == "reserve"
     check = decode_check == "tbt"
+    pool: list[DecodeInstance]
     if reserve:
         pool = [ReservingDecodeInstance(j, cap, p.tbt_s) for j in range(p.n_decode)]
     else:

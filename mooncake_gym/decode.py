@@ -118,7 +118,7 @@ class BatchingDecodeInstance:
         self.next_event_s = math.inf
         self.version = 0
         self.busy_s = 0.0
-        self._context_now = None  # the last _context_tokens(now) and its value, valid for _context_version
+        self._context_now: float | None = None  # the last _context_tokens(now) and its value, valid for _context_version
         self._context_version = -1
         self._context_value = 0
         self._context_params = (0.0, 0.0, 0.0)

@@ -106,12 +106,15 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, fields
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from .cluster import pool_load
 from .prefixcache import PrefixCache, match_all
+
+if TYPE_CHECKING:
+    from .routing import RoutingView
 
 #: The parts a mode string may join with "+" ("exact" stands alone).
 MODE_PARTS = ("scraped", "approximate", "precise", "noisy")
@@ -338,7 +341,7 @@ class Observer:
     def _take(self, t: float) -> tuple:
         return (t, self._dispatches, *pool_load(self.instances, t))
 
-    def observe(self, exact) -> object:
+    def observe(self, exact: RoutingView) -> RoutingView:
         """The view the policy sees for the exact view ``exact`` (a named tuple of the same class,
         with the fields the modes change replaced)."""
         changes: dict = {}

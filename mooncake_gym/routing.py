@@ -34,19 +34,21 @@ from __future__ import annotations
 import re
 from collections import namedtuple
 from dataclasses import dataclass, replace
-from typing import Callable, NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence, cast
 
 import numpy as np
 
 from .cluster import PrefillInstance, pool_load
 from .costmodel import CostModel, InstanceSpec
+from ._native import mypyc_attr
 from .limits import check
 from .observation import Observer, as_observation, observation_rng
 from .policy import policy_name, reset_policy
-from .prefixcache import match_all
+from .prefixcache import PrefixCache, match_all
 from .workload import Trace
 
 
+@mypyc_attr(native_class=False)  # a frozen dataclass set in __post_init__
 @dataclass(frozen=True)
 class RoutingConfig:
     """Cluster shape and SLO of the routing problem.
@@ -93,12 +95,16 @@ class RoutingConfig:
     def instance_cache_blocks(self) -> tuple[int, ...]:
         """Each instance's prefix-cache capacity in blocks."""
         b = self.cache_blocks
-        return tuple(int(x) for x in b) if isinstance(b, tuple) else (int(b),) * self.n_instances
+        n = self.n_instances
+        assert n is not None  # set by __post_init__
+        return tuple(int(x) for x in b) if isinstance(b, tuple) else (int(b),) * n
 
     def instance_costs(self, cost: CostModel) -> tuple[CostModel, ...]:
         """Each instance's cost model: ``cost`` itself, or ``cost`` with that instance's ``InstanceSpec``."""
+        n = self.n_instances
+        assert n is not None  # set by __post_init__
         if self.instances is None:
-            return (cost,) * self.n_instances
+            return (cost,) * n
         return tuple(replace(cost, instance=spec) for spec in self.instances)
 
 
@@ -180,7 +186,14 @@ ROUTING_VIEW_FIELDS = ("now", "index", "input_tokens", "output_tokens", "block_i
                        "transfer_s", "pull_prefill_s", "queued_tokens", "cache_blocks", "hit_blocks")
 
 
-class RoutingView(namedtuple("RoutingViewFields", ROUTING_VIEW_FIELDS)):
+RoutingViewFields = namedtuple("RoutingViewFields", [  # ROUTING_VIEW_FIELDS, written out for mypy
+    "now", "index", "input_tokens", "output_tokens", "block_ids", "n_instances", "queue_s", "queued_requests",
+    "hit_tokens", "prefill_s", "best_hit_tokens", "best_instance", "transfer_s", "pull_prefill_s", "queued_tokens",
+    "cache_blocks", "hit_blocks"])
+
+
+@mypyc_attr(native_class=False)  # a named tuple
+class RoutingView(RoutingViewFields):
     """What a routing policy sees at one arrival (read-only; tuples are indexed by instance).
 
     A named tuple: a policy cannot change what the simulator recorded (setting a field raises
@@ -268,14 +281,14 @@ class PrefixEstimates:
                 hits, prefills, transfers, pulls = zip(*map(by_hit.__getitem__, ks))
         else:  # a heterogeneous pool: the same, per kind of instance
             pull = [f(n_in, best) for f in self.prefill]
-            by_hit = {}
+            by_kind: dict[tuple[int, int], tuple[int, float, float, float]] = {}
             rows = []
             for k, g in zip(ks, self.group):
-                row = by_hit.get((k, g))
+                row = by_kind.get((k, g))
                 if row is None:
                     h = hit_tokens(k, n_in)
                     p = self.prefill[g](n_in, h)
-                    row = by_hit[k, g] = (h, p, transfer_s(best - h), pull[g]) if h < best else (h, p, 0.0, p)
+                    row = by_kind[k, g] = (h, p, transfer_s(best - h), pull[g]) if h < best else (h, p, 0.0, p)
                 rows.append(row)
             hits, prefills, transfers, pulls = zip(*rows)
         return hits, prefills, transfers, pulls, best, ks.index(best_blocks) if best_blocks else -1
@@ -337,6 +350,7 @@ _ARRAYS = ("arrival_s", "input_tokens", "instance", "ttft_s", "queue_s", "transf
            "hit_tokens", "fetched_tokens")
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled (setup.py), it can still be subclassed in Python
 class RoutingSimulator:
     """A step-able prefill-routing simulation of one trace.
 
@@ -367,9 +381,9 @@ class RoutingSimulator:
         self.reset()
 
     # -- stepping -------------------------------------------------------------------------------
-    def reset(self) -> RoutingView:
+    def reset(self) -> RoutingView | None:
         self.instances = [PrefillInstance(i, b) for i, b in enumerate(self.config.instance_cache_blocks())]
-        self._caches = [inst.cache for inst in self.instances]
+        self._caches = cast("list[PrefixCache]", [inst.cache for inst in self.instances])  # all cached
         self._cache_blocks = self.config.instance_cache_blocks()
         self._i = 0
         self._rows: list[tuple] = []  # one outcome per dispatched request (fields of _ARRAYS)
@@ -435,6 +449,7 @@ class RoutingSimulator:
     def dispatch(self, i: int, pull: bool) -> RoutingView | None:
         """``step`` for an already valid action: instance ``i`` (0 <= i < n), pull or not."""
         v = self._exact  # the real service follows the exact state, whatever the policy saw
+        assert v is not None, "dispatch: the trace is exhausted"
         inst = self.instances[i]
         hit = v.hit_tokens[i]
         transfer = 0.0
@@ -448,7 +463,7 @@ class RoutingSimulator:
             prefill = v.prefill_s[i]
         queue = v.queue_s[i]
         inst.dispatch(v.now, transfer + prefill, v.input_tokens - hit)
-        inst.cache.insert(v.block_ids)
+        self._caches[i].insert(v.block_ids)  # inst.cache
         ttft = queue + transfer + prefill  # = finish - arrival, without the rounding of absolute times
         self._rows.append((v.now, v.input_tokens, i, ttft, queue, transfer, prefill, hit, fetched))
         self.last = {"index": v.index, "instance": i, "pull": fetched > 0, "ttft_s": ttft, "queue_s": queue,
@@ -465,7 +480,7 @@ class RoutingSimulator:
     def skip(self) -> RoutingView | None:
         """Pass over the pending request without dispatching it (the cluster simulator's admission
         rejected it): it takes no prefill and touches no cache; returns the next view."""
-        if self._view is None:
+        if self.done:  # (not `self._view is None`: mypyc would keep that narrowing past _next_view)
             raise RuntimeError("skip: the trace is exhausted; call reset()")
         self.last = None
         self._i += 1

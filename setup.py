@@ -1,0 +1,32 @@
+"""Opt-in compilation of the simulator's inner loops with mypyc.
+
+``pip install -e .`` (the default, ``make install``) installs the pure-Python package: this file
+then only calls ``setup()`` and the metadata is pyproject.toml's. With ``MOONCAKE_GYM_COMPILE=1``
+(``make install-fast``) the modules of :data:`COMPILED` are compiled with mypyc into C extensions
+placed next to their .py files, which they shadow: a compiled module runs its .py as it was when
+compiled (``make clean`` removes the extensions; ``mooncake_gym.compiled()`` lists the compiled
+modules in use and warns when a .py is newer than its extension).
+"""
+
+import os
+
+from setuptools import setup
+
+#: The modules compiled with ``MOONCAKE_GYM_COMPILE=1`` (one group: calls between them are native).
+COMPILED = [
+    "--follow-imports=silent",  # type errors of the compiled modules only
+    "--ignore-missing-imports",  # mooncake_gym.baselines (its folder is baselines/, which mypy does not map)
+    "mooncake_gym/prefixcache.py",
+    "mooncake_gym/cluster.py",
+    "mooncake_gym/decode.py",
+    "mooncake_gym/routing.py",
+    "mooncake_gym/conductor.py",
+]
+
+if os.environ.get("MOONCAKE_GYM_COMPILE") == "1":
+    from mypyc.build import mypycify  # mypy: installed by `make install-fast`
+
+    # one shared library for the group, inside the package: mooncake_gym/_compiled__mypyc.*.so
+    setup(ext_modules=mypycify(COMPILED, opt_level="3", group_name="mooncake_gym._compiled"))
+else:
+    setup()
