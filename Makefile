@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.installed
 
-.PHONY: install demo test test-ray bench results clean
+.PHONY: install install-fast demo test test-ray bench results clean clean-compiled
 
 install: $(STAMP)
 
@@ -26,7 +26,21 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/mooncake-gym bench
 
-clean:
+# Opt-in (not part of install, test or CI): the simulator's inner loops (setup.py's COMPILED) compiled
+# with mypyc into C extensions next to their .py files. An extension shadows its .py: editing a compiled
+# module's .py has no effect (importing mooncake_gym warns) until `make install-fast` again or
+# `make clean-compiled`. `mooncake_gym.compiled()` lists the compiled modules in use.
+install-fast: $(STAMP)
+	$(BIN)/python -m pip install mypy==2.4.1
+	MOONCAKE_GYM_COMPILE=1 $(BIN)/python setup.py build_ext --inplace
+	$(BIN)/python -c "import mooncake_gym; print('compiled:', *mooncake_gym.compiled())"
+
+# back to pure Python: the compiled extensions and their build folder
+clean-compiled:
+	find mooncake_gym -name '*.so' -delete -o -name '*.pyd' -delete
+	rm -rf build
+
+clean: clean-compiled
 	rm -rf $(VENV) $(RAY_VENV) build dist *.egg-info
 
 # Ray (RLlib, Tune) in its own venv: Ray installs gymnasium 1.2 over the 1.4 of .venv

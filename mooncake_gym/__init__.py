@@ -2,10 +2,15 @@
 
 Importing the package registers the environments (``mooncake_gym/PrefillRouting-v0``,
 ``OverloadAdmission-v0``, ``PrefillRouting-v1``, ``OverloadAdmission-v1``, ``Conductor-v1``) and
-every benchmark scenario (:mod:`mooncake_gym.scenarios`) with Gymnasium.
+every benchmark scenario (:mod:`mooncake_gym.scenarios`) with Gymnasium. :func:`compiled` lists the
+modules that run compiled (opt-in: ``make install-fast``), [] for the pure-Python package.
 """
 
 __version__ = "0.1.0"
+
+from ._native import compiled, warn_if_stale as _warn_if_stale
+
+_warn_if_stale()  # before anything imports a compiled module that a newer .py should replace
 
 from .scenarios import register_scenarios as _register_scenarios
 

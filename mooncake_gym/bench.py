@@ -16,6 +16,10 @@ BENCH_DIR = Path(__file__).resolve().parents[1] / "benchmarks"
 def run_benchmarks(seconds: float = 2.0, only: str | None = None) -> dict:
     if not BENCH_DIR.is_dir():
         raise FileNotFoundError(f"bench: no benchmarks folder at {BENCH_DIR} (run from a source checkout)")
+    from . import compiled
+
+    modules = compiled()
+    print(f"compiled (make install-fast): {', '.join(modules)}" if modules else "pure Python (no compiled modules)")
     results = {}
     for path in sorted(BENCH_DIR.glob("bench_*.py")):
         name = path.stem
