@@ -619,11 +619,13 @@ class ClusterSimulator:
             # Mooncake §7's loads, as SLO satisfaction: an instance's queued prefill (the wait a request
             # arriving now would face there) over the TTFT SLO; a decode instance's KV use or its
             # iteration time over the TBT SLO, the greater; each pool's load is its instances' mean
-            queued = sum(q.busy_until - s for q in prefill if q.busy_until > s)
+            # (sums of lists, not of generators: mypyc compiles sum(generator) to a loop of +, which on
+            # Python >= 3.12 differs from the builtin's compensated float sum)
+            queued = sum([q.busy_until - s for q in prefill if q.busy_until > s])
             loads = [d.load(s, 0) for d in self.decode]  # (batch, used, step, _): one context solve each
             self._samples_t.append(s)
             self._samples_p.append(queued / (n_p * ttft_slo))
-            self._samples_d.append(sum(max(used / per_instance, step / tbt_slo) for _, used, step, _ in loads) / n_d)
+            self._samples_d.append(sum([max(used / per_instance, step / tbt_slo) for _, used, step, _ in loads]) / n_d)
             self._samples_kv.append(sum(load[1] for load in loads) / cap)
             self._k_sample += 1
             s = self._k_sample * period
