@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Callable, NamedTuple, Union, cast
+from typing import Any, Callable, NamedTuple, Union, cast
 
 import numpy as np
 
@@ -275,10 +275,11 @@ class ClusterSimulator:
       generator spawned from ``seed`` (``observation.observation_rng``), anew at each ``reset``.
     """
 
-    def __init__(self, trace: Trace, preset: str | ClusterPreset = "mooncake", router: Callable | None = None,
-                 decode_check: str = "tbt", refuse_never_fit: bool = True, kv_transfer: bool = True,
-                 oracle: bool = False, sample_period_s: float = 1.0, warmup_s: float = 30.0, seed: int = 0,
-                 observation=None, predicted_output=None, tbt_headroom: float = 0.0):
+    # (the arguments checked here are not typed: compiled, a type would raise TypeError before the check)
+    def __init__(self, trace: Any, preset: str | ClusterPreset = "mooncake", router: Callable | None = None,
+                 decode_check: Any = "tbt", refuse_never_fit: Any = True, kv_transfer: Any = True,
+                 oracle: Any = False, sample_period_s: Any = 1.0, warmup_s: Any = 30.0, seed: int = 0,
+                 observation=None, predicted_output=None, tbt_headroom: Any = 0.0):
         if not isinstance(trace, Trace):
             raise ValueError(f"trace: expected a mooncake_gym.workload.Trace, got {type(trace).__name__}")
         if len(trace) == 0:
@@ -435,6 +436,9 @@ class ClusterSimulator:
         return self._view
 
     def _parse(self, action) -> tuple[bool, Route | None, int | None]:
+        admit: Any  # (not typed by the first unpacking: compiled, that would type-check the later ones)
+        route: Any
+        decode: Any
         if type(action) is ClusterAction:  # the common case, already in its final types: no conversion
             admit, route, decode = action
             if (admit is True or admit is False) \
@@ -685,7 +689,7 @@ class ClusterSimulator:
         td = self._mean_decode_s() if decode_s is None else decode_s
         out = self.mean_output_tokens if output_tokens is None else output_tokens
         decode = self.decode
-        used = [d.used_tokens(now) for d in decode]
+        used: list[Any] = [d.used_tokens(now) for d in decode]  # ints, then + float outputs
         step = [d.step_s(now) or self.preset.tbt_slo_s for d in decode]
         table = self._quantile_table(quantile) if quantile is not None else None
         departures = []

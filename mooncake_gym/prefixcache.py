@@ -20,7 +20,7 @@ until they age out (one reason FIFO trails LRU on the Mooncake traces).
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Sequence
+from typing import Any, Sequence
 
 EVICTION_POLICIES = ("lru", "fifo")
 
@@ -31,15 +31,16 @@ class PrefixCache:
 
     __slots__ = ("capacity_blocks", "_blocks", "evictions", "eviction", "_fifo")
 
-    def __init__(self, capacity_blocks: int | None, eviction: str = "lru"):
+    # (arguments checked here, not typed: compiled, a type would raise TypeError before the check)
+    def __init__(self, capacity_blocks: Any, eviction: Any = "lru"):
         if capacity_blocks is not None and (not isinstance(capacity_blocks, int) or capacity_blocks < 0):
             raise ValueError(f"capacity_blocks: expected an integer >= 0 or None, got {capacity_blocks!r}")
         if eviction not in EVICTION_POLICIES:
             raise ValueError(f"eviction: expected one of {EVICTION_POLICIES}, got {eviction!r}")
-        self.capacity_blocks = capacity_blocks
+        self.capacity_blocks: int | None = capacity_blocks
         self._blocks: OrderedDict[int, None] = OrderedDict()
         self.evictions = 0
-        self.eviction = eviction
+        self.eviction: str = eviction
         self._fifo = eviction == "fifo"
 
     def __len__(self) -> int:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 from collections import namedtuple
 from dataclasses import dataclass, replace
-from typing import Callable, NamedTuple, Sequence, cast
+from typing import Any, Callable, NamedTuple, Sequence, cast
 
 import numpy as np
 
@@ -157,6 +157,8 @@ def check_route(action, n_instances: int) -> tuple[int, bool]:
     ``(i, pull)`` with ``pull`` a bool, numpy bool or the integer 0 or 1. Returns ``(i, pull)``;
     ``TypeError`` for a wrong type, ``ValueError`` for a value out of range. Nothing is coerced:
     ``Route(1, 'no')`` is an error, not a pull."""
+    inst: Any  # (not typed by the first unpacking: compiled, that would type-check the later ones)
+    pull: Any
     if type(action) is Route:  # what the baselines return: checked without conversions
         inst, pull = action
         if type(inst) is int and type(pull) is bool and 0 <= inst < n_instances:
@@ -364,7 +366,7 @@ class RoutingSimulator:
     observation's noise (``simulate`` spawns one from its seed).
     """
 
-    def __init__(self, trace: Trace, config: RoutingConfig | None = None, cost: CostModel | None = None,
+    def __init__(self, trace: Any, config: RoutingConfig | None = None, cost: CostModel | None = None,  # trace: checked
                  observation=None, rng: np.random.Generator | None = None):
         if not isinstance(trace, Trace):
             raise ValueError(f"trace: expected a mooncake_gym.workload.Trace, got {type(trace).__name__}")
