@@ -13,8 +13,6 @@ import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from ._native import mypyc_attr
-
 # --------------------------------------------------------------------------------------------
 # Assumed constants (one place; each with its source)
 # --------------------------------------------------------------------------------------------
@@ -106,7 +104,6 @@ DEFAULT_MEMORY_RESERVE = 0.1
 # --------------------------------------------------------------------------------------------
 # Models
 # --------------------------------------------------------------------------------------------
-@mypyc_attr(native_class=False)  # cached_property needs an instance __dict__
 @dataclass(frozen=True)
 class ModelConfig:
     """A decoder-only transformer with a gated (three-matrix) MLP and grouped-query attention."""
@@ -195,7 +192,6 @@ def get_model(name: str | ModelConfig) -> ModelConfig:
 # --------------------------------------------------------------------------------------------
 # Hardware and the cost model
 # --------------------------------------------------------------------------------------------
-@mypyc_attr(native_class=False)  # cached_property needs an instance __dict__
 @dataclass(frozen=True)
 class InstanceSpec:
     """One serving instance: ``n_gpus`` GPUs of one kind (one tensor-parallel group) at ``mfu``.
@@ -270,7 +266,6 @@ class InstanceSpec:
         return self.n_gpus * GPU_HBM_BYTES[self.gpu]
 
 
-@mypyc_attr(native_class=False)  # cached_property needs an instance __dict__
 @dataclass(frozen=True)
 class CostModel:
     """Times of prefill, KV load, KV transfer and decode for one model on one instance kind."""
