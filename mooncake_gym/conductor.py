@@ -692,7 +692,8 @@ class ClusterSimulator:
         used: list[Any] = [d.used_tokens(now) for d in decode]  # ints, then + float outputs
         step = [d.step_s(now) or self.preset.tbt_slo_s for d in decode]
         table = self._quantile_table(quantile) if quantile is not None else None
-        departures = []
+        departures: list[tuple[float, Any, int]] = []  # (end, tokens held: int, or with a float output, instance)
+        tokens: Any
         for r, (j, start) in self._decode_of.items():
             if table is None:
                 end = start + td

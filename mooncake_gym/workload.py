@@ -139,7 +139,7 @@ class Trace:
         """Mean requests per second over the trace's span."""
         return (len(self) - 1) / self.duration_s if self.duration_s > 0 else float("nan")
 
-    def columns(self):
+    def columns(self) -> tuple[list[float], list[int], list[int], list]:
         """The columns as plain Python lists (the simulators' hot loops index these)."""
         return (
             self.arrival_s.tolist(),
