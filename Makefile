@@ -32,13 +32,14 @@ bench: $(STAMP)
 # `make clean-compiled`. `mooncake_gym.compiled()` lists the compiled modules in use.
 install-fast: $(STAMP)
 	$(BIN)/python -m pip install mypy==2.4.1
-	MOONCAKE_GYM_COMPILE=1 $(BIN)/python setup.py build_ext --inplace
+	MOONCAKE_GYM_COMPILE=1 $(BIN)/python setup.py build_ext --inplace --build-temp build/mypyc/temp --build-lib build/mypyc/lib
 	$(BIN)/python -c "import mooncake_gym; print('compiled:', *mooncake_gym.compiled())"
 
-# back to pure Python: the compiled extensions and their build folder
+# back to pure Python: the compiled extensions and their build folder (not the rest of build/, e.g. the
+# leaderboard's tuned settings)
 clean-compiled:
 	find mooncake_gym -name '*.so' -delete -o -name '*.pyd' -delete
-	rm -rf build
+	rm -rf build/mypyc
 
 clean: clean-compiled
 	rm -rf $(VENV) $(RAY_VENV) build dist *.egg-info

@@ -4,7 +4,7 @@
 then only calls ``setup()`` and the metadata is pyproject.toml's. With ``MOONCAKE_GYM_COMPILE=1``
 (``make install-fast``) the modules of :data:`COMPILED` are compiled with mypyc into C extensions
 placed next to their .py files, which they shadow: a compiled module runs its .py as it was when
-compiled (``make clean`` removes the extensions; ``mooncake_gym.compiled()`` lists the compiled
+compiled (``make clean-compiled`` removes the extensions; ``mooncake_gym.compiled()`` lists the compiled
 modules in use and warns when a .py is newer than its extension).
 """
 
@@ -27,6 +27,7 @@ if os.environ.get("MOONCAKE_GYM_COMPILE") == "1":
     from mypyc.build import mypycify  # mypy: installed by `make install-fast`
 
     # one shared library for the group, inside the package: mooncake_gym/_compiled__mypyc.*.so
-    setup(ext_modules=mypycify(COMPILED, opt_level="3", group_name="mooncake_gym._compiled"))
+    # its generated C in build/mypyc (make clean-compiled removes that folder only: build/ holds other runs)
+    setup(ext_modules=mypycify(COMPILED, opt_level="3", group_name="mooncake_gym._compiled", target_dir="build/mypyc"))
 else:
     setup()

@@ -42,6 +42,17 @@ clock, old and new commit back to back on the shared machine (load 6 to 8), two 
 simulator's step 48 % (its prefill pool 19 %, events 25 %), the observation 27 % (one context solve
 per decode instance 9.5 %, prefill features 5 %, the default router's TTFT 5 %, packing 4.6 %), the
 episode's final metrics 10 %, the reset 4 %.
+
+Third round (2026-12-01, fourth session), idle machine: pure Python 0.090-0.097 / 0.109-0.115 /
+0.118-0.124 (PrefillRouting-v1 / OverloadAdmission-v1 / Conductor-v1); with the optional compiled
+core (``make install-fast``, mypyc) 0.120-0.125 / 0.132-0.139 / 0.154-0.166, about 1.2-1.3x
+(instructions per step 561e3 -> 425e3, 450e3 -> 398e3, 441e3 -> 339e3). Compiling the env layer too
+(envs/cluster.py, common.py, the three v1 classes) changed nothing measurable and was dropped. Still
+about half the 0.25 target: a v1 step costs one cluster-simulator decision (itself ~50 us pure,
+~38 us compiled) plus the observation, against CartPole's ~6.5 us, and most of that time is CPython's
+object machinery (see bench_cluster.py), which only a core with native data structures (C, Cython
+cdef classes or Rust) removes. For PPO training this is not the bottleneck: stable-baselines3's PPO
+runs 500-1,600 steps/s on this CPU, against ~15,000-25,000 env steps/s here.
 """
 
 from __future__ import annotations

@@ -9,10 +9,18 @@ from pathlib import Path
 
 import pytest
 
+import mooncake_gym
 from mooncake_gym.workload import read_trace
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_TRACE = REPO_ROOT.parent / "shared" / "traces" / "synthetic_trace.jsonl"
+
+#: Marks a test that pickles a simulator mid-episode: the optional compiled core (``make install-fast``)
+#: cannot (README, "Optional compiled core"), so there it is skipped with that reason; the default
+#: pure-Python install runs it.
+pickles_simulator = pytest.mark.skipif(
+    bool(mooncake_gym.compiled()),
+    reason=f"compiled core in use ({', '.join(mooncake_gym.compiled())}): its simulators do not pickle mid-episode")
 
 
 @pytest.fixture(scope="session")

@@ -20,6 +20,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env as gym_check_env
+from conftest import pickles_simulator
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import mooncake_gym  # noqa: F401  (registers the ids)
@@ -114,6 +115,7 @@ def test_same_seed_and_actions_give_identical_trajectories(env_id, kwargs):
     assert not same(rollout(gym.make(env_id, **kwargs), actions[:50], seed=12), ta[:51])
 
 
+@pickles_simulator
 @env_cases
 def test_pickle_round_trip_mid_episode(env_id, kwargs):
     env = gym.make(env_id, **kwargs)

@@ -10,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env as gym_check_env
+from conftest import pickles_simulator
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import mooncake_gym.envs
@@ -66,6 +67,7 @@ def test_same_seed_same_episode_and_observations_in_the_box(env_id):
     assert c[1] != a[1]
 
 
+@pickles_simulator
 @pytest.mark.parametrize("env_id", IDS)
 def test_pickle_mid_episode_continues_identically(env_id):
     env = gym.make(env_id, **SMALL).unwrapped
