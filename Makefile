@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.installed
 
-.PHONY: install install-fast demo test test-ray bench results clean clean-compiled
+.PHONY: install install-fast check-compiled demo test test-ray bench results clean clean-compiled
 
 install: $(STAMP)
 
@@ -34,6 +34,20 @@ install-fast: $(STAMP)
 	$(BIN)/python -m pip install mypy==2.4.1
 	MOONCAKE_GYM_COMPILE=1 $(BIN)/python setup.py build_ext --inplace --build-temp build/mypyc/temp --build-lib build/mypyc/lib
 	$(BIN)/python -c "import mooncake_gym; print('compiled:', *mooncake_gym.compiled())"
+
+# The compiled core against pure Python (CI's last step): the golden runs dumped pure, then compiled and
+# checked bit for bit, then the tests of the simulators and the v1 environments run compiled; pure Python
+# again at the end, pass or fail.
+COMPILED_TESTS = tests/test_speed_fast_paths.py tests/test_conductor.py tests/test_decode_rule.py tests/test_decode_fast_paths.py \
+	tests/test_envs_v1.py tests/test_envs.py tests/test_routing.py tests/test_prefixcache.py tests/test_cluster_observation.py \
+	tests/test_tbt_headroom.py tests/test_fresh_blocks.py tests/test_cluster_bounds.py
+check-compiled: $(STAMP)
+	mkdir -p build/mypyc
+	$(BIN)/python benchmarks/golden.py dump build/mypyc/golden-pure.pkl
+	$(MAKE) install-fast
+	status=0; $(BIN)/python benchmarks/golden.py check build/mypyc/golden-pure.pkl && \
+		$(BIN)/python -m pytest -q $(COMPILED_TESTS) || status=$$?; \
+		$(MAKE) clean-compiled; exit $$status
 
 # back to pure Python: the compiled extensions and their build folder (not the rest of build/, e.g. the
 # leaderboard's tuned settings)
