@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import pickle
 import re
 import warnings
 
@@ -20,7 +19,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env as gym_check_env
-from conftest import pickles_simulator
+from conftest import pickle_round_trip
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import mooncake_gym  # noqa: F401  (registers the ids)
@@ -115,7 +114,6 @@ def test_same_seed_and_actions_give_identical_trajectories(env_id, kwargs):
     assert not same(rollout(gym.make(env_id, **kwargs), actions[:50], seed=12), ta[:51])
 
 
-@pickles_simulator
 @env_cases
 def test_pickle_round_trip_mid_episode(env_id, kwargs):
     env = gym.make(env_id, **kwargs)
@@ -123,7 +121,9 @@ def test_pickle_round_trip_mid_episode(env_id, kwargs):
     env.reset(seed=3)
     for a in actions[:137]:
         env.step(a)
-    clone = pickle.loads(pickle.dumps(env))
+    clone = pickle_round_trip(env)
+    if clone is None:  # the compiled core: the limit asserted there
+        return
     ends = 0
     for a in actions[137:]:
         ra, rb = env.step(a), clone.step(a)

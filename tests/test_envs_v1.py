@@ -4,13 +4,12 @@ traces, the env against ``conductor.simulate`` with the same policies, and the d
 
 import math
 import pathlib
-import pickle
 
 import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env as gym_check_env
-from conftest import pickles_simulator
+from conftest import pickle_round_trip
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import mooncake_gym.envs
@@ -67,7 +66,6 @@ def test_same_seed_same_episode_and_observations_in_the_box(env_id):
     assert c[1] != a[1]
 
 
-@pickles_simulator
 @pytest.mark.parametrize("env_id", IDS)
 def test_pickle_mid_episode_continues_identically(env_id):
     env = gym.make(env_id, **SMALL).unwrapped
@@ -76,7 +74,9 @@ def test_pickle_mid_episode_continues_identically(env_id):
     actions = [env.action_space.sample() for _ in range(60)]
     for a in actions[:20]:
         env.step(a)
-    clone = pickle.loads(pickle.dumps(env))
+    clone = pickle_round_trip(env)
+    if clone is None:  # the compiled core: the limit asserted there
+        return
     for a in actions[20:]:
         o1, r1, t1, _, i1 = env.step(a)
         o2, r2, t2, _, i2 = clone.step(a)
