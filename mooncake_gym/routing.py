@@ -182,16 +182,12 @@ def check_route(action, n_instances: int) -> tuple[int, bool]:
     return int(inst), pull
 
 
-#: The fields of :class:`RoutingView`, in order.
-ROUTING_VIEW_FIELDS = ("now", "index", "input_tokens", "output_tokens", "block_ids", "n_instances", "queue_s",
-                       "queued_requests", "hit_tokens", "prefill_s", "best_hit_tokens", "best_instance",
-                       "transfer_s", "pull_prefill_s", "queued_tokens", "cache_blocks", "hit_blocks")
-
-
-RoutingViewFields = namedtuple("RoutingViewFields", [  # ROUTING_VIEW_FIELDS, written out for mypy
+RoutingViewFields = namedtuple("RoutingViewFields", [  # the fields written out: mypy (and mypyc) read them
     "now", "index", "input_tokens", "output_tokens", "block_ids", "n_instances", "queue_s", "queued_requests",
     "hit_tokens", "prefill_s", "best_hit_tokens", "best_instance", "transfer_s", "pull_prefill_s", "queued_tokens",
     "cache_blocks", "hit_blocks"])
+#: The fields of :class:`RoutingView`, in order.
+ROUTING_VIEW_FIELDS: tuple[str, ...] = RoutingViewFields._fields
 
 
 @mypyc_attr(native_class=False)  # a named tuple
