@@ -26,13 +26,15 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/mooncake-gym bench
 
-# Opt-in (not part of install, test or CI): the simulator's inner loops (setup.py's COMPILED) compiled
+# Opt-in (not part of install or test; CI checks it with check-compiled below): the simulator's inner loops (setup.py's COMPILED) compiled
 # with mypyc into C extensions next to their .py files. An extension shadows its .py: editing a compiled
 # module's .py has no effect (importing mooncake_gym warns) until `make install-fast` again or
 # `make clean-compiled`. `mooncake_gym.compiled()` lists the compiled modules in use.
+# setup.py's target_dir: the generated C, then the objects and libraries
+MYPYC_BUILD = build/mypyc
 install-fast: $(STAMP)
 	$(BIN)/python -m pip install mypy==2.4.1
-	MOONCAKE_GYM_COMPILE=1 $(BIN)/python setup.py build_ext --inplace --build-temp build/mypyc/temp --build-lib build/mypyc/lib
+	MOONCAKE_GYM_COMPILE=1 $(BIN)/python setup.py build_ext --inplace --build-temp $(MYPYC_BUILD)/temp --build-lib $(MYPYC_BUILD)/lib
 	$(BIN)/python -c "import mooncake_gym; print('compiled:', *mooncake_gym.compiled())"
 
 # The compiled core against pure Python (CI's last step): the golden runs dumped pure, then compiled and
@@ -42,10 +44,10 @@ COMPILED_TESTS = tests/test_speed_fast_paths.py tests/test_conductor.py tests/te
 	tests/test_envs_v1.py tests/test_envs.py tests/test_routing.py tests/test_prefixcache.py tests/test_cluster_observation.py \
 	tests/test_tbt_headroom.py tests/test_fresh_blocks.py tests/test_cluster_bounds.py
 check-compiled: $(STAMP)
-	mkdir -p build/mypyc
-	$(BIN)/python benchmarks/golden.py dump build/mypyc/golden-pure.pkl
+	mkdir -p $(MYPYC_BUILD)
+	$(BIN)/python benchmarks/golden.py dump $(MYPYC_BUILD)/golden-pure.pkl
 	$(MAKE) install-fast
-	status=0; $(BIN)/python benchmarks/golden.py check build/mypyc/golden-pure.pkl && \
+	status=0; $(BIN)/python benchmarks/golden.py check $(MYPYC_BUILD)/golden-pure.pkl && \
 		$(BIN)/python -m pytest -q $(COMPILED_TESTS) || status=$$?; \
 		$(MAKE) clean-compiled; exit $$status
 
@@ -53,7 +55,7 @@ check-compiled: $(STAMP)
 # leaderboard's tuned settings)
 clean-compiled:
 	find mooncake_gym -name '*.so' -delete -o -name '*.pyd' -delete
-	rm -rf build/mypyc
+	rm -rf $(MYPYC_BUILD)
 
 clean: clean-compiled
 	rm -rf $(VENV) $(RAY_VENV) build dist *.egg-info

@@ -12,10 +12,13 @@ import os
 
 from setuptools import setup
 
-#: The modules compiled with ``MOONCAKE_GYM_COMPILE=1`` (one group: calls between them are native).
-COMPILED = [
+#: mypy's options for the build.
+MYPY_OPTIONS = [
     "--follow-imports=silent",  # type errors of the compiled modules only
     "--ignore-missing-imports",  # mooncake_gym.baselines (its folder is baselines/, which mypy does not map)
+]
+#: The modules compiled with ``MOONCAKE_GYM_COMPILE=1`` (one group: calls between them are native).
+COMPILED = [
     "mooncake_gym/prefixcache.py",
     "mooncake_gym/cluster.py",
     "mooncake_gym/decode.py",
@@ -28,6 +31,6 @@ if os.environ.get("MOONCAKE_GYM_COMPILE") == "1":
 
     # one shared library for the group, inside the package: mooncake_gym/_compiled__mypyc.*.so
     # its generated C in build/mypyc (make clean-compiled removes that folder only: build/ holds other runs)
-    setup(ext_modules=mypycify(COMPILED, opt_level="3", group_name="mooncake_gym._compiled", target_dir="build/mypyc"))
+    setup(ext_modules=mypycify(MYPY_OPTIONS + COMPILED, opt_level="3", group_name="mooncake_gym._compiled", target_dir="build/mypyc"))
 else:
     setup()
