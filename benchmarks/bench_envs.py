@@ -65,6 +65,7 @@ import gymnasium as gym
 import numpy as np
 
 import mooncake_gym  # noqa: F401  (registers the mooncake_gym/... ids)
+from mooncake_gym.envs.cluster import ClusterEnv
 
 REFERENCE = ("CartPole-v1", {})
 #: (env id, constructor kwargs) of the environments to measure; their default settings.
@@ -90,15 +91,45 @@ def _actions(space: gym.spaces.Discrete, seed: int) -> list:
     return (int(space.start) + rng.integers(0, int(space.n), size=_POOL)).tolist()
 
 
-class _Runner:
-    """One environment, its pre-drawn actions and its position, so rounds can resume it."""
+class _SimulatorAlone:
+    """A v1 environment's cluster simulator stepped alone, through the env's own episodes (its
+    ``reset``) with the env's own actions already converted (``ClusterEnv._action``): each step is
+    ``ClusterSimulator.step`` only, without the observation, the reward's scoring, the info dict or
+    the final metrics. What an env step built on this simulator cannot go below."""
 
-    def __init__(self, env_id: str, kwargs: dict, seed: int = 0, wrapped: bool = False):
+    def __init__(self, env):
+        self.env = env
+        self.action_space = env.action_space
+
+    def convert(self, actions: list) -> list:
+        return [self.env._action(a) for a in actions]
+
+    def step(self, action):
+        sim = self.env.sim
+        sim.step(action)
+        return None, 0.0, sim.done, False, None
+
+    def reset(self, seed=None):
+        return self.env.reset(seed=seed)
+
+    def close(self):
+        self.env.close()
+
+
+class _Runner:
+    """One environment, its pre-drawn actions and its position, so rounds can resume it;
+    ``alone=True``: its cluster simulator alone (:class:`_SimulatorAlone`, v1 environments only)."""
+
+    def __init__(self, env_id: str, kwargs: dict, seed: int = 0, wrapped: bool = False, alone: bool = False):
         self.env_id = env_id
         self.env = gym.make(env_id, **kwargs)
-        if not wrapped:
+        if not wrapped or alone:
             self.env = self.env.unwrapped
+        if alone:
+            self.env = _SimulatorAlone(self.env)
         self.actions = _actions(self.env.action_space, seed)
+        if alone:
+            self.actions = self.env.convert(self.actions)
         self.seed = seed
         self.env.reset(seed=self.seed)
         self.k = 0
@@ -158,6 +189,10 @@ def run(seconds: float = 3.0, rounds: int = 3, env_cases: list[tuple[str, dict]]
     cases = ENV_CASES if env_cases is None else env_cases
     runners = [_Runner(*REFERENCE, wrapped=wrapped)] + [_Runner(env_id, kwargs, wrapped=wrapped)
                                                         for env_id, kwargs in cases]
+    # the v1 environments' simulators alone, after the environments (index len(cases) + 1 on)
+    alone = [(env_id, _Runner(env_id, kwargs, alone=True)) for (env_id, kwargs), r in zip(cases, runners[1:])
+             if isinstance(r.env.unwrapped, ClusterEnv)]
+    runners += [r for _, r in alone]
     for r in runners:  # warm-up: first calls, caches, one reset
         r.round(min(0.2, seconds / 10))
         r.steps = r.episodes = 0
@@ -188,6 +223,11 @@ def run(seconds: float = 3.0, rounds: int = 3, env_cases: list[tuple[str, dict]]
         e["step_only_ratio"] = e["step_only_steps_per_s"] / reference["step_only_steps_per_s"]
         e["meets_target"] = e["ratio"] >= TARGET_RATIO
         envs[env_id] = e
+    for i, (env_id, _) in enumerate(alone, start=len(cases) + 1):
+        e = entry(i)
+        e["ratio"] = e["steps_per_s"] / reference["steps_per_s"]
+        e["step_only_ratio"] = e["step_only_steps_per_s"] / reference["step_only_steps_per_s"]
+        envs[env_id]["simulator_alone"] = e
     for r in runners:
         r.env.close()
     result = {"reference": {"env_id": REFERENCE[0], **reference}, "envs": envs, "target_ratio": TARGET_RATIO,
@@ -212,7 +252,13 @@ def format_report(result: dict) -> str:
     for env_id, e in result["envs"].items():
         mark = "" if e["meets_target"] else f"  (below the {result['target_ratio']:g} target)"
         lines.append(row(env_id, e, e["ratio"], e["step_only_ratio"], mark))
+        a = e.get("simulator_alone")
+        if a is not None:
+            lines.append(row("  its cluster simulator alone", a, a["ratio"], a["step_only_ratio"]))
     lines.append("ratio: to CartPole-v1 in the same run (with resets to with resets, step only to step only)")
+    if any("simulator_alone" in e for e in result["envs"].values()):
+        lines.append("simulator alone: ClusterSimulator.step with the env's actions and episodes, without the "
+                     "observation, reward, info or metrics (a floor under the env's step)")
     return "\n".join(lines)
 
 
