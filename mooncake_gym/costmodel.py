@@ -404,7 +404,7 @@ class CostModel:
 
     # -- decode -----------------------------------------------------------------------------
     @staticmethod
-    def decode_s(output_tokens: int, tbt_s: float) -> float:
+    def decode_s(output_tokens: float, tbt_s: float) -> float:
         """Decode time of ``output_tokens`` tokens at a time-between-tokens of ``tbt_s``."""
         return output_tokens * tbt_s
 
