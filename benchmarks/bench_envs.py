@@ -53,6 +53,23 @@ about half the 0.25 target: a v1 step costs one cluster-simulator decision (itse
 object machinery (see bench_cluster.py), which only a core with native data structures (C, Cython
 cdef classes or Rust) removes. For PPO training this is not the bottleneck: stable-baselines3's PPO
 runs 500-1,600 steps/s on this CPU, against ~15,000-25,000 env steps/s here.
+
+Fourth round (2026-12-01, fifth session): the rows "its cluster simulator alone" step each v1
+env's simulator through the env's own episodes and actions with nothing else (a floor under the env's
+step). Two alternating runs per mode, idle machine (load about 1): pure Python, envs 0.092-0.120 and
+their simulators alone 0.171-0.180 / 0.220-0.224 / 0.286-0.288 (PrefillRouting-v1 /
+OverloadAdmission-v1 / Conductor-v1); compiled, envs 0.091-0.155 and simulators alone 0.181-0.228 /
+0.233-0.270 / 0.317-0.371 (one quieter run earlier: 0.244 / 0.284 / 0.404). The rest of a step is
+the Python environment layer, measured by its parts (compiled core, one mid-episode state, timeit):
+the observation 9-12 us (the decode instances' loads 1.4-3.0 us, the default router's predicted
+TTFT 2.1 us, the prefill features 3.3 us, clipping and packing 77 floats 3.3 us), and the episode's
+final metrics about 5-7 ms per 1,000-request episode (the TBT of every finished request, one
+vectorised pass). The target is 0.25 x CartPole's ~6.5 us = ~26 us per step; PrefillRouting-v1's
+simulator alone takes about that already, and its observation alone takes it to about 0.18x at best.
+Compiling the prefill features with mypyc gained 3.4 -> 3.0 us; compiling ``costmodel`` too gave the
+simulators about 7 % but broke pickling its frozen dataclasses, and was dropped. So the 0.25 target
+is not reachable in Python, compiled or not: it needs the simulator and the observation in native
+code with native data structures (C, Cython ``cdef`` classes, Rust).
 """
 
 from __future__ import annotations

@@ -1,0 +1,52 @@
+"""The env benchmark's floor (``benchmarks/bench_envs.py``): "its cluster simulator alone" steps the
+same episodes as the environment, with the same decisions, and nothing else. No timing is asserted."""
+
+import importlib.util
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import mooncake_gym  # noqa: F401  (registers the ids)
+
+BENCH_ENVS = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_envs.py"
+
+
+@pytest.fixture(scope="module")
+def bench_envs():
+    spec = importlib.util.spec_from_file_location("bench_envs_under_test", BENCH_ENVS)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("env_id", ["mooncake_gym/PrefillRouting-v1", "mooncake_gym/Conductor-v1"])
+def test_simulator_alone_makes_the_envs_decisions(bench_envs, env_id):
+    kwargs = {"episode_requests": 60}
+    env = gym.make(env_id, **kwargs).unwrapped
+    alone = bench_envs._SimulatorAlone(gym.make(env_id, **kwargs).unwrapped)
+    env.action_space.seed(5)
+    actions = [env.action_space.sample() for _ in range(60)]
+    env.reset(seed=11)
+    alone.reset(seed=11)
+    for a, converted in zip(actions, alone.convert(actions)):
+        _, _, terminated, _, info = env.step(a)
+        _, _, done, _, _ = alone.step(converted)
+        assert done == terminated
+        if terminated:
+            break
+    assert terminated
+    metrics = alone.env.sim.result("env").metrics
+    assert metrics["completed"] > 0
+    np.testing.assert_equal(metrics, info["metrics"])  # NaN == NaN here (an undefined correlation)
+
+
+def test_run_reports_the_floor_of_each_v1_env_only(bench_envs):
+    cases = [("mooncake_gym/PrefillRouting-v0", {}), ("mooncake_gym/OverloadAdmission-v1", {"episode_requests": 40})]
+    result = bench_envs.run(seconds=0.05, rounds=1, env_cases=cases, verbose=False)
+    assert "simulator_alone" not in result["envs"]["mooncake_gym/PrefillRouting-v0"]
+    floor = result["envs"]["mooncake_gym/OverloadAdmission-v1"]["simulator_alone"]
+    assert floor["steps"] > 0 and floor["episodes"] > 0
+    assert floor["ratio"] == floor["steps_per_s"] / result["reference"]["steps_per_s"]
+    assert "its cluster simulator alone" in bench_envs.format_report(result)
