@@ -9,7 +9,7 @@ from ..conductor import ClusterAction
 from ..routing import Route
 from ..prediction import DEFAULT_PREDICTION_SIGMA
 from .cluster import (ARGUMENTS_DOC, DEFAULT_WASTE_PENALTY, END_DOC, GOODPUT_REWARD_DOC, INFO_DOC, OBSERVATION_DOC,
-                      WORKLOAD_DOC, ClusterEnv)
+                      SPEED_DOC, WORKLOAD_DOC, ClusterEnv)
 from .common import INTEGER_TYPES
 
 _REJECT = ClusterAction(False, None, None)
@@ -66,6 +66,10 @@ class ConductorV1Env(ClusterEnv):
     observation=None, fresh_blocks=False)``. With neither ``load`` nor
     ``load_range`` the load is 1.5.
 {ARGUMENTS_DOC}
+
+    ## Speed
+
+{SPEED_DOC}
 
     ## Version History
 

@@ -7,7 +7,7 @@ from gymnasium import spaces
 from ..conductor import ClusterAction
 from ..prediction import DEFAULT_PREDICTION_SIGMA
 from .cluster import (ARGUMENTS_DOC, DEFAULT_WASTE_PENALTY, END_DOC, GOODPUT_REWARD_DOC, INFO_DOC, OBSERVATION_DOC,
-                      WORKLOAD_DOC, ClusterEnv)
+                      SPEED_DOC, WORKLOAD_DOC, ClusterEnv)
 from .common import INTEGER_TYPES
 
 _ACTIONS = (ClusterAction(False, None, None), ClusterAction(True, None, None))
@@ -61,6 +61,10 @@ class OverloadAdmissionV1Env(ClusterEnv):
     observation=None, fresh_blocks=False)``. With neither
     ``load`` nor ``load_range`` the load is 2.
 {ARGUMENTS_DOC}
+
+    ## Speed
+
+{SPEED_DOC}
 
     ## Version History
 

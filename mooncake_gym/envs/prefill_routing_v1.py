@@ -6,7 +6,7 @@ from gymnasium import spaces
 
 from ..conductor import ClusterAction
 from ..routing import Route
-from .cluster import (ARGUMENTS_DOC, END_DOC, INFO_DOC, OBSERVATION_DOC, WORKLOAD_DOC, ClusterEnv)
+from .cluster import (ARGUMENTS_DOC, END_DOC, INFO_DOC, OBSERVATION_DOC, SPEED_DOC, WORKLOAD_DOC, ClusterEnv)
 from .common import INTEGER_TYPES
 
 
@@ -63,6 +63,10 @@ class PrefillRoutingV1Env(ClusterEnv):
     observation=None, fresh_blocks=False)``.
     With neither ``load`` nor ``load_range`` the load is 0.9.
 {ARGUMENTS_DOC}
+
+    ## Speed
+
+{SPEED_DOC}
 
     ## Version History
 
