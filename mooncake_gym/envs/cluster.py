@@ -218,9 +218,8 @@ SPEED_DOC = """\
     simulators alone 0.17-0.29x and 0.23-0.37x. The rest of a step is Python around the simulator:
     the observation (9-12 us), the reward's scoring and, once per episode, the final metrics. That is
     13,000-25,000 steps/s, 8 to 50 times the 500-1,600 steps/s that stable-baselines3's PPO consumes
-    on such a CPU, but
-    below the 0.25x CartPole the project aimed for, which would take native code (the benchmark's
-    docstring has the breakdown)."""
+    on such a CPU, but below the 0.25x CartPole the project aimed for, which would take native code
+    (the benchmark's docstring has the breakdown)."""
 
 GOODPUT_REWARD_DOC = """\
     The reward of a step is for the decision and for what happened between it and the next
