@@ -100,7 +100,9 @@ def _cmd_overload(args) -> int:
     if args.preset != "lecture":  # the whole cluster of a realistic preset (mooncake_gym.clusterrun)
         from .clusterrun import cmd_overload
         return cmd_overload(args)
-    config = OverloadConfig(ttft_slo_s=args.ttft_slo)
+    pools = {k: v for k, v in (("n_prefill", args.prefill_instances), ("n_decode", args.decode_instances))
+             if v is not None}
+    config = OverloadConfig(ttft_slo_s=args.ttft_slo, **pools)
     base = load_workload(args.trace, rate=args.rate, seed=args.seed)
     trace, capacity = overload_workload(base, args.requests, args.load, args.seed, config)
     names = None if args.policy == "all" else [args.policy]
@@ -376,7 +378,7 @@ _OPTION_LIMITS = {"rate": "rate", "seed": "seed", "duration": "duration_s", "req
                   "instances": "n_instances", "cache_blocks": "cache_blocks", "ttft_slo": "ttft_slo_s",
                   "speed": "speed", "threshold": "threshold", "load": "load", "timesteps": "timesteps",
                   "threads": "threads", "seeds": "seeds", "seconds": "seconds", "rates": "rate", "loads": "load",
-                  "n_envs": "n_envs"}
+                  "n_envs": "n_envs", "prefill_instances": "n_prefill", "decode_instances": "n_decode"}
 #: Options that only apply to a synthetic trace (per command), and their defaults (overload's rate:
 #: ``overload.DEMO3_BASE_RATE``, filled in ``check_args``).
 _SYNTHETIC_ONLY = {"trace stats": {"rate": 4.0, "seed": 0}, "cache": {"rate": 4.0, "seed": 0},
@@ -570,7 +572,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_trace_args(p)
     p.add_argument("--policy", default="all", choices=[*ROUTING_POLICIES, "all"],
                    help="routing baseline, or 'all' for one table of every baseline (default all)")
-    p.add_argument("--instances", type=int, default=None, help="prefill instances (default 8, or --pool's)")
+    p.add_argument("--instances", type=int, default=None, help="prefill instances (default 8, or --pool's or the --preset's)")
+    p.add_argument("--decode-instances", type=int, default=None,
+                   help="cluster presets: decode instances (default the --preset's)")
     p.add_argument("--pool", default=None, metavar="4xH800+4xA800",
                    help="a heterogeneous pool: COUNTxGPU joined by '+' (GPUs: A100, A800, H100, H800)")
     p.add_argument("--observation", action="append", default=None, metavar="MODE[,FIELD=VALUE...]",
@@ -606,6 +610,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--load", type=float, default=DEMO3_LOAD,
                    help=f"arrival rate as a multiple of the decode pool's capacity (default {DEMO3_LOAD:g})")
     p.add_argument("--ttft-slo", type=float, default=None, help="TTFT SLO in seconds (default 30, or the --preset's)")
+    p.add_argument("--prefill-instances", type=int, default=None,
+                   help="prefill instances (default 8, or the --preset's)")
+    p.add_argument("--decode-instances", type=int, default=None, help="decode instances (default 8, or the --preset's)")
     p.add_argument("--plot", default=None, help="write the load series of the policies run to this PNG file")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--fresh-blocks", action="store_true",

@@ -75,17 +75,37 @@ DEFAULT_LOADS = {"routing": (0.9,), "admission": (2.0,)}
 
 
 def cluster_preset(name: str | ClusterPreset, n_prefill: int | None = None, cache_blocks: int | None = None,
-                   ttft_slo_s: float | None = None) -> ClusterPreset:
-    """The preset ``name`` with the command line's overrides (None: the preset's own)."""
+                   ttft_slo_s: float | None = None, n_decode: int | None = None,
+                   prefill_option: str = "--instances") -> ClusterPreset:
+    """The preset ``name`` with the command line's overrides (None: the preset's own). A preset
+    whose prefill pool lists its GPUs (``mooncake-hetero``) keeps its size: another ``n_prefill``
+    is a ``ValueError`` naming ``prefill_option``."""
     p = get_preset(name)
-    changes = {k: v for k, v in (("n_prefill", n_prefill), ("cache_blocks", cache_blocks),
+    if n_prefill is not None and p.prefill_gpus is not None and n_prefill != p.n_prefill:
+        raise ValueError(f"{prefill_option}: preset {p.name}'s prefill pool is {pool_string(p.prefill_gpus)}; "
+                         f"expected {p.n_prefill} or leave it out, got {n_prefill}")
+    changes = {k: v for k, v in (("n_prefill", n_prefill), ("n_decode", n_decode), ("cache_blocks", cache_blocks),
                                  ("ttft_slo_s", ttft_slo_s)) if v is not None}
     return p.with_(**changes) if changes else p
 
 
+def pool_string(gpus) -> str:
+    """A pool's GPUs in ``--pool``'s notation: runs of one GPU as COUNTxGPU joined by '+'
+    (``("H800", "H800", "A800")`` -> ``"2xH800+1xA800"``)."""
+    from itertools import groupby
+
+    return "+".join(f"{len(list(run))}x{gpu}" for gpu, run in groupby(gpus))
+
+
+def _overload_preset(args) -> ClusterPreset:
+    """``overload``'s cluster: the preset with ``--prefill-instances``, ``--decode-instances`` and ``--ttft-slo``."""
+    return cluster_preset(args.preset, args.prefill_instances, ttft_slo_s=args.ttft_slo,
+                          n_decode=args.decode_instances, prefill_option="--prefill-instances")
+
+
 def describe(p: ClusterPreset) -> str:
     """One line naming the preset and its cluster, for the tables' headers."""
-    pool = "" if p.prefill_gpus is None else f" ({'+'.join(p.prefill_gpus)})"
+    pool = "" if p.prefill_gpus is None else f" ({pool_string(p.prefill_gpus)})"
     return (f"preset {p.name}: {p.n_prefill} prefill{pool} + {p.n_decode} decode instances, "
             f"{p.capacity_tokens:,} KV tokens per decode instance, {p.cache_blocks} cache blocks per prefill "
             f"instance, TTFT SLO {p.ttft_slo_s:g} s, TBT SLO {p.tbt_slo_s * 1000:g} ms")
@@ -215,6 +235,7 @@ _LECTURE_ONLY = {
 }
 #: Per command, the options only a cluster preset takes, and why.
 _CLUSTER_ONLY = {
+    "replay": {"decode_instances": "the lecture's routing simulator has no decode pool"},
     "overload": {"fresh_blocks": "the lecture's demo 3 keeps its i.i.d. draw as it is",
                  "tbt_headroom": "the lecture's decode instance has no TBT"},
 }
@@ -236,8 +257,10 @@ def check_preset_args(command: str, args) -> None:
     for dest, why in _LECTURE_ONLY.get(command, {}).items():
         if getattr(args, dest) not in (None, False):
             raise ValueError(f"--{dest.replace('_', '-')}: not with --preset {args.preset}: {why}")
-    if command == "replay":
-        cluster_preset(args.preset, args.instances, args.cache_blocks, args.ttft_slo)  # checks the overrides
+    if command == "replay":  # checks the overrides
+        cluster_preset(args.preset, args.instances, args.cache_blocks, args.ttft_slo, args.decode_instances)
+    if command == "overload":
+        _overload_preset(args)
     if command == "compare":  # --loads sets both problems' loads here: kept apart from the lecture's checks
         args.cluster_loads, args.loads = args.loads, None
 
@@ -256,7 +279,7 @@ def cmd_replay(args) -> int:
     from .observation import as_observation
     from .workload import load_workload
 
-    p = cluster_preset(args.preset, args.instances, args.cache_blocks, args.ttft_slo)
+    p = cluster_preset(args.preset, args.instances, args.cache_blocks, args.ttft_slo, args.decode_instances)
     trace = load_workload(args.trace, rate=args.rate, seed=args.seed, speed=args.speed)
     modes = args.observation or ["exact"]
     observations = [as_observation(m) for m in modes]
@@ -290,7 +313,7 @@ def cmd_overload(args) -> int:
     from . import report
     from .workload import load_workload
 
-    p = cluster_preset(args.preset, ttft_slo_s=args.ttft_slo)
+    p = _overload_preset(args)
     base = load_workload(args.trace, rate=args.rate, seed=args.seed)
     names = None if args.policy == "all" else [args.policy]
     trace, sat, results = overload(base, p, args.load, args.requests, names, seed=args.seed,

@@ -88,6 +88,40 @@ def test_overload_on_the_overload_preset_measures_saturation_and_early_wastes_le
     assert res["early"]["wasted_prefill_s"] < 0.8 * res["baseline"]["wasted_prefill_s"]
 
 
+def test_overload_pool_sizes_reach_the_cluster_and_its_saturation(capsys):
+    doc = run_json(capsys, "overload", "--requests", "400", "--preset", "mooncake-overload", "--policy", "early",
+                   "--prefill-instances", "6", "--decode-instances", "2")
+    p = get_preset("mooncake-overload").with_(n_prefill=6, n_decode=2)
+    trace, sat = conductor.overload_workload(synthetic_trace(0, rate=4.0), 2.0, 400, 0, p)
+    expected = conductor.simulate(trace, p, admission=make_policy("admission", "early"), seed=0)
+    assert doc["preset"]["n_prefill"] == 6 and doc["preset"]["n_decode"] == 2
+    assert doc["saturation"] == to_jsonable(sat._asdict()) and doc["arrival_rate_per_s"] == 2.0 * sat.cluster_per_s
+    assert doc["results"]["early"] == to_jsonable(expected.metrics)
+    default = conductor.saturation(synthetic_trace(0, rate=4.0), "mooncake-overload")  # 16 + 1 instances
+    assert sat.prefill_per_s < default.prefill_per_s and sat.decode_per_s > default.decode_per_s
+    assert main(["overload", "--requests", "400", "--preset", "mooncake-overload", "--policy", "early",
+                 "--prefill-instances", "6", "--decode-instances", "2"]) == 0
+    assert "preset mooncake-overload: 6 prefill + 2 decode instances" in capsys.readouterr().out
+
+
+def test_overload_pool_sizes_reach_the_lecture_simulator(capsys):
+    doc = run_json(capsys, "overload", "--requests", "500", "--policy", "early", "--decode-instances", "4",
+                   "--prefill-instances", "3")
+    config = overload.OverloadConfig(n_prefill=3, n_decode=4)
+    trace, capacity = overload.overload_workload(synthetic_trace(0, rate=4.0), 500, 2.0, 0, config)
+    expected = overload.run_admission_baselines(trace, ["early"], config, seed=0)["early"].metrics
+    assert doc["config"]["n_prefill"] == 3 and doc["config"]["n_decode"] == 4
+    assert doc["decode_capacity_per_s"] == capacity and doc["results"]["early"] == to_jsonable(expected)
+
+
+def test_replay_decode_instances_reach_the_cluster(capsys, small_trace):
+    doc = run_json(capsys, "replay", "--trace", small_trace, "--policy", "kvcentric", "--preset", "mooncake",
+                   "--decode-instances", "3")
+    p = get_preset("mooncake").with_(n_decode=3)
+    expected = conductor.simulate(read_trace(small_trace), p, routing=make_policy("routing", "kvcentric"))
+    assert doc["preset"]["n_decode"] == 3 and doc["results"]["kvcentric"] == to_jsonable(expected.metrics)
+
+
 def test_compare_on_a_cluster_preset_runs_the_v1_envs(capsys):
     doc = run_json(capsys, "compare", "--preset", "mooncake-overload", "--env", "admission", "--seeds", "1",
                    "--loads", "2")
@@ -117,6 +151,12 @@ def test_compare_routing_on_a_cluster_preset_takes_loads(capsys):
     (["compare", "--preset", "mooncake", "--rates", "4"], "--rates: not with --preset mooncake"),
     (["compare", "--preset", "h100", "--tuned", "x.json"], "--tuned: not with --preset h100"),
     (["compare", "--preset", "mooncake", "--plot-dir", "plots"], "--plot-dir: not with --preset mooncake"),
+    (["replay", "--decode-instances", "2"], "--decode-instances: only with a cluster --preset"),
+    (["overload", "--preset", "mooncake", "--decode-instances", "0"], "--decode-instances"),
+    (["overload", "--prefill-instances", "2000"], "--prefill-instances"),
+    (["overload", "--preset", "mooncake-hetero", "--prefill-instances", "4"],
+     "--prefill-instances: preset mooncake-hetero's prefill pool is 4xH800+4xA800; expected 8"),
+    (["replay", "--preset", "mooncake-hetero", "--instances", "6"], "--instances: preset mooncake-hetero's"),
 ])
 def test_options_a_cluster_preset_does_not_take_are_named(capsys, argv, message):
     assert main(argv) == 2
