@@ -572,7 +572,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_trace_args(p)
     p.add_argument("--policy", default="all", choices=[*ROUTING_POLICIES, "all"],
                    help="routing baseline, or 'all' for one table of every baseline (default all)")
-    p.add_argument("--instances", type=int, default=None, help="prefill instances (default 8, or --pool's or the --preset's)")
+    p.add_argument("--instances", type=int, default=None,
+                   help="prefill instances (default 8, or --pool's or the --preset's)")
     p.add_argument("--decode-instances", type=int, default=None,
                    help="cluster presets: decode instances (default the --preset's)")
     p.add_argument("--pool", default=None, metavar="4xH800+4xA800",

@@ -97,8 +97,10 @@ def pool_string(gpus) -> str:
     return "+".join(f"{len(list(run))}x{gpu}" for gpu, run in groupby(gpus))
 
 
-def _overload_preset(args) -> ClusterPreset:
-    """``overload``'s cluster: the preset with ``--prefill-instances``, ``--decode-instances`` and ``--ttft-slo``."""
+def command_preset(command: str, args) -> ClusterPreset:
+    """The cluster of ``replay`` or ``overload``: ``--preset`` with the command's pool, cache and SLO options."""
+    if command == "replay":
+        return cluster_preset(args.preset, args.instances, args.cache_blocks, args.ttft_slo, args.decode_instances)
     return cluster_preset(args.preset, args.prefill_instances, ttft_slo_s=args.ttft_slo,
                           n_decode=args.decode_instances, prefill_option="--prefill-instances")
 
@@ -257,10 +259,8 @@ def check_preset_args(command: str, args) -> None:
     for dest, why in _LECTURE_ONLY.get(command, {}).items():
         if getattr(args, dest) not in (None, False):
             raise ValueError(f"--{dest.replace('_', '-')}: not with --preset {args.preset}: {why}")
-    if command == "replay":  # checks the overrides
-        cluster_preset(args.preset, args.instances, args.cache_blocks, args.ttft_slo, args.decode_instances)
-    if command == "overload":
-        _overload_preset(args)
+    if command in ("replay", "overload"):
+        command_preset(command, args)  # checks the overrides
     if command == "compare":  # --loads sets both problems' loads here: kept apart from the lecture's checks
         args.cluster_loads, args.loads = args.loads, None
 
@@ -279,7 +279,7 @@ def cmd_replay(args) -> int:
     from .observation import as_observation
     from .workload import load_workload
 
-    p = cluster_preset(args.preset, args.instances, args.cache_blocks, args.ttft_slo, args.decode_instances)
+    p = command_preset("replay", args)
     trace = load_workload(args.trace, rate=args.rate, seed=args.seed, speed=args.speed)
     modes = args.observation or ["exact"]
     observations = [as_observation(m) for m in modes]
@@ -313,7 +313,7 @@ def cmd_overload(args) -> int:
     from . import report
     from .workload import load_workload
 
-    p = _overload_preset(args)
+    p = command_preset("overload", args)
     base = load_workload(args.trace, rate=args.rate, seed=args.seed)
     names = None if args.policy == "all" else [args.policy]
     trace, sat, results = overload(base, p, args.load, args.requests, names, seed=args.seed,
