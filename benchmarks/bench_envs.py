@@ -1,6 +1,7 @@
 """Raw ``step`` throughput of the mooncake-gym environments next to Gymnasium's CartPole-v1.
 
     python benchmarks/bench_envs.py [--seconds 3]
+    python benchmarks/bench_envs.py --parts      # a v1 step's parts around its simulator (:func:`parts`)
 
 Each environment is built with ``gym.make(...).unwrapped`` (no wrappers: the raw ``step``), driven
 by uniformly random valid actions drawn before the clock starts, and reset with the next seed
@@ -60,11 +61,12 @@ step). Two alternating runs per mode, idle machine (load about 1): pure Python, 
 their simulators alone 0.171-0.180 / 0.220-0.224 / 0.286-0.288 (PrefillRouting-v1 /
 OverloadAdmission-v1 / Conductor-v1); compiled, envs 0.091-0.155 and simulators alone 0.181-0.228 /
 0.233-0.270 / 0.317-0.371 (one quieter run earlier: 0.244 / 0.284 / 0.404). The rest of a step is
-the Python environment layer, measured by its parts (compiled core, one mid-episode state, timeit):
-the observation 9-12 us (the decode instances' loads 1.4-3.0 us, the default router's predicted
-TTFT 2.1 us, the prefill features 3.3 us, clipping and packing 77 floats 3.3 us), and the episode's
-final metrics about 5-7 ms per 1,000-request episode (the TBT of every finished request, one
-vectorised pass). The target is 0.25 x CartPole's ~6.5 us = ~26 us per step; PrefillRouting-v1's
+the Python environment layer, measured by its parts (``--parts``; pure Python, PrefillRouting-v1 /
+OverloadAdmission-v1 / Conductor-v1): the observation 9.9 / 9.0 / 10.3 us (the decode instances'
+loads 2.9 / 0.5 / 2.9 us, 1.4 us compiled; the default router's choice for the predicted TTFT
+2.1 / 4.9 / 2.1 us; the prefill features 3.4 / 5.9 / 3.3 us; clipping and packing the floats
+3.2-3.5 us), and the final metrics 6.9 / 6.5 / 4.0 us per step (4-7 ms per 1,000-request episode:
+the TBT of every finished request, one vectorised pass). The target is 0.25 x CartPole's ~6.5 us = ~26 us per step; PrefillRouting-v1's
 simulator alone takes about that already, and its observation alone takes it to about 0.18x at best.
 Compiling the prefill features with mypyc gained 3.4 -> 3.0 us; compiling ``costmodel`` too gave the
 simulators about 7 % but broke pickling its frozen dataclasses, and was dropped. So the 0.25 target
@@ -77,6 +79,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+import timeit
 
 import gymnasium as gym
 import numpy as np
@@ -279,12 +282,73 @@ def format_report(result: dict) -> str:
     return "\n".join(lines)
 
 
+def _per_call_us(f, seconds: float) -> float:
+    """Microseconds per call of ``f()``, the best of five rounds of about ``seconds / 5`` each."""
+    n = max(1, int(timeit.Timer(f).autorange()[0] * seconds / 5 / 0.2))
+    return min(timeit.repeat(f, number=n, repeat=5)) / n * 1e6
+
+
+def parts(env_id: str, kwargs: dict | None = None, seconds: float = 1.0, warmup_steps: int = 300) -> dict:
+    """What a v1 environment's ``step`` spends around its simulator, part by part, in microseconds:
+    on one mid-episode state (after ``warmup_steps`` random steps of seed 0), the observation (its
+    default route already computed), its four parts (the decode instances' load reads, the default
+    router's choice that gives the predicted TTFT, the prefill features, clipping and packing the
+    floats), and the final metrics (``ClusterSimulator.result``, once per episode: its time over the
+    episode's requests; timed on a second episode, after a first one's imports and caches)."""
+    from mooncake_gym.envs.common import as_float32, clipped
+    from mooncake_gym.envs.prefill_routing import routing_features
+
+    env = gym.make(env_id, **(kwargs or {})).unwrapped
+    if not isinstance(env, ClusterEnv):
+        raise ValueError(f"env_id: expected a v1 environment (a ClusterEnv), got {env_id}")
+    env.action_space.seed(0)
+    metrics_ms = []
+    for seed in (0, 1):  # the second episode's final metrics are timed
+        env.reset(seed=seed)
+        sim = env.sim
+        while not sim.done:
+            sim.step(env._action(env.action_space.sample()))
+        start = time.perf_counter()
+        sim.result("env")
+        metrics_ms.append(1e3 * (time.perf_counter() - start))
+    env.reset(seed=0)
+    for _ in range(warmup_steps):
+        if env.step(env.action_space.sample())[2]:
+            env.reset(seed=0)
+    sim, v = env.sim, env.sim.view
+    now, tokens, scale = v.now, v.input_tokens, env._time_scale
+    floats = env._observe().tolist()
+    out = {"observation": _per_call_us(env._observe, seconds),
+           "decode loads": _per_call_us(lambda: [d.load(now, tokens) for d in sim.decode], seconds),
+           "default router": _per_call_us(lambda: sim.router(v.routing), seconds),
+           "prefill features": _per_call_us(lambda: routing_features(v.routing, scale), seconds),
+           "clip and pack": _per_call_us(lambda: as_float32(clipped(floats)), seconds),
+           "final metrics per step": 1e3 * metrics_ms[1] / len(sim.trace)}
+    env.close()
+    return out
+
+
+def format_parts(env_id: str, p: dict) -> str:
+    """:func:`parts`' figures as lines; the four parts are indented under the observation."""
+    inner = ("decode loads", "default router", "prefill features", "clip and pack")
+    lines = [f"{env_id}: a step's parts around its simulator, us"]
+    lines += [f"  {'  ' if k in inner else ''}{k:<{28 if k in inner else 30}s} {v:8.2f}" for k, v in p.items()]
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="time per environment (default 3)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     parser.add_argument("--wrapped", action="store_true", help="step the envs as gym.make returns them")
+    parser.add_argument("--parts", action="store_true",
+                        help="instead, time the parts of each v1 environment's step around its simulator")
     args = parser.parse_args(argv)
+    if args.parts:
+        for env_id, kwargs in ENV_CASES:
+            if env_id.endswith("-v1"):
+                print(format_parts(env_id, parts(env_id, kwargs, args.seconds / 3)))
+        return 0
     run(args.seconds, args.rounds, wrapped=args.wrapped)
     return 0
 

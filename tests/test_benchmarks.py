@@ -50,3 +50,13 @@ def test_run_reports_the_floor_of_each_v1_env_only(bench_envs):
     assert floor["steps"] > 0 and floor["episodes"] > 0
     assert floor["ratio"] == floor["steps_per_s"] / result["reference"]["steps_per_s"]
     assert "its cluster simulator alone" in bench_envs.format_report(result)
+
+
+def test_parts_times_each_part_of_a_v1_step(bench_envs):
+    p = bench_envs.parts("mooncake_gym/Conductor-v1", {"episode_requests": 40}, seconds=0.05, warmup_steps=10)
+    assert list(p) == ["observation", "decode loads", "default router", "prefill features", "clip and pack",
+                       "final metrics per step"]
+    assert all(v > 0 for v in p.values())
+    assert "    decode loads" in bench_envs.format_parts("mooncake_gym/Conductor-v1", p)
+    with pytest.raises(ValueError, match="env_id: expected a v1 environment"):
+        bench_envs.parts("mooncake_gym/PrefillRouting-v0")
