@@ -5,7 +5,7 @@ then only calls ``setup()`` and the metadata is pyproject.toml's. With ``MOONCAK
 (``make install-fast``) the modules of :data:`COMPILED` are compiled with mypyc into C extensions
 placed next to their .py files, which they shadow: a compiled module runs its .py as it was when
 compiled (``make clean-compiled`` removes the extensions; ``mooncake_gym.compiled()`` lists the compiled
-modules in use and warns when a .py is newer than its extension).
+modules in use, and importing ``mooncake_gym`` warns when a .py is newer than its extension).
 """
 
 import os

@@ -52,7 +52,8 @@ def _source(extension: Path) -> Path:
 
 def warn_if_stale() -> None:
     """Warn when a compiled module's .py was edited after it was compiled: the extension shadows it,
-    so the edit does not run until ``make install-fast`` (rebuild) or ``make clean`` (pure Python)."""
+    so the edit does not run until ``make install-fast`` (rebuild) or ``make clean-compiled`` (pure
+    Python; ``make clean`` would also remove the venv)."""
     extensions = _extensions()
     # a module's extension is rebuilt only when its shim changes: the build's time is the newest file
     built = max((path.stat().st_mtime for path in Path(__file__).resolve().parent.glob("*__mypyc.*")), default=0.0)
@@ -60,4 +61,4 @@ def warn_if_stale() -> None:
              if _source(path).exists() and _source(path).stat().st_mtime > max(built, path.stat().st_mtime)]
     if stale:
         warnings.warn(f"mooncake_gym: {', '.join(sorted(stale))} changed since compiled; the compiled version runs. "
-                      f"Rebuild (make install-fast) or remove the compiled modules (make clean).", stacklevel=3)
+                      f"Rebuild (make install-fast) or remove the compiled modules (make clean-compiled).", stacklevel=3)
