@@ -100,7 +100,7 @@ results: $(STAMP)
 	  echo; echo "## Production routers and the TTFT lower bound"; echo; \
 	  echo "The production-router baselines (\`dynamo\` ... \`chbl\`) and the \`bound\` row are in the tables above; their rules, sources and a reading of the tables at 4, 8 and 12 sessions/s: [\`production-routers.md\`](production-routers.md)."; echo; \
 	  echo "## What the router sees: observation modes (\`mooncake-gym replay --policy all --markdown\` with one \`--observation\` per mode)"; echo; \
-	  echo "The same baselines when the router sees stale load, its own prefix index or noisy estimates instead of the exact state (\`mooncake_gym.observation\`; modes and their sources in docs/envs/prefill_routing.md). Only the view changes: every request is served exactly. exact = the exact state, as in the tables above (replay seeds its tie-breaks and synthetic workload with seed 0, the tables above with held-out seeds, so the numbers differ); scraped = load snapshots every 0.1 s seen with the given delay, plus the router's count of what it sent since (inflight=false: without it); approximate = the router's own unbounded index of the blocks it routed; precise = KV events 0.1 s late; noisy = predicted prefill and transfer times x exp(0.3 z)."; echo; \
+	  echo "The same baselines when the router sees stale load, its own prefix index or noisy estimates instead of the exact state (\`mooncake_gym.sim.observation\`; modes and their sources in docs/envs/prefill_routing.md). Only the view changes: every request is served exactly. exact = the exact state, as in the tables above (replay seeds its tie-breaks and synthetic workload with seed 0, the tables above with held-out seeds, so the numbers differ); scraped = load snapshots every 0.1 s seen with the given delay, plus the router's count of what it sent since (inflight=false: without it); approximate = the router's own unbounded index of the blocks it routed; precise = KV events 0.1 s late; noisy = predicted prefill and transfer times x exp(0.3 z)."; echo; \
 	  echo "### synthetic, 8 sessions/s, seed 0 (\`--rate 8\`)"; echo; \
 	  echo "The tuned rows here are not held out: tuning's episode of seed 0 at 8 sessions/s is the first 1,000 requests of this workload. The trace below was not tuned on."; echo; \
 	  $(BIN)/mooncake-gym replay --rate 8 --policy all --markdown $(OBSERVATION_MODES) $(TUNED); echo; \
@@ -136,7 +136,7 @@ LEADERBOARD_ROUTING_FULL ?= kvcentric
 LEADERBOARD_ADMISSION_FULL ?= early context_predicted
 LEADERBOARD_DIR ?= build/leaderboard
 LEADERBOARD_TRACE = $(if $(wildcard $(SHARED_TRACE)),--trace $(SHARED_TRACE),)
-LEADERBOARD_PLAN = $(BIN)/python -m mooncake_gym.scenario_docs $(if $(LEADERBOARD_TUNE_BUDGET),--budget $(LEADERBOARD_TUNE_BUDGET),)
+LEADERBOARD_PLAN = $(BIN)/python -m mooncake_gym.reporting.scenario_docs $(if $(LEADERBOARD_TUNE_BUDGET),--budget $(LEADERBOARD_TUNE_BUDGET),)
 leaderboard: leaderboard-tune
 	$(MAKE) leaderboard-tables
 leaderboard-tune: $(STAMP)
@@ -153,5 +153,5 @@ leaderboard-tune: $(STAMP)
 leaderboard-tables: $(STAMP)
 	$(BIN)/mooncake-gym compare --scenario all --seeds $(LEADERBOARD_SEEDS) --markdown --no-progress $(LEADERBOARD_TRACE) \
 	  $$(for f in $(LEADERBOARD_DIR)/*.json; do echo --tuned $$f; done) > $(LEADERBOARD_DIR)/tables.md
-	$(BIN)/python -m mooncake_gym.scenario_docs --leaderboard $(LEADERBOARD_DIR)/tables.md \
+	$(BIN)/python -m mooncake_gym.reporting.scenario_docs --leaderboard $(LEADERBOARD_DIR)/tables.md \
 	  --seeds $(LEADERBOARD_SEEDS) --command "make leaderboard LEADERBOARD_SEEDS=$(LEADERBOARD_SEEDS) LEADERBOARD_TUNE_BUDGET=$(LEADERBOARD_TUNE_BUDGET)" > docs/leaderboard.md

@@ -19,11 +19,11 @@ MYPY_OPTIONS = [
 ]
 #: The modules compiled with ``MOONCAKE_GYM_COMPILE=1`` (one group: calls between them are native).
 COMPILED = [
-    "mooncake_gym/prefixcache.py",
-    "mooncake_gym/cluster.py",
-    "mooncake_gym/decode.py",
-    "mooncake_gym/routing.py",
-    "mooncake_gym/conductor.py",
+    "mooncake_gym/sim/prefixcache.py",
+    "mooncake_gym/sim/prefill.py",
+    "mooncake_gym/sim/decode.py",
+    "mooncake_gym/sim/routing.py",
+    "mooncake_gym/sim/cluster.py",
 ]
 
 if os.environ.get("MOONCAKE_GYM_COMPILE") == "1":

@@ -41,6 +41,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from mooncake_gym._moved import current_name
+
 FORMAT = "mooncake-gym-agent/1"
 #: Algorithm name (as in the card) -> (module, class). The lower-case names are the CLI's --algo.
 ALGORITHMS = {"PPO": ("stable_baselines3", "PPO"), "A2C": ("stable_baselines3", "A2C"),
@@ -163,12 +165,14 @@ def wrapper_path(cls) -> str:
 
 def resolve_wrapper(path: str, trusted: bool = False):
     """The ``gymnasium.Wrapper`` subclass at import path ``module.Class``; modules outside
-    :data:`SAFE_WRAPPER_PACKAGES` must already be imported unless ``trusted``."""
+    :data:`SAFE_WRAPPER_PACKAGES` must already be imported unless ``trusted``. A path of a module that
+    moved in 0.2 (``mooncake_gym.wrappers``, ``mooncake_gym.admission_features``) names its class in
+    the new module (:data:`mooncake_gym._moved.MOVED`), without a warning."""
     import gymnasium as gym
 
     if not isinstance(path, str) or "." not in path:
         raise AgentFormatError(f"wrapper: expected an import path 'module.Class', got {path!r}")
-    module_name, _, qualname = path.rpartition(".")
+    module_name, _, qualname = current_name(path).rpartition(".")  # a card written before 0.2 names the old module
     module = sys.modules.get(module_name)
     if module is None:
         if not (trusted or module_name.split(".")[0] in SAFE_WRAPPER_PACKAGES):
@@ -414,7 +418,7 @@ def save_agent(model, path: str | os.PathLike, env_id: str, wrappers: Sequence =
                card: dict | None = None) -> Path:
     """Write ``model`` as ``path`` (an SB3 zip) and its card ``path`` with ``.json``: the format's
     fields (:func:`format_card`), the zip's sha256, and the extra fields of ``card``."""
-    from .train import sha256_of
+    from mooncake_gym.agents.train import sha256_of
 
     path = Path(path)
     if path.suffix != ".zip":
@@ -482,7 +486,7 @@ def load(zip_path: str | os.PathLike, card: dict | None = None, trusted: bool = 
 
 
 def _load_weights(zip_path: Path, card: dict, trusted: bool) -> Agent:
-    from .train import sha256_of
+    from mooncake_gym.agents.train import sha256_of
 
     for key in ("algorithm", "policy", "architecture", "observation_space", "action_space", "sha256", "env_id"):
         if key not in card:

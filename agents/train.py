@@ -27,7 +27,7 @@ import yaml
 
 from mooncake_gym.envs import ADMISSION_ENV_ID, ROUTING_ENV_ID
 
-from .agentfile import ALGO_NAMES, POLICIES, algorithm_class, format_card, wrapper_spec
+from mooncake_gym.agents.agentfile import ALGO_NAMES, POLICIES, algorithm_class, format_card, wrapper_spec
 
 ENV_IDS = {"routing": ROUTING_ENV_ID, "admission": ADMISSION_ENV_ID}
 #: Seeds of the evaluation callback (held out: training envs are seeded from the training seed).
@@ -233,7 +233,7 @@ def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.P
 
     import mooncake_gym  # noqa: F401  (registers the env ids)
 
-    from .agentfile import apply_wrappers
+    from mooncake_gym.agents.agentfile import apply_wrappers
 
     if env not in ENV_IDS:
         raise ValueError(f"env: expected one of {sorted(ENV_IDS)}, got {env!r}")
@@ -319,7 +319,7 @@ def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.P
         obs_rms = getattr(model.get_vec_normalize_env(), "obs_rms", None)
     normalizer = None
     if vecnormalize:
-        from .agentfile import ObsNormalizer
+        from mooncake_gym.agents.agentfile import ObsNormalizer
 
         vn = model.get_vec_normalize_env()
         normalizer = ObsNormalizer(obs_rms.mean, obs_rms.var, vn.clip_obs, vn.epsilon)
@@ -347,7 +347,7 @@ def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.P
     card_file = final.with_suffix(".json")
     card_file.write_text(json.dumps(card, indent=2) + "\n")
     if evaluate_card:
-        from . import load_agent
+        from mooncake_gym.agents import load_agent
 
         card["evaluation"] = card_evaluation(env, load_agent(final), env_kwargs, algo.lower())
         card_file.write_text(json.dumps(card, indent=2) + "\n")
@@ -383,7 +383,7 @@ def card_evaluation(env: str, model, env_kwargs: dict | None = None, name: str =
     import numpy as np
 
     from mooncake_gym.baselines import make_policy
-    from mooncake_gym.evaluation import evaluate
+    from mooncake_gym.evaluation.episodes import evaluate
 
     workload = ("rate", "load", "episode_requests", "trace", "base_trace", "speed")
     base = {k: v for k, v in (env_kwargs or {}).items() if k not in workload and not k.endswith("_range")}

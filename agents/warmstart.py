@@ -30,7 +30,7 @@ ENV_ID = "mooncake_gym/PrefillRouting-v0"
 def _wrapped(env_kwargs: dict, wrappers, env_id: str = ENV_ID):
     import gymnasium as gym
 
-    from .agentfile import apply_wrappers
+    from mooncake_gym.agents.agentfile import apply_wrappers
 
     return apply_wrappers(gym.make(env_id, render_mode=None, **env_kwargs), wrappers, trusted=True)
 
@@ -38,7 +38,7 @@ def _wrapped(env_kwargs: dict, wrappers, env_id: str = ENV_ID):
 def demonstrations(env_kwargs: dict, teacher, seeds, wrappers, gamma: float, env_id: str = ENV_ID):
     """Observations (behind ``wrappers``), the teacher's env actions and the discounted returns of
     its episodes on ``seeds``."""
-    from mooncake_gym.policy import reset_policy
+    from mooncake_gym.sim.policy import reset_policy
 
     env = _wrapped(env_kwargs, wrappers, env_id)
     obs_all, act_all, ret_all = [], [], []
@@ -103,9 +103,9 @@ def mean_ttft(model, workloads, seeds, wrappers) -> list[float]:
 
 def mean_metric(model, workloads, seeds, wrappers, env_id: str = ENV_ID, metric: str = "mean_ttft_s") -> list[float]:
     """The deterministic policy's mean ``metric`` per episode on each workload over ``seeds``."""
-    from mooncake_gym.evaluation import evaluate
+    from mooncake_gym.evaluation.episodes import evaluate
 
-    from .agentfile import as_agent
+    from mooncake_gym.agents.agentfile import as_agent
 
     agent = as_agent(model, env_id, wrappers)
     return [float(np.mean([e[metric] for e in evaluate(env_id, agent, seeds, **w["env_kwargs"])])) for w in workloads]
@@ -141,8 +141,8 @@ def warm_start_ppo(workloads: list[dict], out, wrappers=(), timesteps: int = 300
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from .agentfile import save_agent, wrapper_spec
-    from .train import library_versions, sha256_of
+    from mooncake_gym.agents.agentfile import save_agent, wrapper_spec
+    from mooncake_gym.agents.train import library_versions, sha256_of
 
     if goal not in ("min", "max"):
         raise ValueError(f"goal: expected 'min' or 'max', got {goal!r}")
@@ -175,7 +175,7 @@ def warm_start_ppo(workloads: list[dict], out, wrappers=(), timesteps: int = 300
     history = [{"timesteps": 0, "wall_s": round(time.time() - start, 1), "bc": bc,
                 key: mean_metric(model, workloads, list(select_seeds), specs, env_id, metric)}]
     if with_refs:
-        from mooncake_gym.evaluation import evaluate
+        from mooncake_gym.evaluation.episodes import evaluate
 
         ref = [float(np.mean([e[metric] for e in evaluate(env_id, w["reference"], list(select_seeds),
                                                           **w["env_kwargs"])])) for w in workloads]
@@ -253,7 +253,7 @@ def scenario_workloads(long_factor: float = 6.0, long_instances: int = 2, min_lo
     (``ppo_routing_bursty``) passes its one scenario in ``envs``."""
     from mooncake_gym.baselines.routing import KVCentric
     from mooncake_gym.baselines.sizesplit import RelativeSizeSplit
-    from mooncake_gym.scenarios import get_scenario
+    from mooncake_gym.evaluation.scenarios import get_scenario
 
     return [{"scenario": name, "env_kwargs": get_scenario(name).config(), "envs": envs,
              "teacher": RelativeSizeSplit(long_factor, long_instances, min_load=min_load), "reference": KVCentric()}
@@ -267,9 +267,9 @@ def complete_routing_card(path, compare_json, notes: str, per_scenario: bool = F
     compare --scenario ... --agent OUT/NAME.zip --json`` (``compare_json``: per scenario the agent's
     mean TTFT and the best baseline row's, default or tuned; the bound and the agents are not
     baselines), ``notes``; with ``per_scenario``, ``scenarios`` (the scenarios it was trained on:
-    ``compare`` shows it only there, ``mooncake_gym.compare.agent_scenarios``). Returns the card."""
+    ``compare`` shows it only there, ``mooncake_gym.experiments.compare.agent_scenarios``). Returns the card."""
     from mooncake_gym.baselines import POLICIES
-    from mooncake_gym.scenarios import scenarios_of
+    from mooncake_gym.evaluation.scenarios import scenarios_of
 
     path = Path(path)
     card = json.loads(path.read_text())
@@ -299,7 +299,7 @@ def complete_routing_card(path, compare_json, notes: str, per_scenario: bool = F
 if __name__ == "__main__":  # python -m mooncake_gym.agents.warmstart OUT [--scenarios | --sanity] [--demo-seeds N]
     import argparse
 
-    from mooncake_gym.wrappers import RoutingRelativeFeatures, RoutingRuleFeatures
+    from mooncake_gym.envs.wrappers import RoutingRelativeFeatures, RoutingRuleFeatures
 
     ap = argparse.ArgumentParser(description="behaviour cloning of a size-splitting rule, then PPO (issue 13's routing agent)")
     ap.add_argument("out")
@@ -319,7 +319,7 @@ if __name__ == "__main__":  # python -m mooncake_gym.agents.warmstart OUT [--sce
     if a.only and not a.scenarios:
         ap.error("--only: give --scenarios too (a per-scenario agent trains on a registered scenario)")
     if a.only:
-        from mooncake_gym.scenarios import get_scenario
+        from mooncake_gym.evaluation.scenarios import get_scenario
 
         try:
             problem = get_scenario(a.only).problem

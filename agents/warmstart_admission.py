@@ -1,6 +1,6 @@
 """Issue 13's admission agent: behaviour cloning of the context rule, then PPO, on ``OverloadAdmission-v1``.
 
-The observation is :class:`mooncake_gym.admission_features.AdmissionRuleFeatures` (the request's
+The observation is :class:`mooncake_gym.envs.admission_features.AdmissionRuleFeatures` (the request's
 predicted context and footprint, the decode instance's KV use and iteration time, the prefill queue,
 the offered load and the rules' own decisions); the env is the admission scenarios' (preset
 ``mooncake-overload``, ``prediction=True``, sigma 0.5, 3,000-request episodes) at loads 2 and 3,
@@ -23,11 +23,11 @@ import json
 
 import numpy as np
 
-from .warmstart import warm_start_ppo
+from mooncake_gym.agents.warmstart import warm_start_ppo
 
 ENV_ID = "mooncake_gym/OverloadAdmission-v1"
 NAME = "ppo_admission_v1"
-#: The admission scenarios' arguments (mooncake_gym/scenarios.py) without the load.
+#: The admission scenarios' arguments (mooncake_gym/evaluation/scenarios.py) without the load.
 SCENARIO_KWARGS = {"preset": "mooncake-overload", "episode_requests": 3000, "prediction": True,
                    "prediction_sigma": 0.5}
 #: The teacher's knobs per load: (low, high, max_footprint) of ``context_predicted``.
@@ -102,7 +102,7 @@ def cem_init(generations: int = 15, population: int = 12, elite: int = 3, budget
     def init(model, specs) -> dict:
         import time
 
-        from .warmstart import _wrapped
+        from mooncake_gym.agents.warmstart import _wrapped
 
         start = time.time()
         envs = [(_wrapped(w["env_kwargs"], specs, ENV_ID), w["teacher"]) for w in workloads(loads=loads, episode_requests=episode_requests)]
@@ -141,7 +141,7 @@ def cem_init(generations: int = 15, population: int = 12, elite: int = 3, budget
 
 
 def _teacher_goodput(env, teacher, seed: int) -> float:
-    from mooncake_gym.policy import reset_policy
+    from mooncake_gym.sim.policy import reset_policy
 
     reset_policy(teacher, int(seed))
     base = env.unwrapped
@@ -155,7 +155,7 @@ def train(out, budget_s: float = 1500.0, demo_seeds: int = 8, timesteps: int = 5
     then PPO with checkpoint selection, within ``budget_s`` seconds in all, on the loads ``loads``
     (default both), behind :class:`AdmissionRuleFeatures` (with its opportunity-cost features if
     ``growth``); writes ``OUT/NAME.zip`` and its card."""
-    from mooncake_gym.admission_features import AdmissionRuleFeatures
+    from mooncake_gym.envs.admission_features import AdmissionRuleFeatures
 
     arch = [] if cem is not None else [64, 64]
     hp = {"learning_rate": 3e-5, "gamma": 0.995, "policy_kwargs": {"net_arch": arch}, **(hyperparameters or {})}

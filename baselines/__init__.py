@@ -4,10 +4,10 @@
 names the command line uses to policy factories; :func:`make_policy` builds one by name.
 """
 
-from .admission import (ADMISSION_POLICIES, ADMISSION_V1_POLICIES, BaselineAdmission, DistributionPredictiveRejection, EarlyRejection,
+from mooncake_gym.baselines.admission import (ADMISSION_POLICIES, ADMISSION_V1_POLICIES, BaselineAdmission, DistributionPredictiveRejection, EarlyRejection,
                         PredictiveRejection)
-from .routing import ROUTING_POLICIES, CacheAware, KVCentric, LoadBalancing, RandomRouting
-from .production import PRODUCTION_ROUTING_POLICIES
+from mooncake_gym.baselines.routing import ROUTING_POLICIES, CacheAware, KVCentric, LoadBalancing, RandomRouting
+from mooncake_gym.baselines.production import PRODUCTION_ROUTING_POLICIES
 
 ROUTING_POLICIES.update(PRODUCTION_ROUTING_POLICIES)  # production routers' rules (baselines/production.py)
 

@@ -12,7 +12,7 @@ Every policy first applies Algorithm 1's prefill check at arrival: reject when t
 - ``size_oracle`` / ``size_predicted`` (the cluster simulator only, ``OverloadAdmission-v1``):
   admit the smaller decode footprints ((input + output) x output) when the decode pool is loaded,
   with the exact output length (a reference: needs ``oracle=True``) or the predicted one (needs
-  ``prediction=True``; ``mooncake_gym.prediction``).
+  ``prediction=True``; ``mooncake_gym.model.prediction``).
 - ``context_oracle`` / ``context_predicted``: the same rule on the KV context per output token
   (input + output), the measure that token goodput rewards.
 

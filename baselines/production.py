@@ -1,4 +1,4 @@
-"""Routing rules of production LLM routers, reimplemented over :class:`~mooncake_gym.routing.RoutingView`.
+"""Routing rules of production LLM routers, reimplemented over :class:`~mooncake_gym.sim.routing.RoutingView`.
 
 Each class follows the published rule of one router, read from that router's own repository (the
 docstrings name the file and the version read; no code was copied). Every rule trades prefix
@@ -34,10 +34,10 @@ import heapq
 import math
 from collections import deque
 
-from mooncake_gym.costmodel import BLOCK_TOKENS
-from mooncake_gym.routing import Route, RoutingView
+from mooncake_gym.model.costmodel import BLOCK_TOKENS
+from mooncake_gym.sim.routing import Route, RoutingView
 
-from .routing import _Seeded
+from mooncake_gym.baselines.routing import _Seeded
 
 
 def _waiting(view: RoutingView) -> list[int]:

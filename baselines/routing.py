@@ -1,6 +1,6 @@
 """Hand-coded prefill-routing policies (Mooncake v3 §6 and Figure 8).
 
-Each policy is a callable ``policy(view) -> Route`` over a :class:`mooncake_gym.routing.RoutingView`.
+Each policy is a callable ``policy(view) -> Route`` over a :class:`mooncake_gym.sim.routing.RoutingView`.
 Exact ties are broken uniformly at random with the policy's seeded generator, as production routers
 do (e.g. NVIDIA Dynamo's KV router picks among equal costs at random); otherwise an idle cluster
 would send everything to instance 0.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mooncake_gym.routing import Route, RoutingView
+from mooncake_gym.sim.routing import Route, RoutingView
 
 
 class _Seeded:

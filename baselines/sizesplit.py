@@ -13,9 +13,9 @@ requests behind it more).
 
 from __future__ import annotations
 
-from mooncake_gym.routing import Route, RoutingView
+from mooncake_gym.sim.routing import Route, RoutingView
 
-from .routing import KVCentric
+from mooncake_gym.baselines.routing import KVCentric
 
 
 class SizeSplit(KVCentric):

@@ -5,7 +5,7 @@ The attempt of ``docs/admission-v1.md`` (``agents/train.py`` knows the v0 env id
     .venv/bin/python benchmarks/admission_v1_ppo.py OUT_DIR MINUTES [GAMMA]
 
 writes ``OUT_DIR/model.zip`` every 20,000 steps and at the end; evaluate it with
-``mooncake_gym.evaluation.evaluate`` on the scenarios' held-out seeds, or save it with its card
+``mooncake_gym.evaluation.episodes.evaluate`` on the scenarios' held-out seeds, or save it with its card
 (``mooncake_gym.agents.save_agent``) for ``mooncake-gym compare --scenario admission-load2 --agent
 PATH``. Not a speed benchmark.
 """

@@ -76,8 +76,8 @@ def run(seconds: float = 2.0, trace: str | Path = DEFAULT_TRACE, repeat: int | N
         print("kvcache-simulator is not installed: no comparison")
 
     # in-process breakdown of our passes
-    from mooncake_gym.cacheanalysis import PrefixTree, cache_ceiling, simulate_cache
-    from mooncake_gym.workload import read_trace
+    from mooncake_gym.analysis.cache import PrefixTree, cache_ceiling, simulate_cache
+    from mooncake_gym.model.workload import read_trace
 
     t0 = time.perf_counter()
     trace = read_trace(trace)

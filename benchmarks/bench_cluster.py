@@ -55,9 +55,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from mooncake_gym import conductor, routing
+from mooncake_gym.sim import cluster as conductor
+from mooncake_gym.sim import routing
 from mooncake_gym.baselines import make_policy
-from mooncake_gym.workload import read_trace, synthetic_trace
+from mooncake_gym.model.workload import read_trace, synthetic_trace
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "synthetic_trace.jsonl"
 

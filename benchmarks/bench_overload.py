@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 from mooncake_gym.baselines.admission import ADMISSION_POLICIES
-from mooncake_gym.overload import OverloadSimulator, overload_workload, simulate
+from mooncake_gym.sim.admission import OverloadSimulator, overload_workload, simulate
 
 TARGET = 20_000
 

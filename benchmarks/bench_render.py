@@ -22,7 +22,7 @@ import gymnasium as gym
 
 import mooncake_gym  # noqa: F401  (registers the mooncake_gym/... ids)
 from mooncake_gym.baselines import make_policy
-from mooncake_gym.evaluation import as_env_policy
+from mooncake_gym.evaluation.episodes import as_env_policy
 
 #: (label, env id, constructor kwargs, baseline that fills the cluster)
 CASES = [

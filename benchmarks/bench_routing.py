@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 from mooncake_gym.baselines import make_policy
-from mooncake_gym.routing import simulate
-from mooncake_gym.workload import read_trace, synthetic_trace
+from mooncake_gym.sim.routing import simulate
+from mooncake_gym.model.workload import read_trace, synthetic_trace
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "synthetic_trace.jsonl"
 

@@ -33,11 +33,13 @@ import gymnasium as gym
 import numpy as np
 
 import mooncake_gym  # noqa: F401  (registers the environments)
-from mooncake_gym import bounds, conductor, routing
+from mooncake_gym.analysis import bounds
+from mooncake_gym.sim import cluster as conductor
+from mooncake_gym.sim import routing
 from mooncake_gym.baselines import make_policy
 from mooncake_gym.cli import main as cli_main
-from mooncake_gym.scenarios import SCENARIOS
-from mooncake_gym.workload import read_trace, synthetic_trace
+from mooncake_gym.evaluation.scenarios import SCENARIOS
+from mooncake_gym.model.workload import read_trace, synthetic_trace
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "synthetic_trace.jsonl"
 

@@ -7,10 +7,10 @@ TTFT lower bound, on held-out seeds 1,000,000 on (``compare``'s).
         --agent mooncake_gym/agents/ppo_routing_ws.zip --seeds 10
 
 ``tune`` searches each of ``TUNED``'s ``KNOBS`` grids on training seeds 0, 1, 2 (the objective of
-``mooncake_gym.tune``: mean TTFT over the seeds, on the setting's own env kwargs). The settings are
+``mooncake_gym.experiments.tune``: mean TTFT over the seeds, on the setting's own env kwargs). The settings are
 plain ``PrefillRouting-v0`` kwargs (``SETTINGS``) of attempts 1-6 in docs/routing-agents.md, made
 before the scenario registry: this script reproduces those figures. The registered scenarios
-(``mooncake_gym.scenarios``, docs/scenarios.md) are measured with ``mooncake-gym compare --scenario``,
+(``mooncake_gym.evaluation.scenarios``, docs/scenarios.md) are measured with ``mooncake-gym compare --scenario``,
 their baselines tuned by ``make leaderboard-tune``.
 """
 
@@ -22,10 +22,10 @@ import json
 import numpy as np
 
 import mooncake_gym  # noqa: F401  (registers the env ids)
-import mooncake_gym.wrappers  # noqa: F401  (the agents' wrapper module, imported before loading them)
-from mooncake_gym.compare import COMPARE_SEED_BASE, mean_ci95
+import mooncake_gym.envs.wrappers  # noqa: F401  (the agents' wrapper module, imported before loading them)
+from mooncake_gym.experiments.compare import COMPARE_SEED_BASE, mean_ci95
 from mooncake_gym.envs import ROUTING_ENV_ID
-from mooncake_gym.evaluation import ViewPolicy, evaluate
+from mooncake_gym.evaluation.episodes import ViewPolicy, evaluate
 
 #: The settings, as PrefillRouting-v0 kwargs.
 SETTINGS = {
@@ -45,7 +45,7 @@ TUNE_SEEDS = (0, 1, 2)
 
 
 def tune(setting: str) -> dict:
-    from mooncake_gym.tune import candidates, knobs_of, objective
+    from mooncake_gym.experiments.tune import candidates, knobs_of, objective
 
     out = {}
     for name in TUNED:
@@ -68,7 +68,7 @@ def table(setting: str, tuned: dict, agents: list[str], n_seeds: int) -> list[di
     from mooncake_gym.agents import load_agent
     from mooncake_gym.baselines import make_policy
     from mooncake_gym.baselines.sizesplit import SizeSplit
-    from mooncake_gym.bounds import ttft_lower_bound
+    from mooncake_gym.analysis.bounds import ttft_lower_bound
 
     kwargs = SETTINGS[setting]
     seeds = [COMPARE_SEED_BASE + i for i in range(n_seeds)]

@@ -7,7 +7,7 @@ on training seeds only: each rule's mean TTFT on a registered scenario and its r
     python benchmarks/routing_rule_grid.py --grid stale --seeds 0-10       # herd-aware rules on stale-multirouter
 
 ``stale`` tries two rules written here for the herd effect of ``routing-stale-multirouter`` (4
-routers, each with its own scraped snapshots; ``mooncake_gym.observation``), neither of which
+routers, each with its own scraped snapshots; ``mooncake_gym.sim.observation``), neither of which
 helped (so they are not baselines): :class:`HerdInflate`, Algorithm 1 with the work this router
 sent to each instance since its current snapshot counted ``1 + weight`` times (the other routers,
 seeing the same stale snapshot, are assumed to have sent like it), and :class:`RandomAmongBest`,
@@ -28,9 +28,9 @@ import mooncake_gym  # noqa: F401  (registers the env ids)
 from mooncake_gym.baselines.routing import KVCentric
 from mooncake_gym.baselines.sizesplit import RelativeSizeSplit
 from mooncake_gym.envs import ROUTING_ENV_ID
-from mooncake_gym.evaluation import evaluate
-from mooncake_gym.routing import Route
-from mooncake_gym.scenarios import get_scenario
+from mooncake_gym.evaluation.episodes import evaluate
+from mooncake_gym.sim.routing import Route
+from mooncake_gym.evaluation.scenarios import get_scenario
 
 
 class HerdInflate(KVCentric):

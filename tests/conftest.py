@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import mooncake_gym
-from mooncake_gym.workload import read_trace
+from mooncake_gym.model.workload import read_trace
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_TRACE = REPO_ROOT.parent / "shared" / "traces" / "synthetic_trace.jsonl"

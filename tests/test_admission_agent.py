@@ -10,15 +10,15 @@ import torch
 
 import mooncake_gym  # noqa: F401  (registers the environments and scenarios)
 from mooncake_gym import agents
-from mooncake_gym import compare as cmp
-from mooncake_gym.admission_features import AdmissionRuleFeatures
+from mooncake_gym.experiments import compare as cmp
+from mooncake_gym.envs.admission_features import AdmissionRuleFeatures
 from mooncake_gym.agents.warmstart import warm_start_ppo
 from mooncake_gym.agents.warmstart_admission import linear_admit, set_linear_policy
 from mooncake_gym.baselines.admission import ContextRule, EarlyRejection, decode_load_with
 from mooncake_gym.envs import ADMISSION_V1_ENV_ID, OverloadAdmissionV1Env
-from mooncake_gym.evaluation import evaluate
-from mooncake_gym.presets import get_preset
-from mooncake_gym.scenarios import get_scenario
+from mooncake_gym.evaluation.episodes import evaluate
+from mooncake_gym.model.presets import get_preset
+from mooncake_gym.evaluation.scenarios import get_scenario
 from test_conductor import trace_of  # the hand-built traces of the simulator's tests
 
 torch.set_num_threads(1)
@@ -80,6 +80,7 @@ def test_shipped_admission_agent_runs_behind_its_wrapper_and_fits_the_admission_
         pytest.fail("shipped agent ppo_admission_v1 is missing from agents/ (zip and card expected)")
     card = agents.card("ppo_admission_v1")
     assert card["env_id"] == ADMISSION_V1_ENV_ID
+    # written before the wrappers moved to mooncake_gym.envs: the card loads unchanged
     assert [w["class"] for w in card["wrappers"]] == ["mooncake_gym.admission_features.AdmissionRuleFeatures"]
     assert all(s < 1000 for s in card["training"]["select_seeds"])  # training seeds only
     agent = agents.load_agent("ppo_admission_v1")
@@ -95,7 +96,7 @@ def test_shipped_admission_agent_runs_behind_its_wrapper_and_fits_the_admission_
 
 
 def test_tune_on_an_admission_scenario_gives_a_row_of_its_table():
-    from mooncake_gym.tune import tune_baseline
+    from mooncake_gym.experiments.tune import tune_baseline
 
     doc = tune_baseline("context_predicted", "admission", budget=2, search="random", seeds=1, scenario="admission-load3")
     assert doc["env"] == cmp.ADMISSION_V1 and doc["metric"] == "token_goodput" and doc["scenario"] == "admission-load3"

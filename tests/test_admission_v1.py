@@ -10,14 +10,14 @@ import pytest
 import mooncake_gym  # noqa: F401  (registers the environments and scenarios)
 from mooncake_gym.baselines import ADMISSION_V1_POLICIES
 from mooncake_gym.baselines.admission import decode_load_with
-from mooncake_gym.bounds import admission_bound_row, admission_goodput_bound
-from mooncake_gym.conductor import COMPLETED, LENGTH_CLASSES, length_class_of, simulate
+from mooncake_gym.analysis.bounds import admission_bound_row, admission_goodput_bound
+from mooncake_gym.sim.cluster import COMPLETED, LENGTH_CLASSES, length_class_of, simulate
 from mooncake_gym.envs import ADMISSION_V1_ENV_ID, OverloadAdmissionV1Env
-from mooncake_gym.evaluation import evaluate
-from mooncake_gym.prediction import predict_output_tokens
-from mooncake_gym.presets import get_preset
-from mooncake_gym.report import ADMISSION_V1_COLUMNS
-from mooncake_gym.scenarios import make, scenarios_of
+from mooncake_gym.evaluation.episodes import evaluate
+from mooncake_gym.model.prediction import predict_output_tokens
+from mooncake_gym.model.presets import get_preset
+from mooncake_gym.reporting.tables import ADMISSION_V1_COLUMNS
+from mooncake_gym.evaluation.scenarios import make, scenarios_of
 from test_conductor import trace_of  # the hand-built traces of the simulator's tests
 
 ONE = get_preset("mooncake").with_(n_prefill=1, n_decode=1)

@@ -22,7 +22,7 @@ from mooncake_gym.agents.agentfile import AgentFormatError, as_agent, save_agent
 from mooncake_gym.agents.train import parse_env_kwargs, progress_callback, train
 from mooncake_gym.cli import main
 from mooncake_gym.envs import ADMISSION_ENV_ID, ADMISSION_V1_ENV_ID, ROUTING_ENV_ID
-from mooncake_gym.evaluation import evaluate
+from mooncake_gym.evaluation.episodes import evaluate
 
 torch.set_num_threads(1)
 
@@ -121,7 +121,7 @@ def test_wrapped_agent_evaluates_as_in_sb3(tmp_path):
     _assert_same_as_sb3(path, model, make)
     # run_episode on an env that already has the wrapper uses it as is; a bare model on the bare env
     # is refused with what differs, not a misleading "retrain it" alone
-    from mooncake_gym.evaluation import run_episode
+    from mooncake_gym.evaluation.episodes import run_episode
 
     agent = agents.load_agent(path)
     assert _metrics(run_episode(make(), agent, seed=SEEDS[0])) == _metrics(evaluate(ROUTING_ENV_ID, agent, SEEDS[:1], **SMALL)[0])
@@ -342,7 +342,7 @@ def test_train_contrib_algorithms(tmp_path, algo, wrappers):
 
 def test_wrapper_mismatch_says_what_differs():
     from mooncake_gym.agents.agentfile import as_agent
-    from mooncake_gym.evaluation import run_episode
+    from mooncake_gym.evaluation.episodes import run_episode
 
     policy = agents.load_agent("ppo_routing").policy
     agent = as_agent(policy, ROUTING_ENV_ID, wrappers=[NoPullMasks, MinusBest])

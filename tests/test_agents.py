@@ -8,11 +8,11 @@ import pytest
 import torch
 
 import mooncake_gym.agents as agents
-from mooncake_gym import compare as cmp
+from mooncake_gym.experiments import compare as cmp
 from mooncake_gym.agents.train import load_hyperparams, sha256_of, train
 from mooncake_gym.cli import main
 from mooncake_gym.envs import ADMISSION_ENV_ID, ADMISSION_V1_ENV_ID, ROUTING_ENV_ID
-from mooncake_gym.evaluation import evaluate
+from mooncake_gym.evaluation.episodes import evaluate
 
 torch.set_num_threads(1)
 

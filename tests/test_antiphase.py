@@ -11,7 +11,7 @@ the long draw repeats cached prompts, the prefill queue empties after the first 
 cycles stop (docs/cluster.md gives those figures)."""
 
 from mooncake_gym.baselines import make_policy
-from mooncake_gym.conductor import overload_workload, simulate
+from mooncake_gym.sim.cluster import overload_workload, simulate
 
 PRESET = "mooncake-overload"
 STEADY_AFTER_S = 300.0  # the pools fill within the first 100 s; 300 s leaves that swing out

@@ -1,4 +1,4 @@
-"""The lower bound on mean TTFT (mooncake_gym.bounds) and its row in compare."""
+"""The lower bound on mean TTFT (mooncake_gym.analysis.bounds) and its row in compare."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import math
 import numpy as np
 import pytest
 
-from mooncake_gym import compare as cmp
+from mooncake_gym.experiments import compare as cmp
 from mooncake_gym.baselines import ROUTING_POLICIES, make_policy
-from mooncake_gym.bounds import min_service_s, seen_prefix_blocks, srpt_flow_times, ttft_lower_bound
-from mooncake_gym.costmodel import CostModel
+from mooncake_gym.analysis.bounds import min_service_s, seen_prefix_blocks, srpt_flow_times, ttft_lower_bound
+from mooncake_gym.model.costmodel import CostModel
 from mooncake_gym.envs import ROUTING_ENV_ID
-from mooncake_gym.routing import RoutingConfig, simulate
-from mooncake_gym.workload import Trace, synthetic_trace
+from mooncake_gym.sim.routing import RoutingConfig, simulate
+from mooncake_gym.model.workload import Trace, synthetic_trace
 
 COST = CostModel()
 ONE = RoutingConfig(n_instances=1)
@@ -81,7 +81,7 @@ def test_no_baseline_beats_the_bound(rate, requests):
 
 
 def test_bad_trace_is_a_clear_error():
-    with pytest.raises(ValueError, match="^trace: expected a mooncake_gym.workload.Trace"):
+    with pytest.raises(ValueError, match="^trace: expected a mooncake_gym.model.workload.Trace"):
         ttft_lower_bound([1, 2])
 
 

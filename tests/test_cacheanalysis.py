@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mooncake_gym import cli
-from mooncake_gym.cacheanalysis import (
+from mooncake_gym.analysis.cache import (
     POLICIES,
     PrefixTree,
     analyze_cache,
@@ -24,9 +24,9 @@ from mooncake_gym.cacheanalysis import (
     parse_blocks,
     simulate_cache,
 )
-from mooncake_gym.costmodel import get_model
-from mooncake_gym.prefixcache import PrefixCache
-from mooncake_gym.workload import Trace, read_trace, synthetic_trace, write_trace
+from mooncake_gym.model.costmodel import get_model
+from mooncake_gym.sim.prefixcache import PrefixCache
+from mooncake_gym.model.workload import Trace, read_trace, synthetic_trace, write_trace
 
 from conftest import SHARED_TRACE
 ORACLE_MODEL = "llama-3.1-70b"  # the oracle's id for 80 layers x 8 KV heads x 128 x BF16 = 320 KiB/token

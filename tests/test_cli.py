@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from mooncake_gym.cli import main
-from mooncake_gym.workload import read_trace
+from mooncake_gym.model.workload import read_trace
 
 
 def run_cli(*argv, cwd=None):

@@ -4,12 +4,12 @@
 import numpy as np
 import pytest
 
-from mooncake_gym import compare as cmp
-from mooncake_gym.bounds import cluster_ttft_bound
-from mooncake_gym.clusterrun import compare_policies, compare_settings
-from mooncake_gym.conductor import simulate
-from mooncake_gym.presets import get_preset
-from mooncake_gym.workload import Trace
+from mooncake_gym.experiments import compare as cmp
+from mooncake_gym.analysis.bounds import cluster_ttft_bound
+from mooncake_gym.experiments.clusterrun import compare_policies, compare_settings
+from mooncake_gym.sim.cluster import simulate
+from mooncake_gym.model.presets import get_preset
+from mooncake_gym.model.workload import Trace
 
 # 2 prefill instances, decode instances of 5,000 KV tokens: request 1 (6,000 + 10 tokens) never fits
 # and is refused at arrival; request 2 shares request 0's first two blocks, 100 s later

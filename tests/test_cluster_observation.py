@@ -1,15 +1,16 @@
-"""ClusterSimulator(observation=...): the observation modes of mooncake_gym.observation on the whole
+"""ClusterSimulator(observation=...): the observation modes of mooncake_gym.sim.observation on the whole
 cluster, through its prefill pool's RoutingSimulator(observation=, rng=)."""
 
 import numpy as np
 import pytest
 
-from mooncake_gym import conductor, routing
+from mooncake_gym.sim import cluster as conductor
+from mooncake_gym.sim import routing
 from mooncake_gym.baselines import make_policy
-from mooncake_gym.conductor import ClusterSimulator
-from mooncake_gym.presets import get_preset
-from mooncake_gym.routing import RoutingConfig
-from mooncake_gym.workload import synthetic_trace
+from mooncake_gym.sim.cluster import ClusterSimulator
+from mooncake_gym.model.presets import get_preset
+from mooncake_gym.sim.routing import RoutingConfig
+from mooncake_gym.model.workload import synthetic_trace
 
 TRACE = synthetic_trace(0, rate=4.0).head(1500)
 MOONCAKE = get_preset("mooncake")

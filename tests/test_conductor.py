@@ -6,15 +6,16 @@ import math
 import numpy as np
 import pytest
 
-from mooncake_gym import overload, routing
+from mooncake_gym.sim import admission as overload
+from mooncake_gym.sim import routing
 from mooncake_gym.baselines import make_policy
-from mooncake_gym.conductor import (COMPLETED, PREEMPTED, REFUSED_TOO_LONG, REJECTED_AFTER_PREFILL,
+from mooncake_gym.sim.cluster import (COMPLETED, PREEMPTED, REFUSED_TOO_LONG, REJECTED_AFTER_PREFILL,
                                     ClusterAction, ClusterSimulator, overload_workload, saturation, simulate)
-from mooncake_gym.costmodel import CostModel
-from mooncake_gym.decode import BatchingDecodeInstance, tail_means
-from mooncake_gym.presets import PRESETS, get_preset
-from mooncake_gym.routing import Route
-from mooncake_gym.workload import Trace, synthetic_trace
+from mooncake_gym.model.costmodel import CostModel
+from mooncake_gym.sim.decode import BatchingDecodeInstance, tail_means
+from mooncake_gym.model.presets import PRESETS, get_preset
+from mooncake_gym.sim.routing import Route
+from mooncake_gym.model.workload import Trace, synthetic_trace
 
 COST = CostModel.realistic()
 ONE = get_preset("mooncake").with_(n_prefill=1, n_decode=1)
@@ -217,7 +218,7 @@ def test_load_series_are_slo_satisfaction_by_hand():
 def test_calibration_table_matches_the_docs_and_most_points_are_within_25_percent():
     from pathlib import Path
 
-    from mooncake_gym import calibration
+    from mooncake_gym.analysis import calibration
     rows = calibration.table()
     assert len(rows) >= 6
     within = [abs(r["error"]) <= 0.25 for r in rows]

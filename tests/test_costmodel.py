@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from mooncake_gym import costmodel
-from mooncake_gym.costmodel import (
+from mooncake_gym.model import costmodel
+from mooncake_gym.model.costmodel import (
     MODELS,
     NODE_TIER_BANDWIDTH,
     CostModel,
@@ -190,7 +190,7 @@ def test_demo1_overlap_hides_the_load_behind_compute():
 
 
 def test_lecture_demo1_data_matches_the_cost_model():
-    from mooncake_gym.lecture import demo1
+    from mooncake_gym.course.lecture import demo1
 
     data, text = demo1()
     llama_row, opt_row = data["per_token"]

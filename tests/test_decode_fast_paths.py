@@ -7,8 +7,8 @@ import math
 
 import numpy as np
 
-from mooncake_gym.decode import TBT_TAIL_SHARE, BatchingDecodeInstance, tail_means
-from mooncake_gym.presets import get_preset
+from mooncake_gym.sim.decode import TBT_TAIL_SHARE, BatchingDecodeInstance, tail_means
+from mooncake_gym.model.presets import get_preset
 
 COST = get_preset("mooncake").decode_cost
 

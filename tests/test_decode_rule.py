@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from mooncake_gym.decode import BatchingDecodeInstance, fastest_accepting
-from mooncake_gym.presets import get_preset
+from mooncake_gym.sim.decode import BatchingDecodeInstance, fastest_accepting
+from mooncake_gym.model.presets import get_preset
 
 COST = get_preset("mooncake").decode_cost
 

@@ -24,13 +24,13 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import mooncake_gym  # noqa: F401  (registers the ids)
 from mooncake_gym.baselines import ADMISSION_POLICIES, ROUTING_POLICIES, make_policy
-from mooncake_gym.costmodel import CostModel
+from mooncake_gym.model.costmodel import CostModel
 from mooncake_gym.envs import ADMISSION_ENV_ID, ROUTING_ENV_ID
-from mooncake_gym.evaluation import evaluate
-from mooncake_gym.overload import COMPLETED, OverloadConfig, overload_workload
-from mooncake_gym.overload import simulate as simulate_overload
-from mooncake_gym.routing import Route, RoutingConfig, simulate
-from mooncake_gym.workload import Request, Trace, read_trace, synthetic_trace, write_trace
+from mooncake_gym.evaluation.episodes import evaluate
+from mooncake_gym.sim.admission import COMPLETED, OverloadConfig, overload_workload
+from mooncake_gym.sim.admission import simulate as simulate_overload
+from mooncake_gym.sim.routing import Route, RoutingConfig, simulate
+from mooncake_gym.model.workload import Request, Trace, read_trace, synthetic_trace, write_trace
 
 #: (env id, constructor kwargs): small, fast settings of every environment under test.
 ENV_CASES: list[tuple[str, dict]] = [

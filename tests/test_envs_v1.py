@@ -13,12 +13,12 @@ from conftest import pickle_round_trip
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import mooncake_gym.envs
-from mooncake_gym.conductor import ClusterAction, simulate
+from mooncake_gym.sim.cluster import ClusterAction, simulate
 from mooncake_gym.envs import (ADMISSION_V1_ENV_ID, CONDUCTOR_ENV_ID, ROUTING_V1_ENV_ID, ConductorV1Env,
                                OverloadAdmissionV1Env, PrefillRoutingV1Env)
 from mooncake_gym.envs.cluster import DOC_PAGES, doc_page
-from mooncake_gym.presets import get_preset
-from mooncake_gym.routing import Route
+from mooncake_gym.model.presets import get_preset
+from mooncake_gym.sim.routing import Route
 from test_conductor import trace_of  # the hand-built traces of the simulator's tests
 
 IDS = [ROUTING_V1_ENV_ID, ADMISSION_V1_ENV_ID, CONDUCTOR_ENV_ID]
@@ -256,7 +256,7 @@ def test_decode_features_are_the_views_fields(preset):
 
 @pytest.mark.parametrize("env_id", IDS)
 def test_observation_mode_exact_is_the_default_and_a_stale_view_changes_only_what_is_seen(env_id):
-    from mooncake_gym.observation import ObservationConfig
+    from mooncake_gym.sim.observation import ObservationConfig
 
     base = rollout(gym.make(env_id, **SMALL), seed=7)
     exact = rollout(gym.make(env_id, observation="exact", **SMALL), seed=7)

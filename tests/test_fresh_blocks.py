@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from mooncake_gym import conductor
+from mooncake_gym.sim import cluster as conductor
 from mooncake_gym.baselines import make_policy
 from mooncake_gym.cli import main
-from mooncake_gym.workload import Trace, ideal_prefix_hits, redrawn_block_ids, resample_iid, synthetic_trace
+from mooncake_gym.model.workload import Trace, ideal_prefix_hits, redrawn_block_ids, resample_iid, synthetic_trace
 
 # r0: a system prompt's block 0 and its own 1; r1: r0's next turn (0, 1), then its own 2; r2: the
 # system prompt, then its own 3. r0 brings 0 and 1, r1 brings 2, r2 brings 3.

@@ -28,11 +28,11 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import mooncake_gym  # noqa: F401  (registers the environments)
-from mooncake_gym.limits import LIMITS
-from mooncake_gym.overload import COMPLETED, PENDING, REJECTED_AFTER_PREFILL, REJECTED_AT_ARRIVAL
-from mooncake_gym.overload import simulate as admission_simulate
-from mooncake_gym.routing import simulate as routing_simulate
-from mooncake_gym.workload import Trace, TraceFormatError, read_trace, write_trace
+from mooncake_gym.model.limits import LIMITS
+from mooncake_gym.sim.admission import COMPLETED, PENDING, REJECTED_AFTER_PREFILL, REJECTED_AT_ARRIVAL
+from mooncake_gym.sim.admission import simulate as admission_simulate
+from mooncake_gym.sim.routing import simulate as routing_simulate
+from mooncake_gym.model.workload import Trace, TraceFormatError, read_trace, write_trace
 
 PROFILE = os.environ.get("MOONCAKE_FUZZ", "quick")
 if PROFILE not in ("quick", "long"):
@@ -183,7 +183,7 @@ answers = st.one_of(st.booleans(), st.integers(-3, 12), st.floats(allow_nan=True
 
 
 def small_trace(seed: int, n: int = 40) -> Trace:
-    from mooncake_gym.workload import synthetic_trace
+    from mooncake_gym.model.workload import synthetic_trace
 
     return synthetic_trace(seed, rate=3.0, duration_s=None, n_requests=n)
 

@@ -5,9 +5,9 @@ from dataclasses import replace
 
 import pytest
 
-from mooncake_gym.conductor import saturation, simulate
-from mooncake_gym.presets import PRESETS, get_preset
-from mooncake_gym.workload import Trace, synthetic_trace
+from mooncake_gym.sim.cluster import saturation, simulate
+from mooncake_gym.model.presets import PRESETS, get_preset
+from mooncake_gym.model.workload import Trace, synthetic_trace
 
 HETERO = get_preset("mooncake-hetero")
 

@@ -6,9 +6,9 @@ import pytest
 
 import mooncake_gym  # noqa: F401  (registers the environments)
 from mooncake_gym.baselines import make_policy
-from mooncake_gym.costmodel import CostModel, InstanceSpec
-from mooncake_gym.routing import Route, RoutingConfig, RoutingSimulator, parse_instances, simulate
-from mooncake_gym.workload import Request, Trace, synthetic_trace
+from mooncake_gym.model.costmodel import CostModel, InstanceSpec
+from mooncake_gym.sim.routing import Route, RoutingConfig, RoutingSimulator, parse_instances, simulate
+from mooncake_gym.model.workload import Request, Trace, synthetic_trace
 
 COST = CostModel()  # LLaMA2-70B on an 8 x A800 node
 H800 = CostModel(instance=InstanceSpec("H800"))

@@ -1,4 +1,4 @@
-"""The course lab (``docs/lab/``, ``mooncake_gym/lab.py``): the notebooks and solutions execute, the
+"""The course lab (``docs/lab/``, ``mooncake_gym/course/lab.py``): the notebooks and solutions execute, the
 checks pass the solutions and fail wrong answers without printing the expected value, and the
 grading script scores a submission next to the baselines."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mooncake_gym import lab
+from mooncake_gym.course import lab
 
 LAB = Path(__file__).resolve().parents[1] / "docs" / "lab"
 NOTEBOOKS = sorted(LAB.glob("[0-9][0-9]_*.py"))
@@ -68,7 +68,7 @@ def test_every_exercise_is_asked_in_its_notebook_and_solved():
 
 
 def test_a_wrong_number_fails_with_a_hint_and_without_the_answer(capsys):
-    from mooncake_gym.costmodel import get_model
+    from mooncake_gym.model.costmodel import get_model
 
     expected = get_model("llama2-70b").kv_bytes_per_token
     assert lab.check("kv-bytes-per-token", expected * 8) is False  # bits, not bytes
@@ -176,10 +176,10 @@ def test_grade_an_admission_agent(tmp_path, capsys):
 @pytest.mark.parametrize("argv,message", [
     (["--policy", "nowhere.py:f", "--seeds", "1"], "--policy: no file nowhere.py"),
     (["--policy", "no_such_module_xyz:f", "--seeds", "1"], "--policy: cannot import 'no_such_module_xyz'"),
-    (["--policy", "mooncake_gym.lab:nothing", "--seeds", "1"], "--policy: 'mooncake_gym.lab' has no function"),
+    (["--policy", "mooncake_gym.course.lab:nothing", "--seeds", "1"], "--policy: 'mooncake_gym.course.lab' has no function"),
     (["--policy", "justaname", "--seeds", "1"], "--policy: expected module:function"),
-    (["--policy", "mooncake_gym.lab:check", "--seeds", "1,x"], "--seeds: expected comma-separated integers"),
-    (["--policy", "mooncake_gym.lab:check", "--seeds", "1", "--env-kwarg", "rate"], "--env-kwarg: expected key=value"),
+    (["--policy", "mooncake_gym.course.lab:check", "--seeds", "1,x"], "--seeds: expected comma-separated integers"),
+    (["--policy", "mooncake_gym.course.lab:check", "--seeds", "1", "--env-kwarg", "rate"], "--env-kwarg: expected key=value"),
 ])
 def test_grade_errors_name_the_argument(argv, message, capsys):
     with pytest.raises(SystemExit) as e:

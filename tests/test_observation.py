@@ -1,4 +1,4 @@
-"""The observation layer (mooncake_gym.observation): what a router sees, in every mode.
+"""The observation layer (mooncake_gym.sim.observation): what a router sees, in every mode.
 
 Exact values on hand-built traces for scraped, approximate and precise; the modes that must reduce
 to the exact view do so bit for bit for every baseline; staleness hurts kvcentric on the synthetic
@@ -13,11 +13,11 @@ import pytest
 
 import mooncake_gym  # noqa: F401  (registers the environments)
 from mooncake_gym.baselines import ROUTING_POLICIES, make_policy
-from mooncake_gym.costmodel import CostModel
-from mooncake_gym.evaluation import evaluate
-from mooncake_gym.observation import ObservationConfig, as_observation
-from mooncake_gym.routing import Route, RoutingConfig, RoutingSimulator, simulate
-from mooncake_gym.workload import Request, Trace, synthetic_trace
+from mooncake_gym.model.costmodel import CostModel
+from mooncake_gym.evaluation.episodes import evaluate
+from mooncake_gym.sim.observation import ObservationConfig, as_observation
+from mooncake_gym.sim.routing import Route, RoutingConfig, RoutingSimulator, simulate
+from mooncake_gym.model.workload import Request, Trace, synthetic_trace
 
 COST = CostModel()
 ROUTING_ENV_ID = "mooncake_gym/PrefillRouting-v0"

@@ -16,8 +16,8 @@ from mooncake_gym.baselines.admission import (
     make_admission_policy,
 )
 from mooncake_gym.cli import main
-from mooncake_gym.costmodel import CostModel
-from mooncake_gym.overload import (
+from mooncake_gym.model.costmodel import CostModel
+from mooncake_gym.sim.admission import (
     COMPLETED,
     PENDING,
     REJECTED_AFTER_PREFILL,
@@ -29,7 +29,7 @@ from mooncake_gym.overload import (
     overload_workload,
     simulate,
 )
-from mooncake_gym.workload import Trace
+from mooncake_gym.model.workload import Trace
 
 COST = CostModel()
 
@@ -346,7 +346,7 @@ def demo3():
 
 def test_demo3_workload(demo3):
     trace, capacity, _ = demo3
-    from mooncake_gym.workload import synthetic_trace
+    from mooncake_gym.model.workload import synthetic_trace
 
     base = synthetic_trace(0, rate=4.0)
     assert capacity == decode_capacity_rate(base)
@@ -434,7 +434,7 @@ def test_lecture_demo3_with_plot(tmp_path, capsys):
 
 
 def test_plot_rejects_other_formats(tmp_path):
-    from mooncake_gym.plots import plot_load_series
+    from mooncake_gym.reporting.plots import plot_load_series
 
     with pytest.raises(ValueError, match="png"):
         plot_load_series({"x": ([0, 5], [0, 1], [0, 1])}, tmp_path / "a.pdf")

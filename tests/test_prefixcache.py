@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mooncake_gym.prefixcache import PrefixCache
+from mooncake_gym.sim.prefixcache import PrefixCache
 
 
 # --- exact behaviour on hand-made sequences ---------------------------------------------------------

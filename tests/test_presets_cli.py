@@ -1,4 +1,4 @@
-"""``--preset`` on replay, overload and compare (mooncake_gym.clusterrun): ``lecture`` is the lecture's
+"""``--preset`` on replay, overload and compare (mooncake_gym.experiments.clusterrun): ``lecture`` is the lecture's
 simulators exactly; a realistic preset runs the whole cluster (conductor.simulate, the v1 envs);
 options a preset does not take are one-line errors before any work."""
 
@@ -6,13 +6,15 @@ import json
 
 import pytest
 
-from mooncake_gym import conductor, overload, routing
+from mooncake_gym.sim import cluster as conductor
+from mooncake_gym.sim import admission as overload
+from mooncake_gym.sim import routing
 from mooncake_gym.baselines import ADMISSION_POLICIES, ROUTING_POLICIES, make_policy
 from mooncake_gym.cli import main
 from mooncake_gym.envs import ADMISSION_V1_ENV_ID, ROUTING_V1_ENV_ID
-from mooncake_gym.presets import get_preset
-from mooncake_gym.report import to_jsonable
-from mooncake_gym.workload import read_trace, synthetic_trace, write_trace
+from mooncake_gym.model.presets import get_preset
+from mooncake_gym.reporting.tables import to_jsonable
+from mooncake_gym.model.workload import read_trace, synthetic_trace, write_trace
 
 
 def run_json(capsys, *argv) -> dict:

@@ -14,8 +14,8 @@ from mooncake_gym.baselines.production import (PRODUCTION_ROUTING_POLICIES, Acti
                                                ConsistentHashBoundedLoad, DynamoKV, LlmD, LlmDPrecise, LMetric,
                                                PowerOfTwoChoices, PrebleE2, SGLangCacheAware, VLLMKVAware,
                                                VLLMPrefix)
-from mooncake_gym.routing import RoutingConfig, RoutingSimulator, RoutingView, simulate
-from mooncake_gym.workload import Trace, synthetic_trace
+from mooncake_gym.sim.routing import RoutingConfig, RoutingSimulator, RoutingView, simulate
+from mooncake_gym.model.workload import Trace, synthetic_trace
 
 B = 512
 

@@ -11,8 +11,8 @@ pytest.importorskip("ray", reason="needs the ray extra: make test-ray (pip insta
 import ray  # noqa: E402
 import torch  # noqa: E402
 
-from mooncake_gym import tune  # noqa: E402
-from mooncake_gym.rllib import train_rllib  # noqa: E402
+from mooncake_gym.experiments import tune
+from mooncake_gym.agents.rllib import train_rllib  # noqa: E402
 
 SMALL = {"train_batch_size_per_learner": 200, "minibatch_size": 50, "num_epochs": 1}
 EPISODE = {"episode_requests": 50}

@@ -11,10 +11,10 @@ import pytest
 import mooncake_gym  # noqa: F401  (registers the env ids)
 from mooncake_gym.baselines import make_policy
 from mooncake_gym.baselines.sizesplit import RelativeSizeSplit, ServiceScale, SizeSplit
-from mooncake_gym.costmodel import CostModel
-from mooncake_gym.routing import RoutingConfig, simulate
-from mooncake_gym.workload import Trace
-from mooncake_gym.wrappers import RELATIVE_CAP, RoutingRelativeFeatures
+from mooncake_gym.model.costmodel import CostModel
+from mooncake_gym.sim.routing import RoutingConfig, simulate
+from mooncake_gym.model.workload import Trace
+from mooncake_gym.envs.wrappers import RELATIVE_CAP, RoutingRelativeFeatures
 
 COST = CostModel()
 

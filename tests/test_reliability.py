@@ -14,16 +14,16 @@ import numpy as np
 import pytest
 
 import mooncake_gym  # noqa: F401  (registers the environments)
-from mooncake_gym import limits
-from mooncake_gym.cacheanalysis import cache_ceiling
+from mooncake_gym.model import limits
+from mooncake_gym.analysis.cache import cache_ceiling
 from mooncake_gym.cli import main
 from mooncake_gym.envs import common
-from mooncake_gym.evaluation import evaluate
-from mooncake_gym.overload import OverloadConfig, OverloadSimulator, check_admit, overload_workload
-from mooncake_gym.overload import simulate as admission_simulate
-from mooncake_gym.routing import Route, RoutingConfig, check_route
-from mooncake_gym.routing import simulate as routing_simulate
-from mooncake_gym.workload import (Trace, TraceFormatError, prefix_block_ids, read_trace, resample_iid,
+from mooncake_gym.evaluation.episodes import evaluate
+from mooncake_gym.sim.admission import OverloadConfig, OverloadSimulator, check_admit, overload_workload
+from mooncake_gym.sim.admission import simulate as admission_simulate
+from mooncake_gym.sim.routing import Route, RoutingConfig, check_route
+from mooncake_gym.sim.routing import simulate as routing_simulate
+from mooncake_gym.model.workload import (Trace, TraceFormatError, prefix_block_ids, read_trace, resample_iid,
                                    synthetic_trace, write_trace)
 
 ROUTING = "mooncake_gym/PrefillRouting-v0"
@@ -289,7 +289,7 @@ def test_prefix_hashed_traces_are_unchanged(shared_trace):
 
 # --- 7 and 8. the command line: checked before work, one line and exit code 2 -------------------------------
 def test_compare_checks_its_arguments_before_any_work(tmp_path, monkeypatch, capsys):
-    from mooncake_gym import compare as cmp
+    from mooncake_gym.experiments import compare as cmp
 
     def must_not_run(*a, **k):
         raise AssertionError("compare ran before its arguments were checked")

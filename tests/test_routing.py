@@ -5,9 +5,9 @@ import pytest
 
 from mooncake_gym.baselines import make_policy
 from mooncake_gym.baselines.routing import CacheAware, KVCentric, LoadBalancing, RandomRouting
-from mooncake_gym.costmodel import CostModel
-from mooncake_gym.routing import Route, RoutingConfig, RoutingSimulator, run_routing_baselines, simulate
-from mooncake_gym.workload import Request, Trace, synthetic_trace
+from mooncake_gym.model.costmodel import CostModel
+from mooncake_gym.sim.routing import Route, RoutingConfig, RoutingSimulator, run_routing_baselines, simulate
+from mooncake_gym.model.workload import Request, Trace, synthetic_trace
 
 COST = CostModel()
 
@@ -194,5 +194,5 @@ def test_shared_trace_figure8_ordering(shared_trace):
 
 
 def test_a_trace_of_the_wrong_type_is_a_clear_error():
-    with pytest.raises(ValueError, match="trace: expected a mooncake_gym.workload.Trace, got tuple"):
+    with pytest.raises(ValueError, match="trace: expected a mooncake_gym.model.workload.Trace, got tuple"):
         RoutingSimulator((synthetic_trace(0, 1.0, duration_s=10), 1.0))

@@ -8,10 +8,10 @@ import pytest
 
 from mooncake_gym.baselines import make_policy
 from mooncake_gym.baselines.sizesplit import SizeSplit
-from mooncake_gym.bounds import ttft_lower_bound
-from mooncake_gym.costmodel import CostModel, InstanceSpec
-from mooncake_gym.routing import Route, RoutingConfig, simulate
-from mooncake_gym.workload import Trace
+from mooncake_gym.analysis.bounds import ttft_lower_bound
+from mooncake_gym.model.costmodel import CostModel, InstanceSpec
+from mooncake_gym.sim.routing import Route, RoutingConfig, simulate
+from mooncake_gym.model.workload import Trace
 
 COST = CostModel()
 
@@ -81,11 +81,12 @@ def test_bound_on_a_heterogeneous_pool_uses_the_fastest_kind():
 def test_shipped_warm_started_agent_runs_a_heterogeneous_episode_behind_its_wrapper():
     from mooncake_gym import agents
     from mooncake_gym.envs import ROUTING_ENV_ID
-    from mooncake_gym.evaluation import evaluate
+    from mooncake_gym.evaluation.episodes import evaluate
 
-    from mooncake_gym.scenarios import get_scenario
+    from mooncake_gym.evaluation.scenarios import get_scenario
 
     card = agents.card("ppo_routing_ws")
+    # written before the wrappers moved to mooncake_gym.envs: the card loads unchanged
     assert card["wrappers"] == [{"class": "mooncake_gym.wrappers.RoutingRelativeFeatures", "kwargs": {}}]
     trained = {w["scenario"]: w["env_kwargs"] for w in card["trained_on"]}
     assert trained["routing-heterogeneous"] == get_scenario("routing-heterogeneous").config()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mooncake_gym import compare as cmp
+from mooncake_gym.experiments import compare as cmp
 from mooncake_gym.agents import Agent
 
 torch.set_num_threads(1)
@@ -40,7 +40,7 @@ def test_a_per_scenario_agent_is_compared_only_on_its_scenarios():
 
 def test_shipped_bursty_agent_card_names_its_one_scenario_and_compare_shows_it_there_only():
     from mooncake_gym import agents
-    from mooncake_gym.scenarios import get_scenario, scenarios_of
+    from mooncake_gym.evaluation.scenarios import get_scenario, scenarios_of
 
     name = "ppo_routing_bursty"
     card = agents.card(name)

@@ -1,4 +1,4 @@
-"""The benchmark scenarios (mooncake_gym.scenarios) and what they added: several routers with their
+"""The benchmark scenarios (mooncake_gym.evaluation.scenarios) and what they added: several routers with their
 own scraped views, bursty session arrivals, replayed trace windows, the scenario docs page, and
 ``compare --scenario`` with its bound row.
 """
@@ -11,16 +11,16 @@ import numpy as np
 import pytest
 
 import mooncake_gym  # noqa: F401  (registers the environments and scenarios)
-from mooncake_gym import scenarios
+from mooncake_gym.evaluation import scenarios
 from mooncake_gym.baselines import make_policy
-from mooncake_gym.compare import compare_scenarios
-from mooncake_gym.costmodel import CostModel
-from mooncake_gym.evaluation import ViewPolicy, run_episode
-from mooncake_gym.observation import ObservationConfig
-from mooncake_gym.routing import RoutingConfig, RoutingSimulator
-from mooncake_gym.scenario_docs import PAGE, scenarios_markdown
-from mooncake_gym.tune import tune_baseline
-from mooncake_gym.workload import BurstyArrivals, Request, Trace, synthetic_trace, trace_lines, write_trace
+from mooncake_gym.experiments.compare import compare_scenarios
+from mooncake_gym.model.costmodel import CostModel
+from mooncake_gym.evaluation.episodes import ViewPolicy, run_episode
+from mooncake_gym.sim.observation import ObservationConfig
+from mooncake_gym.sim.routing import RoutingConfig, RoutingSimulator
+from mooncake_gym.reporting.scenario_docs import PAGE, scenarios_markdown
+from mooncake_gym.experiments.tune import tune_baseline
+from mooncake_gym.model.workload import BurstyArrivals, Request, Trace, synthetic_trace, trace_lines, write_trace
 
 from conftest import REPO_ROOT, SHARED_TRACE
 
@@ -200,7 +200,7 @@ def test_window_of_a_trace_from_a_seeded_or_given_offset():
 # -- docs ----------------------------------------------------------------------------------------
 def test_scenario_page_is_up_to_date():
     page = (REPO_ROOT / PAGE).read_text()
-    assert page == scenarios_markdown(), "run `python -m mooncake_gym.scenario_docs` to regenerate docs/scenarios.md"
+    assert page == scenarios_markdown(), "run `python -m mooncake_gym.reporting.scenario_docs` to regenerate docs/scenarios.md"
     for s in scenarios.SCENARIOS.values():
         assert f"`{s.env_id}`" in page
 
@@ -232,7 +232,7 @@ def test_compare_scenario_bound_row_is_never_beaten(monkeypatch):
 
 
 def test_every_scenario_asked_for_is_run_or_skipped_with_a_reason(monkeypatch):
-    import mooncake_gym.compare as cmp
+    import mooncake_gym.experiments.compare as cmp
 
     monkeypatch.setattr(cmp, "SCENARIO_PROBLEMS", ())  # as for a problem whose table is not wired in
     settings, skipped = compare_scenarios("all", seeds=1, agents={}, progress=False)
@@ -259,7 +259,7 @@ def test_cli_compare_scenario_skips_with_the_reason(capsys):
 
 
 def test_a_tuned_oracle_rule_is_evaluated_on_the_oracle_environment_like_its_default_row():
-    from mooncake_gym.compare import ADMISSION_V1, policies_for, with_tuned
+    from mooncake_gym.experiments.compare import ADMISSION_V1, policies_for, with_tuned
 
     doc = {"env": ADMISSION_V1, "policy": "size_oracle", "knobs": {}}
     policies = with_tuned(policies_for(ADMISSION_V1, {}), ADMISSION_V1, [doc])
@@ -269,7 +269,7 @@ def test_a_tuned_oracle_rule_is_evaluated_on_the_oracle_environment_like_its_def
 
 
 def test_leaderboard_tune_plan_covers_every_tunable_baseline_on_every_scenario():
-    from mooncake_gym.scenario_docs import tunable_policies, tune_plan, tune_targets
+    from mooncake_gym.reporting.scenario_docs import tunable_policies, tune_plan, tune_targets
 
     routing = tunable_policies("routing")
     assert {"kvcentric", "llmd", "preble"} <= set(routing) and "random" not in routing

@@ -10,17 +10,18 @@ import math
 import numpy as np
 import pytest
 
-import mooncake_gym.costmodel as costmodel
-from mooncake_gym import conductor, routing
+import mooncake_gym.model.costmodel as costmodel
+from mooncake_gym.sim import cluster as conductor
+from mooncake_gym.sim import routing
 from mooncake_gym.baselines import make_policy
 from mooncake_gym.baselines.routing import KVCentric
-from mooncake_gym.cluster import PrefillInstance, pool_load
-from mooncake_gym.costmodel import CostModel
+from mooncake_gym.sim.prefill import PrefillInstance, pool_load
+from mooncake_gym.model.costmodel import CostModel
 from mooncake_gym.envs.common import clipped
 from mooncake_gym.envs.prefill_routing import routing_features
-from mooncake_gym.presets import get_preset
-from mooncake_gym.routing import Route, check_route
-from mooncake_gym.workload import synthetic_trace
+from mooncake_gym.model.presets import get_preset
+from mooncake_gym.sim.routing import Route, check_route
+from mooncake_gym.model.workload import synthetic_trace
 
 MOONCAKE = get_preset("mooncake")
 

@@ -5,9 +5,9 @@ Default 0, the check as before."""
 import pytest
 
 from mooncake_gym.baselines import make_policy
-from mooncake_gym.conductor import overload_workload, simulate
-from mooncake_gym.presets import get_preset
-from mooncake_gym.workload import Trace, synthetic_trace
+from mooncake_gym.sim.cluster import overload_workload, simulate
+from mooncake_gym.model.presets import get_preset
+from mooncake_gym.model.workload import Trace, synthetic_trace
 
 MOONCAKE = get_preset("mooncake")
 

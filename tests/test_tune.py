@@ -9,14 +9,14 @@ import json
 import numpy as np
 import pytest
 
-import mooncake_gym.evaluation
-from mooncake_gym import tune
+import mooncake_gym.evaluation.episodes
+from mooncake_gym.experiments import tune
 from mooncake_gym.agents.train import CARD_SEEDS, EVAL_SEED_BASE
 from mooncake_gym.baselines import ADMISSION_POLICIES, ADMISSION_V1_POLICIES, ROUTING_POLICIES, KVCentric
 from mooncake_gym.cli import main
-from mooncake_gym.compare import COMPARE_SEED_BASE, Setting, run_setting, with_tuned
+from mooncake_gym.experiments.compare import COMPARE_SEED_BASE, Setting, run_setting, with_tuned
 from mooncake_gym.envs import ROUTING_ENV_ID
-from mooncake_gym.evaluation import ViewPolicy, evaluate
+from mooncake_gym.evaluation.episodes import ViewPolicy, evaluate
 
 # tiny workloads on which the grid's scores differ
 ADMISSION_ARGS = ["--policy", "early", "--env", "admission", "--episode-requests", "300", "--seeds", "2"]
@@ -59,7 +59,7 @@ def test_a_search_never_uses_a_held_out_seed(tmp_path, capsys, monkeypatch):
         seen.extend(seeds)
         return evaluate(env_id, policy, seeds, **kw)
 
-    monkeypatch.setattr(mooncake_gym.evaluation, "evaluate", recording)
+    monkeypatch.setattr(mooncake_gym.evaluation.episodes, "evaluate", recording)
     run_tune(tmp_path, capsys, [*ADMISSION_ARGS[:-1], "3"])
     assert seen and set(seen) == {0, 1, 2}
     # the whole range a search may use lies below every held-out range
@@ -168,7 +168,7 @@ def test_the_ray_backends_without_ray_say_what_to_install(tmp_path, capsys):
 def test_tuning_on_an_admission_scenario_uses_the_v1_rules_and_token_goodput():
     # an admission scenario is tuned as compare --scenario ranks it: the v1 admission rules
     # (problem admission-v1), token goodput, and each rule's own environment (the oracle for size_oracle)
-    from mooncake_gym.scenarios import get_scenario
+    from mooncake_gym.evaluation.scenarios import get_scenario
 
     sc = get_scenario("admission-load2")
     for name, extra in (("context_predicted", {}), ("size_oracle", {"oracle": True})):

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from mooncake_gym.workload import (
+from mooncake_gym.model.workload import (
     DEFAULT_SYNTHETIC,
     Request,
     SyntheticConfig,

@@ -1,4 +1,4 @@
-"""RoutingRuleFeatures (mooncake_gym/wrappers.py): exact features on a tiny hand-made workload."""
+"""RoutingRuleFeatures (mooncake_gym/envs/wrappers.py): exact features on a tiny hand-made workload."""
 
 import math
 from dataclasses import replace
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import mooncake_gym  # noqa: F401  (registers the env ids)
-from mooncake_gym.costmodel import CostModel, InstanceSpec
-from mooncake_gym.workload import Trace
-from mooncake_gym.wrappers import RoutingRuleFeatures
+from mooncake_gym.model.costmodel import CostModel, InstanceSpec
+from mooncake_gym.model.workload import Trace
+from mooncake_gym.envs.wrappers import RoutingRuleFeatures
 
 SLO = 5.0
 

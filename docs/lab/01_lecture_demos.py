@@ -23,9 +23,9 @@
 # opens `.py` percent scripts as notebooks; see `README.md` beside it).
 
 # %%
-from mooncake_gym import lab
-from mooncake_gym.costmodel import CostModel, get_model
-from mooncake_gym.lecture import demo1, demo2, demo3
+from mooncake_gym.course import lab
+from mooncake_gym.model.costmodel import CostModel, get_model
+from mooncake_gym.course.lecture import demo1, demo2, demo3
 
 # %% [markdown]
 # ## Demo 1: trade storage for compute
@@ -78,8 +78,8 @@ print(text)
 
 # %% [markdown]
 # **Exercise `cache-hit-share`.** Reproduce one number of the table yourself: the hit share of the
-# `cache` router at 8 sessions/s (trace seed 0). `mooncake_gym.routing.run_routing_baselines` and
-# `mooncake_gym.workload.synthetic_trace` are what demo 2 uses.
+# `cache` router at 8 sessions/s (trace seed 0). `mooncake_gym.sim.routing.run_routing_baselines` and
+# `mooncake_gym.model.workload.synthetic_trace` are what demo 2 uses.
 
 # %%
 hit_share = None  # your answer: a share between 0 and 1
@@ -101,7 +101,7 @@ print(text)
 # %% [markdown]
 # **Exercise `early-waste-cut`.** By what share does `early` cut `baseline`'s wasted prefill
 # seconds (1 − early's / baseline's)? Compute it from `run_admission_baselines(overload_workload()[0])`
-# (module `mooncake_gym.overload`). And look at the correlation column: what does a negative
+# (module `mooncake_gym.sim.admission`). And look at the correlation column: what does a negative
 # prefill/decode load correlation mean for the cluster?
 
 # %%

@@ -33,11 +33,11 @@ matplotlib.use("Agg")  # pictures go to files when run as a script; Jupyter show
 import matplotlib.pyplot as plt
 
 import mooncake_gym  # noqa: F401  (registers the environments)
-from mooncake_gym import lab
+from mooncake_gym.course import lab
 from mooncake_gym.baselines import make_policy
 from mooncake_gym.evaluation import evaluate
-from mooncake_gym.routing import Route, RoutingSimulator
-from mooncake_gym.workload import synthetic_trace
+from mooncake_gym.sim.routing import Route, RoutingSimulator
+from mooncake_gym.model.workload import synthetic_trace
 
 OUT = Path(os.environ.get("LAB_OUT", "lab_output"))
 OUT.mkdir(parents=True, exist_ok=True)

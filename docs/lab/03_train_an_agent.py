@@ -44,7 +44,7 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 
 import mooncake_gym  # noqa: F401
-from mooncake_gym import lab
+from mooncake_gym.course import lab
 from mooncake_gym.agents import save_agent
 from mooncake_gym.baselines import make_policy
 from mooncake_gym.evaluation import evaluate
@@ -131,4 +131,4 @@ lab.check("trained-router", model)
 # 3. Admission is much harder to learn in lab time: a grant is rewarded tens to hundreds of decisions
 #    after the decision (see the tutorial, part 4). Try `mooncake-gym train --env admission` at home.
 # 4. Grade your agent the way an instructor would:
-#    `python -m mooncake_gym.lab grade --env routing --agent lab_output/lab_router_seed0.zip --seeds 11,12`.
+#    `python -m mooncake_gym.course.lab grade --env routing --agent lab_output/lab_router_seed0.zip --seeds 11,12`.

@@ -22,9 +22,9 @@
 import numpy as np
 
 import mooncake_gym  # noqa: F401
-from mooncake_gym import lab
+from mooncake_gym.course import lab
 from mooncake_gym.baselines import make_policy
-from mooncake_gym.compare import format_setting, mean_ci95, routing_settings, policies_for, run_setting
+from mooncake_gym.experiments.compare import format_setting, mean_ci95, routing_settings, policies_for, run_setting
 from mooncake_gym.evaluation import evaluate
 
 ENV = "mooncake_gym/PrefillRouting-v0"

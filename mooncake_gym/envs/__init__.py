@@ -4,11 +4,11 @@ import warnings
 
 import gymnasium as gym
 
-from .overload_admission import OverloadAdmissionEnv
-from .prefill_routing import PrefillRoutingEnv
-from .prefill_routing_v1 import PrefillRoutingV1Env
-from .overload_admission_v1 import OverloadAdmissionV1Env
-from .conductor_v1 import ConductorV1Env
+from mooncake_gym.envs.overload_admission import OverloadAdmissionEnv
+from mooncake_gym.envs.prefill_routing import PrefillRoutingEnv
+from mooncake_gym.envs.prefill_routing_v1 import PrefillRoutingV1Env
+from mooncake_gym.envs.overload_admission_v1 import OverloadAdmissionV1Env
+from mooncake_gym.envs.conductor_v1 import ConductorV1Env
 
 ROUTING_ENV_ID = "mooncake_gym/PrefillRouting-v0"
 ADMISSION_ENV_ID = "mooncake_gym/OverloadAdmission-v0"

@@ -1,7 +1,7 @@
 """What the v1 environments share: the cluster, its workload, the observation and the episode loop.
 
 ``mooncake_gym/PrefillRouting-v1``, ``OverloadAdmission-v1`` and ``Conductor-v1`` are one
-:class:`mooncake_gym.conductor.ClusterSimulator` each; they differ only in which of its three
+:class:`mooncake_gym.sim.cluster.ClusterSimulator` each; they differ only in which of its three
 decisions the action sets (the others take the simulator's defaults) and in the reward.
 :class:`ClusterEnv` holds everything else; :data:`OBSERVATION_DOC` etc. are the parts of their
 documentation pages that are the same for all three.
@@ -16,15 +16,15 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from ..observation import as_observation
-from ..conductor import ClusterAction, ClusterSimulator, saturation
-from ..decode import tail_means
-from ..overload import DEMO3_BASE_RATE
-from ..prediction import DEFAULT_PREDICTION_SIGMA, check_sigma, predict_output_tokens
-from ..presets import ClusterPreset, get_preset
-from ..workload import synthetic_trace
-from .common import ValueOrRange, as_float32, as_trace, check_range, clipped, episode_workload
-from .prefill_routing import PER_INSTANCE_FEATURES, QUEUE_CAP_SLO, TIME_UNIT_S, routing_features
+from mooncake_gym.sim.observation import as_observation
+from mooncake_gym.sim.cluster import ClusterAction, ClusterSimulator, saturation
+from mooncake_gym.sim.decode import tail_means
+from mooncake_gym.sim.admission import DEMO3_BASE_RATE
+from mooncake_gym.model.prediction import DEFAULT_PREDICTION_SIGMA, check_sigma, predict_output_tokens
+from mooncake_gym.model.presets import ClusterPreset, get_preset
+from mooncake_gym.model.workload import synthetic_trace
+from mooncake_gym.envs.common import ValueOrRange, as_float32, as_trace, check_range, clipped, episode_workload
+from mooncake_gym.envs.prefill_routing import PER_INSTANCE_FEATURES, QUEUE_CAP_SLO, TIME_UNIT_S, routing_features
 
 #: Caps of the normalised decode and request features: a value at or above the cap reads 1.
 BATCH_CAP = 256  # requests in one decode instance's batch
@@ -41,7 +41,7 @@ DEFAULT_WASTE_PENALTY = 0.1
 @functools.cache
 def default_base_trace():
     """The base request mix when none is given: the synthetic trace of seed 0 at 4 sessions/s (one
-    object, so :func:`mooncake_gym.conductor.saturation`'s cache measures it once per preset)."""
+    object, so :func:`mooncake_gym.sim.cluster.saturation`'s cache measures it once per preset)."""
     return synthetic_trace(0, DEMO3_BASE_RATE)
 
 
@@ -144,7 +144,7 @@ OBSERVATION_DOC = """\
     decode features are what a real router reads from the decode instances' load reports; the output
     length is hidden unless ``oracle=True`` (a server does not know it at arrival; the oracle is for
     bounds and references, not for agents). ``prediction=True`` adds what production systems
-    approximate with a proxy model run on the prompt (``mooncake_gym.prediction``): the true length
+    approximate with a proxy model run on the prompt (``mooncake_gym.model.prediction``): the true length
     times ``exp(prediction_sigma x z)``, z standard normal per request (log-normal multiplicative
     error, default sigma 0.5; sigma 0 is exact), drawn at ``reset`` for the whole episode from a
     generator seeded from the env's ``np_random`` (so from the episode's seed), whatever the actions.
@@ -154,13 +154,13 @@ WORKLOAD_DOC = """\
     Empty pools and caches. The episode's workload is drawn at ``reset`` from the env's
     ``np_random``: ``episode_requests`` requests drawn i.i.d. from the base trace with Poisson
     arrivals at ``load`` x the cluster's measured saturation throughput
-    (``mooncake_gym.conductor.saturation``: the smaller of the prefill pool's and the decode pool's
+    (``mooncake_gym.sim.cluster.saturation``: the smaller of the prefill pool's and the decode pool's
     requests/s on the base trace's mix), or at a load drawn uniformly from ``load_range``: the
     workload of ``conductor.overload_workload``. The base trace is ``base_trace`` (a path or Trace)
     or the synthetic trace of seed 0 at 4 sessions/s. A request drawn twice repeats its prompt's
     blocks, so long episodes hit the prefix caches more than the base trace does;
     ``fresh_blocks=True`` gives each re-drawn copy new ids for the blocks it brought into the base
-    trace (``mooncake_gym.workload.resample_iid``; default False). ``trace=`` (or
+    trace (``mooncake_gym.model.workload.resample_iid``; default False). ``trace=`` (or
     ``reset(options={"trace": ...})``) replays a given trace whole at ``speed`` instead. The default
     router's tie-breaks are seeded from ``np_random`` too (``info["sim_seed"]``)."""
 
@@ -170,11 +170,11 @@ END_DOC = """\
     simulator drains the remaining prefills and decodes, but the drain earns nothing: only requests
     that **started decoding by the horizon** count (their decode slot was won while requests were
     still arriving; the drain's emptying decode pool would otherwise pay a policy for queueing more
-    prefill than it can serve, see ``mooncake_gym.conductor``). Such a request counts whole, even
+    prefill than it can serve, see ``mooncake_gym.sim.cluster``). Such a request counts whole, even
     if it finishes after the horizon; its tokens are in the final step's reward if it does.
 
     The final step's ``info["metrics"]`` holds the cluster simulator's metrics: exactly what
-    ``mooncake_gym.conductor.simulate`` returns for the same trace, seed and decisions. The primary
+    ``mooncake_gym.sim.cluster.simulate`` returns for the same trace, seed and decisions. The primary
     ones: ``token_goodput`` (output tokens of the requests that met the TTFT and the TBT SLO and
     started decoding by the horizon) and ``goodput_requests`` (those requests),
     ``wasted_prefill_gpu_s`` (prefill seconds x GPUs of the prefill instance, of the requests
@@ -197,14 +197,14 @@ INFO_DOC = """\
     ``rejected_after_prefill`` and ``preempted``; the final step adds ``metrics``."""
 
 ARGUMENTS_DOC = """\
-    ``preset`` is any name of ``mooncake_gym.presets.PRESETS`` (``lecture``, ``mooncake``,
+    ``preset`` is any name of ``mooncake_gym.model.presets.PRESETS`` (``lecture``, ``mooncake``,
     ``mooncake-overload``, ``mooncake-overload-tight``, ``mooncake-hetero``, ``h100``) or a ``ClusterPreset``. ``load``
     (finite, > 0) is the arrival rate as a multiple of the saturation throughput; ``load_range`` a pair ``(low, high)``, finite,
     ``0 < low <= high``, not with ``load``. ``prediction`` (bool) adds the predicted output length to
     the observation and the view (``view.predicted_output_tokens``); ``prediction_sigma`` (0 to 3)
     is its log-normal error. ``observation`` is what the policy sees of the prefill pool: a mode
-    string or ``mooncake_gym.observation.ObservationConfig`` (``exact``, the default; ``scraped``,
-    ``approximate``, ``precise``, ``noisy``, ``mooncake_gym.observation`` and ``docs/envs/prefill_routing.md``); the prefill features, the
+    string or ``mooncake_gym.sim.observation.ObservationConfig`` (``exact``, the default; ``scraped``,
+    ``approximate``, ``precise``, ``noisy``, ``mooncake_gym.sim.observation`` and ``docs/envs/prefill_routing.md``); the prefill features, the
     default router and the predicted TTFT come from that view, service stays exact. ``fresh_blocks``
     (bool) gives re-drawn requests new ids for the blocks they brought (Starting State). ``render_mode`` must be None (no picture yet). An invalid argument
     raises ``ValueError`` naming it and its allowed range."""
@@ -386,7 +386,7 @@ DOC_PAGES = (("PrefillRoutingV1Env", "mooncake_gym/PrefillRouting-v1", "docs/env
 if __name__ == "__main__":
     import pathlib
 
-    from .. import envs
+    from mooncake_gym import envs
 
     root = pathlib.Path(__file__).resolve().parents[2]
     for name, env_id, page in DOC_PAGES:

@@ -9,8 +9,8 @@ import struct
 
 import numpy as np
 
-from ..limits import MAX_SYNTHETIC_SESSIONS, check, check_bound, check_range  # noqa: F401  (check_range: moved)
-from ..workload import Trace, as_arrivals, read_trace, resample_iid, synthetic_trace
+from mooncake_gym.model.limits import MAX_SYNTHETIC_SESSIONS, check, check_bound, check_range  # noqa: F401  (check_range: moved)
+from mooncake_gym.model.workload import Trace, as_arrivals, read_trace, resample_iid, synthetic_trace
 
 
 #: Exact types of the integer actions the environments' fast path accepts (Python's, and the numpy
@@ -42,7 +42,7 @@ class ValueOrRange:
                 raise ValueError(f"{name}_range: expected (low, high), finite, with 0 < low <= high, "
                                  f"got {value_range!r}")
             for x in value_range:
-                check(name, x, f"{name}_range")  # both ends in the range of mooncake_gym.limits
+                check(name, x, f"{name}_range")  # both ends in the range of mooncake_gym.model.limits
             self.value, self.range = None, (float(value_range[0]), float(value_range[1]))
         else:
             self.value, self.range = float(check(name, default if value is None else value)), None
@@ -61,7 +61,7 @@ class WorkloadSpec:
     requests long, or ``duration_s`` seconds of sessions when ``episode_requests`` is None.
 
     Opt-in (default None: as above): ``arrivals``, bursty session arrivals for the synthetic
-    generator (:class:`~mooncake_gym.workload.BurstyArrivals` or a dict of its fields);
+    generator (:class:`~mooncake_gym.model.workload.BurstyArrivals` or a dict of its fields);
     ``window_requests``, with a trace: each episode replays only ``window_requests`` consecutive
     requests of it, from an offset drawn uniformly from the env's ``np_random`` (or
     ``reset(options={"offset": k})``), their arrivals shifted to start at 0; a trace of at most
@@ -132,7 +132,7 @@ def episode_workload(np_random: np.random.Generator, options: dict | None, trace
     """The episode's trace and load in the admission environments: ``options['trace']`` or the
     env's ``trace`` replayed whole at ``speed`` (load NaN), else ``episode_requests`` requests
     drawn i.i.d. from ``base`` with Poisson arrivals at a ``load`` drawn from ``np_random`` times
-    ``rate_per_load`` requests/s (``fresh_blocks``: see :func:`~mooncake_gym.workload.resample_iid`)."""
+    ``rate_per_load`` requests/s (``fresh_blocks``: see :func:`~mooncake_gym.model.workload.resample_iid`)."""
     if options and "trace" in options:
         trace = as_trace("options['trace']", options["trace"])
     if trace is not None:

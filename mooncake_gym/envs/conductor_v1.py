@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 from gymnasium import spaces
 
-from ..conductor import ClusterAction
-from ..routing import Route
-from ..prediction import DEFAULT_PREDICTION_SIGMA
-from .cluster import (ARGUMENTS_DOC, DEFAULT_WASTE_PENALTY, END_DOC, GOODPUT_REWARD_DOC, INFO_DOC, OBSERVATION_DOC,
+from mooncake_gym.sim.cluster import ClusterAction
+from mooncake_gym.sim.routing import Route
+from mooncake_gym.model.prediction import DEFAULT_PREDICTION_SIGMA
+from mooncake_gym.envs.cluster import (ARGUMENTS_DOC, DEFAULT_WASTE_PENALTY, END_DOC, GOODPUT_REWARD_DOC, INFO_DOC, OBSERVATION_DOC,
                       SPEED_DOC, WORKLOAD_DOC, ClusterEnv)
-from .common import INTEGER_TYPES
+from mooncake_gym.envs.common import INTEGER_TYPES
 
 _REJECT = ClusterAction(False, None, None)
 
@@ -25,7 +25,7 @@ class ConductorV1Env(ClusterEnv):
     prefill + 8 decode nodes of 8x A800 serving LLaMA2-70B, TTFT SLO 30 s, TBT SLO 100 ms). The
     chosen decode instance double-checks at the prefill's end (room for the KV, iteration time
     within the TBT SLO) and rejects the request after prefill if it fails, wasting the prefill. The
-    simulation is ``mooncake_gym.conductor.ClusterSimulator``; ``PrefillRouting-v1`` and
+    simulation is ``mooncake_gym.sim.cluster.ClusterSimulator``; ``PrefillRouting-v1`` and
     ``OverloadAdmission-v1`` are this environment with two of the decisions left to its defaults.
 
     ## Action Space

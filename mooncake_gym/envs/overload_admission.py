@@ -9,13 +9,13 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from ..costmodel import CostModel
-from ..overload import (DEMO3_BASE_RATE, REJECTED_AFTER_PREFILL, REJECTED_AT_ARRIVAL, OverloadConfig,
+from mooncake_gym.model.costmodel import CostModel
+from mooncake_gym.sim.admission import (DEMO3_BASE_RATE, REJECTED_AFTER_PREFILL, REJECTED_AT_ARRIVAL, OverloadConfig,
                         OverloadSimulator, check_admit, check_load_samples, decode_capacity_rate)
-from ..workload import synthetic_trace
-from .common import (INTEGER_TYPES, RENDER_MODES, ValueOrRange, as_clipped_float32, as_trace, check,
+from mooncake_gym.model.workload import synthetic_trace
+from mooncake_gym.envs.common import (INTEGER_TYPES, RENDER_MODES, ValueOrRange, as_clipped_float32, as_trace, check,
                      check_render_mode, episode_workload)
-from .viewer import AdmissionViewer
+from mooncake_gym.envs.viewer import AdmissionViewer
 
 INPUT_TOKENS_CAP = 200_000
 LOG1P_INPUT_TOKENS_CAP = math.log1p(INPUT_TOKENS_CAP)  # request length feature: log1p(tokens) / this
@@ -38,8 +38,8 @@ class OverloadAdmissionEnv(gym.Env):
     or rejects it. An admitted request is prefilled (FIFO, least-loaded prefill instance); when its
     prefill finishes it needs a decode instance with room for input + output tokens for
     output x ``tbt_s`` seconds, and if none has room it is rejected after prefill and its prefill is
-    wasted. The simulation is ``mooncake_gym.overload.OverloadSimulator``, the same object that
-    runs the hand-coded admission baselines; every time comes from ``mooncake_gym.costmodel``.
+    wasted. The simulation is ``mooncake_gym.sim.admission.OverloadSimulator``, the same object that
+    runs the hand-coded admission baselines; every time comes from ``mooncake_gym.model.costmodel``.
 
     ## Action Space
 
@@ -129,7 +129,7 @@ class OverloadAdmissionEnv(gym.Env):
     then drained and rewarded in that step); ``truncated`` only from a ``max_episode_steps`` given to
     ``gym.make``. The final step's ``info["metrics"]`` holds the overload simulator's metrics
     (among them completed, goodput, rejected at arrival and after prefill, wasted prefill seconds,
-    mean decode occupancy, load correlation): exactly what ``mooncake_gym.overload.simulate``
+    mean decode occupancy, load correlation): exactly what ``mooncake_gym.sim.admission.simulate``
     returns for the same trace and decisions.
 
     ## Arguments
@@ -140,7 +140,7 @@ class OverloadAdmissionEnv(gym.Env):
     model="llama2-70b", render_mode=None)``. With neither ``load`` nor ``load_range`` the load is 2.
     ``load`` (finite, > 0) is the arrival rate as a multiple of the decode capacity rate;
     ``load_range`` a pair ``(low, high)``, finite, ``0 < low <= high``, not with ``load``.
-    ``model`` is a preset of ``mooncake_gym.costmodel.MODELS``. ``render_mode="ansi"``: ``render()``
+    ``model`` is a preset of ``mooncake_gym.model.costmodel.MODELS``. ``render_mode="ansi"``: ``render()``
     returns a text picture; ``"rgb_array"``: a picture of the two pools (see Rendering). An invalid
     argument raises ``ValueError`` naming it and its allowed range.
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from gymnasium import spaces
 
-from ..conductor import ClusterAction
-from ..prediction import DEFAULT_PREDICTION_SIGMA
-from .cluster import (ARGUMENTS_DOC, DEFAULT_WASTE_PENALTY, END_DOC, GOODPUT_REWARD_DOC, INFO_DOC, OBSERVATION_DOC,
+from mooncake_gym.sim.cluster import ClusterAction
+from mooncake_gym.model.prediction import DEFAULT_PREDICTION_SIGMA
+from mooncake_gym.envs.cluster import (ARGUMENTS_DOC, DEFAULT_WASTE_PENALTY, END_DOC, GOODPUT_REWARD_DOC, INFO_DOC, OBSERVATION_DOC,
                       SPEED_DOC, WORKLOAD_DOC, ClusterEnv)
-from .common import INTEGER_TYPES
+from mooncake_gym.envs.common import INTEGER_TYPES
 
 _ACTIONS = (ClusterAction(False, None, None), ClusterAction(True, None, None))
 
@@ -26,7 +26,7 @@ class OverloadAdmissionV1Env(ClusterEnv):
     instance with the shortest predicted iteration time among those with room for its KV and an
     iteration time within the TBT SLO; if none accepts, it is rejected after prefill and its
     prefill is wasted. A decode instance that runs out of KV memory preempts requests (their prefill
-    is wasted too). The simulation is ``mooncake_gym.conductor.ClusterSimulator``.
+    is wasted too). The simulation is ``mooncake_gym.sim.cluster.ClusterSimulator``.
 
     ## Action Space
 

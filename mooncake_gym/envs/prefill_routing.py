@@ -8,11 +8,11 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from ..costmodel import CostModel
-from ..observation import as_observation
-from ..routing import RoutingConfig, RoutingSimulator, RoutingView, check_route
-from .common import INTEGER_TYPES, RENDER_MODES, WorkloadSpec, as_float32, check, check_render_mode, clip01
-from .viewer import RoutingViewer
+from mooncake_gym.model.costmodel import CostModel
+from mooncake_gym.sim.observation import as_observation
+from mooncake_gym.sim.routing import RoutingConfig, RoutingSimulator, RoutingView, check_route
+from mooncake_gym.envs.common import INTEGER_TYPES, RENDER_MODES, WorkloadSpec, as_float32, check, check_render_mode, clip01
+from mooncake_gym.envs.viewer import RoutingViewer
 
 #: Caps of the normalised features: a value at or above the cap reads 1.
 QUEUE_CAP_SLO = 10.0  # queued work and TTFT estimates, in multiples of the TTFT SLO
@@ -65,7 +65,7 @@ class PrefillRoutingEnv(gym.Env):
     §6). One step is one arriving request: the agent picks the instance that prefills it and, unless
     ``allow_pull=False``, whether to first pull the longest prefix cached anywhere in the cluster
     over RDMA (hot-spot replication, Algorithm 1). The time of everything comes from
-    ``mooncake_gym.costmodel``; the simulation is ``mooncake_gym.routing.RoutingSimulator``, the
+    ``mooncake_gym.model.costmodel``; the simulation is ``mooncake_gym.sim.routing.RoutingSimulator``, the
     same object that runs the hand-coded baselines. By default the agent sees the cluster's exact
     state and every instance is an 8 x A800 node; ``observation=`` gives it what a deployed router
     sees instead (stale load, its own prefix index, noisy estimates: Observation Modes) and
@@ -130,9 +130,9 @@ class PrefillRoutingEnv(gym.Env):
     the baselines read) show; the service of every request stays exact. ``"exact"`` (default): the
     simulator's state, as in every earlier version. Otherwise parts of ``"scraped"``,
     ``"approximate"`` or ``"precise"``, and ``"noisy"`` joined by ``+``, optionally followed by
-    ``mooncake_gym.observation.ObservationConfig`` fields after commas
+    ``mooncake_gym.sim.observation.ObservationConfig`` fields after commas
     (``"scraped+noisy,scrape_delay_s=0.5,noise_sigma=0.3"``), or a dict of those fields, or an
-    ``ObservationConfig``. The module ``mooncake_gym.observation`` gives each estimate exactly, with
+    ``ObservationConfig``. The module ``mooncake_gym.sim.observation`` gives each estimate exactly, with
     its sources.
 
     | mode | what the agent sees instead | imitates |
@@ -152,11 +152,11 @@ class PrefillRoutingEnv(gym.Env):
     Indexer" (the precise scorer on vLLM's KV events).
     
     A hand-coded baseline run through the environment sees the same view as through
-    ``mooncake_gym.routing.simulate(..., observation=...)`` and gives the same numbers.
+    ``mooncake_gym.sim.routing.simulate(..., observation=...)`` and gives the same numbers.
 
     ## Heterogeneous Pools
 
-    ``instances="4xH800+4xA800"`` (or a list of GPU names or ``mooncake_gym.costmodel.InstanceSpec``)
+    ``instances="4xH800+4xA800"`` (or a list of GPU names or ``mooncake_gym.model.costmodel.InstanceSpec``)
     puts instances of different GPUs in one cluster: each prefills at its own speed (its estimates
     in the observation carry it), while the model, the block size and the RDMA network are the
     cluster's; ``n_instances`` is then the list's length. ``cache_blocks`` may be one capacity per
@@ -186,7 +186,7 @@ class PrefillRoutingEnv(gym.Env):
     synthetic episodes), unless ``window_requests=N``: then each episode replays N consecutive
     requests of it from an offset drawn uniformly from ``np_random`` (or given as
     ``reset(options={"offset": k})``), shifted to start at time 0. ``arrivals=`` (a dict of
-    ``mooncake_gym.workload.BurstyArrivals`` fields: ``burst_ratio``, ``calm_s``, ``burst_s``)
+    ``mooncake_gym.model.workload.BurstyArrivals`` fields: ``burst_ratio``, ``calm_s``, ``burst_s``)
     makes the synthetic sessions arrive as a two-state Markov-modulated Poisson process with the
     same mean rate (bursts of ``burst_ratio`` times the calm rate).
 
@@ -207,7 +207,7 @@ class PrefillRoutingEnv(gym.Env):
     described above (None: exact, and every instance the model's default 8 x A800 node). With neither ``rate``
     nor ``rate_range`` nor ``trace`` the rate is 4 sessions/s (a session issues about 2.1 requests).
     ``episode_requests=None`` generates ``duration_s`` seconds of sessions instead (lecture demo 2
-    uses 600 s). ``model`` is a preset of ``mooncake_gym.costmodel.MODELS``. ``render_mode="ansi"``:
+    uses 600 s). ``model`` is a preset of ``mooncake_gym.model.costmodel.MODELS``. ``render_mode="ansi"``:
     ``render()`` returns a text picture; ``"rgb_array"``: a picture of the cluster (see Rendering).
     An invalid argument raises ``ValueError`` naming it and its allowed range.
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from gymnasium import spaces
 
-from ..conductor import ClusterAction
-from ..routing import Route
-from .cluster import (ARGUMENTS_DOC, END_DOC, INFO_DOC, OBSERVATION_DOC, SPEED_DOC, WORKLOAD_DOC, ClusterEnv)
-from .common import INTEGER_TYPES
+from mooncake_gym.sim.cluster import ClusterAction
+from mooncake_gym.sim.routing import Route
+from mooncake_gym.envs.cluster import (ARGUMENTS_DOC, END_DOC, INFO_DOC, OBSERVATION_DOC, SPEED_DOC, WORKLOAD_DOC, ClusterEnv)
+from mooncake_gym.envs.common import INTEGER_TYPES
 
 
 class PrefillRoutingV1Env(ClusterEnv):
@@ -23,7 +23,7 @@ class PrefillRoutingV1Env(ClusterEnv):
     (the shortest predicted iteration time among the instances that accept it), and a decode
     instance without room rejects the request after its prefill. Requests whose prompt plus output
     can never fit one decode instance are refused at arrival without a step. The simulation is
-    ``mooncake_gym.conductor.ClusterSimulator``, the same object that runs the hand-coded policies
+    ``mooncake_gym.sim.cluster.ClusterSimulator``, the same object that runs the hand-coded policies
     (``conductor.simulate``).
 
     ## Action Space

@@ -1,11 +1,11 @@
 """Solutions to the checked exercises of ``01_lecture_demos.py`` (run: ``python 01_lecture_demos.py``)."""
 
-from mooncake_gym import lab
-from mooncake_gym.costmodel import CostModel, get_model
-from mooncake_gym.lecture import DEMO1_SETUPS
-from mooncake_gym.overload import overload_workload, run_admission_baselines
-from mooncake_gym.routing import run_routing_baselines
-from mooncake_gym.workload import synthetic_trace
+from mooncake_gym.course import lab
+from mooncake_gym.model.costmodel import CostModel, get_model
+from mooncake_gym.course.lecture import DEMO1_SETUPS
+from mooncake_gym.sim.admission import overload_workload, run_admission_baselines
+from mooncake_gym.sim.routing import run_routing_baselines
+from mooncake_gym.model.workload import synthetic_trace
 
 # K and V (2) x layers x KV heads x head dimension x 2 bytes (BF16): GQA keeps 8 KV heads of 64
 m = get_model("llama2-70b")

@@ -1,7 +1,7 @@
 """Solutions to the checked exercises of ``02_your_own_policies.py`` (run: ``python 02_your_own_policies.py``)."""
 
-from mooncake_gym import lab
-from mooncake_gym.routing import Route
+from mooncake_gym.course import lab
+from mooncake_gym.sim.routing import Route
 
 
 def best_instance(view):

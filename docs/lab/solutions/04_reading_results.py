@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from mooncake_gym import lab
+from mooncake_gym.course import lab
 from mooncake_gym.baselines import make_policy
 from mooncake_gym.evaluation import evaluate
 

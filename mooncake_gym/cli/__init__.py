@@ -1,0 +1,6 @@
+"""The ``mooncake-gym`` command line.
+"""
+
+from mooncake_gym.cli.app import main
+
+__all__ = ["main"]

@@ -1,0 +1,35 @@
+"""``mooncake-gym bench``: run the speed benchmarks of the source checkout's ``benchmarks/`` folder.
+
+Each ``benchmarks/bench_*.py`` exposes ``run(seconds=...) -> dict`` and prints its own figures.
+Speeds are reported as measured, and where a target is a ratio (env steps against CartPole, our
+cache pass against the oracle's) the two sides are measured in the same run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def run_benchmarks(seconds: float = 2.0, only: str | None = None) -> dict:
+    if not BENCH_DIR.is_dir():
+        raise FileNotFoundError(f"bench: no benchmarks folder at {BENCH_DIR} (run from a source checkout)")
+    from mooncake_gym import compiled
+
+    modules = compiled()
+    print(f"compiled (make install-fast): {', '.join(modules)}" if modules else "pure Python (no compiled modules)")
+    results = {}
+    for path in sorted(BENCH_DIR.glob("bench_*.py")):
+        name = path.stem
+        if only and only not in name:
+            continue
+        spec = importlib.util.spec_from_file_location(f"mooncake_gym_benchmarks.{name}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        print(f"=== {name}")
+        results[name] = module.run(seconds=seconds)
+    if not results:
+        raise ValueError(f"--only: no benchmark name contains {only!r}")
+    return results

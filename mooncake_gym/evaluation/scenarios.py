@@ -1,0 +1,197 @@
+"""Named, versioned benchmark scenarios: one environment configuration each, a registered env id each.
+
+A scenario fixes everything about an environment that a benchmark result depends on (cluster,
+workload, observation mode, objective), so that a number is reported as "PPO on
+``routing-saturated`` v1" and anyone can reproduce it. Each scenario is registered as the
+Gymnasium id ``mooncake_gym/<name>-v<version>``::
+
+    import gymnasium as gym, mooncake_gym
+    env = gym.make("mooncake_gym/routing-saturated-v1")
+
+or made by name with :func:`make`. Its :meth:`Scenario.fingerprint` (sha256 of its configuration
+and of the bytes of any trace file it reads) is printed by ``compare`` beside its results: two
+results with the same fingerprint were measured on the same problem.
+
+Changing a scenario's parameters means a new version (a new id); the old one stays registered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+
+PROBLEMS = ("routing", "admission", "conductor")
+#: Keyword arguments whose string value names a trace file: the fingerprint hashes the file's bytes.
+TRACE_ARGUMENTS = ("trace", "base_trace")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One benchmark problem: ``base_env_id`` made with ``kwargs``.
+
+    ``requires``: arguments the user must give at ``make`` time (e.g. the path of a trace that
+    the project does not ship); ``reset_options``: the ``reset(options=...)`` keys the scenario's
+    environment accepts per episode (documented in ``docs/scenarios.md``).
+    """
+
+    name: str
+    problem: str
+    base_env_id: str
+    kwargs: dict
+    description: str
+    version: int = 1
+    requires: tuple = ()
+    reset_options: tuple = ()
+
+    @property
+    def env_id(self) -> str:
+        return f"mooncake_gym/{self.name}-v{self.version}"
+
+    def config(self, **overrides) -> dict:
+        """The environment's keyword arguments with ``overrides`` applied (JSON-able description)."""
+        return {**self.kwargs, **overrides}
+
+    def fingerprint(self, **overrides) -> str:
+        """sha256 of the scenario's identity and configuration, and of every trace file it reads."""
+        h = hashlib.sha256()
+        # a trace file counts by its bytes (below), not by the spelling of its path
+        kwargs = {k: ("<file>" if k in TRACE_ARGUMENTS and isinstance(v, (str, os.PathLike)) else v)
+                  for k, v in self.config(**overrides).items()}
+        h.update(json.dumps({"name": self.name, "version": self.version, "env": self.base_env_id,
+                             "kwargs": kwargs}, sort_keys=True, default=repr).encode())
+        for key in TRACE_ARGUMENTS:
+            path = self.config(**overrides).get(key)
+            if isinstance(path, (str, os.PathLike)):
+                try:
+                    with open(path, "rb") as f:
+                        h.update(hashlib.file_digest(f, "sha256").digest() if hasattr(hashlib, "file_digest")
+                                 else hashlib.sha256(f.read()).digest())
+                except OSError as e:
+                    raise ValueError(f"{key}: scenario {self.name} cannot read trace file {path!r}: {e}") from None
+        return h.hexdigest()
+
+    def missing(self, **overrides) -> list[str]:
+        """The required arguments not given (empty when the scenario can be made)."""
+        return [k for k in self.requires if overrides.get(k) is None]
+
+
+SCENARIOS: dict[str, Scenario] = {}
+
+
+def _add(scenario: Scenario) -> None:
+    if scenario.problem not in PROBLEMS:
+        raise ValueError(f"scenario {scenario.name}: problem must be one of {PROBLEMS}")
+    if scenario.name in SCENARIOS:
+        raise ValueError(f"scenario {scenario.name} is defined twice")
+    SCENARIOS[scenario.name] = scenario
+
+
+def get_scenario(name: str) -> Scenario:
+    """The scenario called ``name``; ``ValueError`` listing the known ones otherwise."""
+    try:
+        return SCENARIOS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"scenario: expected one of {', '.join(SCENARIOS)}, got {name!r}") from None
+
+
+def scenarios_of(problem: str | None = None) -> list[Scenario]:
+    return [s for s in SCENARIOS.values() if problem is None or s.problem == problem]
+
+
+def make(name: str, **overrides):
+    """``gym.make`` of scenario ``name``; ``overrides`` replace its arguments (e.g. ``render_mode``)."""
+    import gymnasium as gym
+
+    scenario = get_scenario(name)
+    missing = scenario.missing(**overrides)
+    if missing:
+        raise ValueError(f"scenario {name}: give {', '.join(missing)} (it has no default)")
+    return gym.make(scenario.env_id, **overrides)
+
+
+def register_scenarios() -> None:
+    """Register every scenario's env id (called when :mod:`mooncake_gym` is imported)."""
+    import gymnasium as gym
+
+    from mooncake_gym.envs import register_envs
+
+    register_envs()
+    for s in SCENARIOS.values():
+        if s.env_id not in gym.registry:
+            spec = gym.spec(s.base_env_id)
+            gym.register(s.env_id, entry_point=spec.entry_point, kwargs=dict(s.kwargs))
+
+
+# --- routing scenarios (PrefillRouting-v0's cluster; observation modes of mooncake_gym.sim.observation)
+_add(Scenario("routing-sanity", "routing", "mooncake_gym/PrefillRouting-v0",
+              {"rate": 4.0, "episode_requests": 3000},
+              "The lecture's 8 prefill instances at 4 sessions/s, exact observation: the rules are near "
+              "the bound here; a check that an agent is not broken.",
+              reset_options=("trace",)))
+_add(Scenario("routing-sanity-8", "routing", "mooncake_gym/PrefillRouting-v0",
+              {"rate": 8.0, "episode_requests": 3000},
+              "The same at 8 sessions/s (lecture demo 2's load, where random routing overloads): kvcentric "
+              "is within about 30 % of the bound; the second sanity check.",
+              reset_options=("trace",)))
+_add(Scenario("routing-saturated", "routing", "mooncake_gym/PrefillRouting-v0",
+              {"rate": 11.0, "episode_requests": 3000},
+              "8 A800 instances at 11 sessions/s, exact observation: near saturation. kvcentric starts to "
+              "queue at about 10/s (mean TTFT 0.70 s, 2x the bound) and at 12/s its queues grow with the "
+              "episode's length; at 11/s a 3,000-request episode stays finite with kvcentric at 3-4x the bound.",
+              reset_options=("trace",)))
+_add(Scenario("routing-heterogeneous", "routing", "mooncake_gym/PrefillRouting-v0",
+              {"rate": 18.0, "episode_requests": 3000, "instances": "4xH800+4xA800"},
+              "Two GPU generations in one pool: 4 H800 nodes (989 TFLOPS per GPU) and 4 A800 nodes "
+              "(312) at 18 sessions/s; each instance prefills at its own speed, so a rule must weigh "
+              "work against speed.",
+              reset_options=("trace",)))
+_add(Scenario("routing-stale-multirouter", "routing", "mooncake_gym/PrefillRouting-v0",
+              {"rate": 8.0, "episode_requests": 3000,
+               "observation": {"mode": "scraped", "routers": 4, "scrape_period_s": 0.5, "scrape_delay_s": 0.1}},
+              "4 routers (gateway replicas) take turns over the arrivals; each sees load snapshots scraped "
+              "every 0.5 s at its own phase, 0.1 s late, plus only its own in-flight requests: routers "
+              "that see the same idle instance all send to it (the herd effect). 8 sessions/s.",
+              reset_options=("trace",)))
+_add(Scenario("routing-bursty", "routing", "mooncake_gym/PrefillRouting-v0",
+              {"rate": 8.0, "episode_requests": 3000,
+               "arrivals": {"burst_ratio": 2.0, "calm_s": 20.0, "burst_s": 10.0}},
+              "Bursty sessions: a two-state Markov-modulated Poisson process with mean 8 sessions/s, "
+              "6/s in calm periods (mean 20 s) and 12/s in bursts (mean 10 s); queues built in a burst "
+              "drain in the calm.",
+              reset_options=("trace",)))
+_add(Scenario("routing-mooncake-trace", "routing", "mooncake_gym/PrefillRouting-v0",
+              {"speed": 2.0, "window_requests": 1000},
+              "Mooncake's public synthetic trace (FAST'25 release, 3,993 requests) replayed at twice its "
+              "speed; each episode a window of 1,000 consecutive requests from an offset drawn from the "
+              "episode's seed (heavily loaded: queues build in its busy stretches). Not shipped: give "
+              "trace=PATH.",
+              requires=("trace",), reset_options=("offset", "trace")))
+
+# --- admission scenarios (OverloadAdmission-v1 on the realistic presets)
+# 16 prefill + 1 decode A800 nodes (LLaMA2-70B; the decode pool saturates first, as in Mooncake §7),
+# 3,000 i.i.d. requests of the synthetic mix, the output-length prediction in the observation
+# (log-normal error, sigma 0.5). The metric is token goodput without the drain (docs/envs/
+# overload_admission_v1.md). reset(options={"trace": T}) replays a given trace instead (load NaN).
+_ADMISSION = {"preset": "mooncake-overload", "episode_requests": 3000, "prediction": True, "prediction_sigma": 0.5}
+for _load, _text in ((1.5, "one and a half times"), (2.0, "twice"), (3.0, "three times")):
+    _add(Scenario(f"admission-load{_load:g}", "admission", "mooncake_gym/OverloadAdmission-v1",
+                  {**_ADMISSION, "load": _load},
+                  f"16 prefill + 1 decode A800 nodes (LLaMA2-70B) offered {_text} the measured saturation "
+                  "throughput; output-length prediction with log-normal error sigma 0.5.",
+                  reset_options=("trace",)))
+_add(Scenario("admission-tight-slo", "admission", "mooncake_gym/OverloadAdmission-v1",
+              {**_ADMISSION, "preset": "mooncake-overload-tight", "load": 2.0},
+              "admission-load2 with a TTFT SLO of 8 s instead of 30 s (preset mooncake-overload-tight): "
+              "long prompts cannot meet it, and queueing prefill costs sooner.",
+              reset_options=("trace",)))
+
+# --- the Conductor environment (all three decisions)
+_add(Scenario("conductor-mooncake", "conductor", "mooncake_gym/Conductor-v1",
+              {"preset": "mooncake", "load": 1.5, "episode_requests": 3000, "prediction": True,
+               "prediction_sigma": 0.5},
+              "Mooncake's testbed (8 prefill + 8 decode A800 nodes, LLaMA2-70B) at 1.5 times the measured "
+              "saturation throughput (the prefill pool saturates first); one agent admits, routes the "
+              "prefill (and pull) and picks the decode instance; output-length prediction, sigma 0.5.",
+              reset_options=("trace",)))

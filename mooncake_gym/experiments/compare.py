@@ -1,0 +1,411 @@
+"""``mooncake-gym compare``: every baseline and every trained agent on the same workloads.
+
+All policies of a setting run on the same seeds, hence the same traces (common random numbers:
+an env draws its episode's workload from ``reset(seed)``). Each cell is a mean over seeds with a
+95 % confidence interval (Student's t).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mooncake_gym.reporting import tables as report
+from mooncake_gym.envs import ADMISSION_ENV_ID, ROUTING_ENV_ID
+from mooncake_gym.analysis.bounds import admission_bound_row
+from mooncake_gym.evaluation.episodes import ModelPolicy, ViewPolicy, evaluate
+
+#: Evaluation seeds start here: training uses seeds below 1,000 and the callback 10,000 + seed, so
+#: these episodes are never seen in training.
+COMPARE_SEED_BASE = 1_000_000
+#: The problem of the admission and Conductor scenarios' tables: the whole cluster
+#: (``OverloadAdmission-v1``, ``Conductor-v1``), its admission baselines (``ADMISSION_V1_POLICIES``),
+#: token goodput first (``report.ADMISSION_V1_COLUMNS``) and an upper bound.
+ADMISSION_V1 = "admission-v1"
+#: Requests per routing episode in compare (synthetic workloads).
+ROUTING_EPISODE_REQUESTS = 3000
+#: Requests per admission episode in compare.
+ADMISSION_EPISODE_REQUESTS = 3000
+
+# two-sided 95 % Student-t quantiles t_{0.975, df} for df = 1..30 (standard tables)
+_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+         2.045, 2.042]
+
+
+def mean_ci95(values) -> tuple[float, float]:
+    """Mean and half-width of its 95 % confidence interval (NaN for a single value: no spread to see)."""
+    x = np.asarray([v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))], float)
+    if len(x) == 0:
+        return float("nan"), float("nan")
+    if len(x) == 1:
+        return float(x[0]), float("nan")
+    t = _T975[len(x) - 2] if len(x) - 1 <= len(_T975) else 1.96
+    return float(x.mean()), float(t * x.std(ddof=1) / math.sqrt(len(x)))
+
+
+def columns_of(problem: str):
+    """The table columns of ``problem`` and the function turning one run's metrics into a row."""
+    if problem.endswith("-cluster"):  # a realistic preset's problems (mooncake_gym.experiments.clusterrun)
+        from mooncake_gym.experiments.clusterrun import columns_of_cluster
+        return columns_of_cluster(problem)
+    if problem == "routing":
+        return report.ROUTING_COLUMNS, report.routing_row
+    if problem == ADMISSION_V1:
+        return report.ADMISSION_V1_COLUMNS, lambda name, metrics: {"policy": name, **metrics}
+    return report.ADMISSION_COLUMNS, lambda name, metrics: {"policy": name, **report.overload_row(metrics)}
+
+
+@dataclass
+class Setting:
+    """One comparison: an env id, its kwargs and a label."""
+
+    problem: str
+    label: str
+    env_id: str
+    env_kwargs: dict
+    rows: list = field(default_factory=list)
+    episodes: dict = field(default_factory=dict)
+    #: the problem's bound over the same seeds (:data:`BOUNDS`: a lower bound on mean TTFT for
+    #: routing, an upper bound on token goodput for admission-v1), shown as the table's last row
+    bound: dict | None = None
+    #: a scenario's setting (``compare --scenario``): its name and fingerprint
+    scenario: str | None = None
+    fingerprint: str | None = None
+
+
+def routing_settings(rates=(4.0, 8.0), trace=None, speed=1.0, episode_requests=ROUTING_EPISODE_REQUESTS):
+    if trace is not None:
+        label = f"routing: trace {getattr(trace, 'name', trace)} at speed {speed:g}"
+        return [Setting("routing", label, ROUTING_ENV_ID, {"trace": trace, "speed": speed})]
+    return [Setting("routing", f"routing: synthetic, {rate:g} sessions/s, {episode_requests} requests",
+                    ROUTING_ENV_ID, {"rate": float(rate), "episode_requests": episode_requests}) for rate in rates]
+
+
+def admission_settings(loads=(2.0,), trace=None, episode_requests=ADMISSION_EPISODE_REQUESTS):
+    out = []
+    for load in loads:
+        kw = {"load": float(load), "episode_requests": episode_requests}
+        src = "synthetic base"
+        if trace is not None:
+            kw["base_trace"] = trace
+            src = f"base trace {getattr(trace, 'name', trace)}"
+        out.append(Setting("admission", f"admission: {src}, load {load:g}x decode capacity, "
+                                        f"{episode_requests} i.i.d. requests", ADMISSION_ENV_ID, kw))
+    return out
+
+
+def policies_for(problem: str, agents: dict, scenario: str | None = None) -> dict:
+    """Every baseline of ``problem`` plus the agents (``{name: model}``) that solve it; a
+    per-scenario agent (:func:`agent_scenarios`) only on ``scenario`` (a scenario's setting's name)."""
+    from mooncake_gym.baselines import POLICIES
+
+    out = {name: baseline_policy(problem, name) for name in POLICIES[problem]}
+    for name, (agent_problem, model) in agents.items():
+        only = agent_scenarios(model)
+        if agent_problem == problem and (only is None or scenario in only):
+            out[name] = ModelPolicy(model, name)
+    return out
+
+
+def agent_scenarios(model) -> list | None:
+    """The scenarios a per-scenario agent is for: its card's ``scenarios`` (a list of scenario names;
+    ``compare`` shows it only in their tables), or None for an agent meant for every setting it fits."""
+    only = (getattr(model, "card", None) or {}).get("scenarios")
+    if only is not None and not (isinstance(only, list) and all(isinstance(n, str) for n in only)):
+        raise ValueError(f"agent card: 'scenarios' must be a list of scenario names, got {only!r}")
+    return only
+
+
+def baseline_policy(problem: str, name: str, label: str | None = None, **knobs) -> ViewPolicy:
+    """Baseline ``name`` of ``problem`` with ``knobs``, as a row ``label`` (default ``name``); its
+    ``env_kwargs`` are what its environment must be made with (the factory's ``ENV_KWARGS``, e.g.
+    ``oracle=True`` for a rule that reads the true output length), defaults and tuned alike."""
+    from mooncake_gym.baselines import POLICIES, make_policy
+
+    policy = ViewPolicy(make_policy(problem, name, **knobs), label or name)
+    policy.env_kwargs = getattr(POLICIES[problem][name], "ENV_KWARGS", {})
+    return policy
+
+
+def with_tuned(policies: dict, problem: str, tuned: list) -> dict:
+    """``policies`` with each tuned baseline of ``problem`` inserted right after its default row."""
+    from mooncake_gym.experiments.tune import tuned_name
+
+    out = dict(policies)
+    for doc in tuned:
+        if doc["env"] != problem:
+            continue
+        row = (tuned_name(doc), baseline_policy(problem, doc["policy"], tuned_name(doc), **doc["knobs"]))
+        items = list(out.items())
+        at = next((i + 1 for i, (name, _) in enumerate(items) if name == doc["policy"]), len(items))
+        out = dict(items[:at] + [row] + items[at:])
+    return out
+
+
+def run_setting(setting: Setting, policies: dict, seeds, keep_results: bool = False, progress=None,
+                threads: int | None = 1) -> Setting:
+    columns, make_row = columns_of(setting.problem)
+    for name, policy in policies.items():
+        episodes = evaluate(setting.env_id, policy, seeds, keep_result=keep_results, threads=threads,
+                            **{**setting.env_kwargs, **getattr(policy, "env_kwargs", {})})
+        setting.episodes[name] = episodes
+        rows = [make_row(name, e) for e in episodes]
+        row = {"policy": name, "episodes": len(episodes)}
+        for key, _, _ in columns[1:]:
+            m, ci = mean_ci95([r[key] for r in rows])
+            row[key] = m
+            row[f"{key}_ci95"] = ci
+        setting.rows.append(row)
+        if progress is not None:
+            progress.update(1)
+    return setting
+
+
+def routing_bound(setting: Setting, seeds) -> dict:
+    """The lower bound on mean TTFT (:func:`mooncake_gym.analysis.bounds.ttft_lower_bound`) of each seed's
+    episode of a routing setting, as a row: mean and 95 % CI over the seeds. On a cluster
+    environment (``PrefillRouting-v1``, ``compare --preset``) it is
+    :func:`mooncake_gym.analysis.bounds.cluster_ttft_bound`: over the requests the cluster prefills, as its
+    mean TTFT is."""
+    import gymnasium as gym
+
+    from mooncake_gym.analysis.bounds import cluster_ttft_bound, ttft_lower_bound
+    from mooncake_gym.envs.cluster import ClusterEnv
+
+    env = gym.make(setting.env_id, **setting.env_kwargs)
+    try:
+        values = []
+        for seed in seeds:
+            env.reset(seed=seed)  # the episode every policy of the setting saw with this seed
+            base = env.unwrapped
+            if isinstance(base, ClusterEnv):
+                values.append(cluster_ttft_bound(base.sim.trace, base.preset).mean_ttft_s)
+            else:
+                values.append(ttft_lower_bound(base.sim.trace, base.config, base.cost).mean_ttft_s)
+    finally:
+        env.close()
+    mean, ci = mean_ci95(values)
+    return {"policy": "bound", "episodes": len(values), "mean_ttft_s": mean, "mean_ttft_s_ci95": ci,
+            "per_seed": values}
+
+
+def format_setting(setting: Setting, markdown: bool = False) -> str:
+    columns, _ = columns_of(setting.problem)
+    cells = []
+    rows = setting.rows
+    if setting.bound is not None:  # the bound defines mean TTFT only: '-' elsewhere
+        rows = rows + [{**{k: float("nan") for k, _, _ in columns[1:]},
+                        **{k + "_ci95": float("nan") for k, _, _ in columns[1:]}, **setting.bound}]
+    for row in rows:
+        cell = {"policy": row["policy"]}
+        for key, _, fmt in columns[1:]:
+            mean, ci = row[key], row[key + "_ci95"]
+            if math.isnan(mean):
+                cell[key] = "-"  # undefined in every run (e.g. the correlation of a constant load series)
+            elif math.isnan(ci):
+                cell[key] = format(mean, fmt)
+            else:
+                cell[key] = f"{format(mean, fmt)} ± {format(ci, fmt.lstrip('+'))}"
+        cells.append(cell)
+    return report.format_table(cells, [(k, h, None) for k, h, _ in columns], markdown=markdown)
+
+
+def compare(env: str = "all", seeds: int = 5, rates=(4.0, 8.0), loads=(2.0,), trace=None, speed: float = 1.0,
+            agents: dict | None = None, plot_dir: str | None = None, progress: bool = True,
+            threads: int | None = 1, tuned: list | None = None) -> list[Setting]:
+    """Evaluate every baseline and agent; returns the settings with their rows (mean and CI per metric).
+
+    ``agents``: ``{name: (problem, model)}``; by default every shipped agent that is present.
+    ``threads``: torch threads for the agents (default 1; ``None`` leaves torch's setting).
+    ``tuned``: results of ``mooncake-gym tune`` (:func:`mooncake_gym.experiments.tune.read_tuned`); each adds its
+    baseline with the tuned knobs, as ``NAME (tuned)`` right after the default row.
+    """
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+        raise ValueError(f"--threads: expected an integer >= 1, got {threads!r}")
+    if env not in ("routing", "admission", "all"):
+        raise ValueError(f"--env: expected routing, admission or all, got {env!r}")
+    if not isinstance(seeds, int) or seeds < 1:
+        raise ValueError(f"--seeds: expected an integer >= 1, got {seeds!r}")
+    if agents is None:
+        agents = shipped_agents()
+    seed_list = [COMPARE_SEED_BASE + i for i in range(seeds)]
+    settings = []
+    if env in ("routing", "all"):
+        settings += routing_settings(rates, trace, speed)
+    if env in ("admission", "all"):
+        settings += admission_settings(loads, trace if env == "admission" else None)
+    plan = [(s, with_tuned(policies_for(s.problem, agents), s.problem, tuned or [])) for s in settings]
+    run_plan(plan, seed_list, progress, threads, keep_results=plot_dir is not None)
+    if plot_dir is not None:
+        from mooncake_gym.reporting.plots import compare_plots
+
+        compare_plots(settings, plot_dir)
+    return settings
+
+
+def run_plan(plan: list, seed_list, progress: bool, threads: int | None, keep_results: bool = False) -> None:
+    """Run every ``(setting, policies)`` of ``plan`` on ``seed_list``, then its problem's bound
+    (:data:`BOUNDS`), with one progress bar."""
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=sum(len(p) for _, p in plan), desc="compare", unit="policy", leave=False)
+    try:
+        for s, pols in plan:
+            if bar is not None:
+                bar.set_postfix_str(s.label.split(",")[0])
+            run_setting(s, pols, seed_list, keep_results=keep_results, progress=bar, threads=threads)
+            bound = BOUNDS.get(s.problem)
+            if bound is not None:
+                s.bound = bound(s, seed_list)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+#: The problems whose scenarios ``compare --scenario`` tabulates (with the columns of
+#: :func:`columns_of`); a scenario of another problem is skipped with the reason until its
+#: columns are wired in here.
+SCENARIO_PROBLEMS = ("routing", "admission", "conductor")
+
+
+def _admission_bound(setting: Setting, seeds) -> dict:
+    return admission_bound_row(setting.env_id, setting.env_kwargs, seeds)
+
+
+#: The bound row of each problem's tables: ``problem -> function(setting, seeds) -> row`` (a
+#: lower bound on mean TTFT for routing, an upper bound on token goodput for admission; compare
+#: --preset's problems, ``clusterrun.CLUSTER_PROBLEMS``, the same on the v1 envs). The one place
+#: where a problem's bound is chosen.
+BOUNDS = {"routing": routing_bound, "routing-cluster": routing_bound,
+          ADMISSION_V1: _admission_bound, "admission-cluster": _admission_bound}
+
+
+def scenario_setting(scenario, **given) -> Setting:
+    """The comparison of one scenario (:mod:`mooncake_gym.evaluation.scenarios`): its base environment made with
+    its arguments and ``given`` (e.g. ``trace``), so that agents trained on the base environment fit.
+    The label names the scenario and its version; ``fingerprint`` is its sha256."""
+    kwargs = scenario.config(**given)
+    problem = scenario.problem if scenario.problem == "routing" else ADMISSION_V1  # the v1 cluster's table
+    return Setting(problem, f"{scenario.name} v{scenario.version} ({scenario.env_id})",
+                   scenario.base_env_id, kwargs, scenario=scenario.name, fingerprint=scenario.fingerprint(**given))
+
+
+def agents_fitting(setting: Setting, agents: dict) -> dict:
+    """``{name: (problem, model)}`` of ``agents`` that solve ``setting``'s problem and fit its
+    environment's spaces (the others are left out: a scenario may change the number of instances)."""
+    import gymnasium as gym
+
+    from mooncake_gym.evaluation.episodes import ModelPolicy
+
+    out = {}
+    env = gym.make(setting.env_id, **setting.env_kwargs)
+    try:
+        for name, (problem, model) in agents.items():
+            if problem != setting.problem:
+                continue
+            try:
+                ModelPolicy(model, name).prepare(env)
+            except ValueError:
+                continue
+            out[name] = (problem, model)
+    finally:
+        env.close()
+    return out
+
+
+def compare_scenarios(names="all", seeds: int = 5, trace=None, agents: dict | None = None, tuned: list | None = None,
+                      progress: bool = True, threads: int | None = 1) -> tuple[list[Setting], list[str]]:
+    """``compare --scenario``: every baseline at its defaults, the tuned baselines (``tuned``: the
+    results of ``tune`` for this problem, on this scenario or on no scenario), the agents that fit
+    and the bound, on each scenario of ``names`` ("all" or a list of names). A scenario whose
+    ``requires`` are not given (``trace``) is skipped: returns ``(settings, skipped)``, ``skipped``
+    holding one reason per skipped scenario."""
+    from mooncake_gym.evaluation.scenarios import SCENARIOS, get_scenario
+
+    if not isinstance(seeds, int) or isinstance(seeds, bool) or seeds < 1:
+        raise ValueError(f"--seeds: expected an integer >= 1, got {seeds!r}")
+    chosen = list(SCENARIOS.values()) if names == "all" else [get_scenario(n) for n in names]
+    if agents is None:
+        agents = shipped_agents()
+    given = {} if trace is None else {"trace": trace}
+    plan, skipped = [], []
+    for sc in chosen:
+        if sc.problem not in SCENARIO_PROBLEMS:
+            skipped.append(f"{sc.name}: skipped, compare has no table for {sc.problem} scenarios yet")
+            continue
+        own = {k: v for k, v in given.items() if k in sc.requires}
+        missing = sc.missing(**own)
+        if missing:
+            skipped.append(f"{sc.name}: skipped, it needs {', '.join('--' + m for m in missing)} (not given)")
+            continue
+        s = scenario_setting(sc, **own)
+        docs = [d for d in tuned or [] if d.get("scenario") in (None, sc.name)]
+        plan.append((s, with_tuned(policies_for(s.problem, agents_fitting(s, agents), sc.name), s.problem, docs)))
+    run_plan(plan, [COMPARE_SEED_BASE + i for i in range(seeds)], progress, threads)
+    return [s for s, _ in plan], skipped
+
+
+def ranked(setting: Setting) -> Setting:
+    """``setting`` with its rows sorted best first by the problem's main metric (``tune``'s default
+    objective); the bound stays the last row."""
+    from mooncake_gym.experiments.tune import TUNE_METRICS
+
+    key, goal = TUNE_METRICS[setting.problem]
+    sign = 1.0 if goal == "min" else -1.0
+    rows = sorted(setting.rows, key=lambda r: (math.isnan(r[key]), sign * r[key] if not math.isnan(r[key]) else 0.0))
+    return Setting(setting.problem, setting.label, setting.env_id, setting.env_kwargs, rows, setting.episodes,
+                   setting.bound, setting.scenario, setting.fingerprint)
+
+
+def problem_of(model) -> str:
+    """The problem of ``model``: its card's env id, else the default environment whose observation
+    and action spaces it has."""
+    import gymnasium as gym
+
+    from mooncake_gym.evaluation.episodes import check_model_fits
+
+    from mooncake_gym.envs import ADMISSION_V1_ENV_ID
+
+    env_id = getattr(model, "env_id", None)
+    for problem, pid in (("routing", ROUTING_ENV_ID), ("admission", ADMISSION_ENV_ID), (ADMISSION_V1, ADMISSION_V1_ENV_ID)):
+        if env_id == pid:
+            return problem
+    if env_id is not None:
+        raise ValueError(f"--agent: it was trained on {env_id}, which is none of {ROUTING_ENV_ID}, {ADMISSION_ENV_ID}, "
+                         f"{ADMISSION_V1_ENV_ID}")
+    fits = []
+    for problem, env_id in (("routing", ROUTING_ENV_ID), ("admission", ADMISSION_ENV_ID)):
+        env = gym.make(env_id)
+        try:
+            check_model_fits(model, env)
+            fits.append(problem)
+        except ValueError:
+            pass
+        finally:
+            env.close()
+    if len(fits) != 1:
+        raise ValueError(f"--agent: its spaces ({model.observation_space}, {model.action_space}) fit "
+                         f"{'both' if fits else 'neither'} of the default environments; say which with --agent-env")
+    return fits[0]
+
+
+def shipped_agents() -> dict:
+    """``{name: (problem, agent)}`` of the shipped agents present (sha256 verified, loaded without unpickling)."""
+    from mooncake_gym.agents import available, load_agent
+
+    return {name: (problem, load_agent(name)) for name, problem in available().items()}
+
+
+def settings_json(settings: list[Setting], seeds: int) -> dict:
+    return {"seeds": [COMPARE_SEED_BASE + i for i in range(seeds)],
+            "settings": [{"problem": s.problem, "label": s.label, "env_id": s.env_id,
+                          "env_kwargs": {k: (v if isinstance(v, (int, float, str)) else str(v))
+                                         for k, v in s.env_kwargs.items()},
+                          "rows": s.rows, **({"bound": s.bound} if s.bound is not None else {}),
+                          **({"scenario": s.scenario} if s.scenario is not None else {})}
+                         for s in settings]}

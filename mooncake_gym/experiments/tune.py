@@ -1,0 +1,368 @@
+"""``mooncake-gym tune``: search a baseline's knobs, or PPO's hyperparameters, on training seeds.
+
+A baseline class publishes its knobs as ``KNOBS = {"parameter": [values, ...]}`` (the default among
+them); the search space is the grid of their combinations. ``search="grid"`` tries every setting;
+``search="random"`` tries ``budget`` distinct settings drawn from the grid with a seeded generator.
+Each setting is scored by one objective: the mean over the workloads (``compare``'s settings) and
+the training seeds of one end-of-episode metric (default ``TUNE_METRICS[problem]``: routing mean
+TTFT, lower is better; admission goodput, higher is better; others in ``METRIC_GOALS``, e.g. the
+admission env's ``return``: goodput minus its waste penalty). The seeds are ``0 .. seeds-1``, the range PPO training uses, disjoint
+from every held-out seed (``compare``: 1,000,000 on; agent cards: 2,000,000 on; the training
+callback: 10,000 on), so a tuned baseline is judged in ``compare --tuned`` on workloads its tuning
+never saw.
+
+Backends: ``local`` runs the settings one after the other in this process; ``ray`` hands the same
+objective function to Ray Tune, on a local Ray instance or on the cluster at ``address``
+(``docs/scale-out.md``). Both give the same scores. ``tune_ppo`` sweeps RLlib PPO's learning rate and
+discount over the same grid/random choice (Ray only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import math
+import os
+import shutil
+import sys
+
+import numpy as np
+
+#: Training seeds start here; there are at most ``MAX_TUNE_SEEDS`` (below every held-out seed).
+TUNE_SEED_BASE = 0
+MAX_TUNE_SEEDS = 1000
+#: The default objective of each problem: (metric of the end-of-episode metrics, "min" or "max").
+TUNE_METRICS = {"routing": ("mean_ttft_s", "min"), "admission": ("goodput", "max"),
+                "admission-v1": ("token_goodput", "max")}
+#: Every metric a search may optimise (``metric=``), with its direction.
+METRIC_GOALS = {"routing": {"mean_ttft_s": "min", "p90_ttft_s": "min", "slo_attainment": "max", "hit_ratio": "max"},
+                "admission": {"goodput": "max", "completed": "max", "wasted_prefill_s": "min",
+                              "rejected_after_prefill": "min", "return": "max"},
+                "admission-v1": {"token_goodput": "max", "goodput_requests": "max", "wasted_prefill_gpu_s": "min",
+                                 "return": "max"}}
+#: Requests per episode while tuning (compare's episodes are 3,000 requests long).
+TUNE_EPISODE_REQUESTS = 1000
+#: The PPO hyperparameters ``tune --algo ppo`` searches (RLlib's names), and its objective.
+PPO_KNOBS = {"lr": [1e-4, 3e-4, 1e-3], "gamma": [0.9, 0.99]}
+PPO_METRIC = ("episode_return_mean", "max")
+BACKENDS = ("local", "ray")
+SEARCHES = ("grid", "random")
+
+
+def knobs_of(problem: str, name: str) -> dict:
+    """The ``KNOBS`` grid of baseline ``name`` of ``problem``; ``ValueError`` if it has none."""
+    from mooncake_gym.baselines import POLICIES
+
+    if problem not in POLICIES:
+        raise ValueError(f"--env: expected one of {sorted(POLICIES)}, got {problem!r}")
+    registry = POLICIES[problem]
+    if name not in registry:
+        raise ValueError(f"--policy: unknown {problem} policy {name!r}; expected one of {sorted(registry)}")
+    knobs = getattr(registry[name], "KNOBS", None)
+    if not knobs:
+        tunable = sorted(n for n, f in registry.items() if getattr(f, "KNOBS", None))
+        raise ValueError(f"--policy: {problem} policy {name!r} has no knobs to tune (its class defines no KNOBS); "
+                         f"{problem} policies with knobs: {', '.join(tunable) or 'none'}")
+    return {k: list(v) for k, v in knobs.items()}
+
+
+def candidates(knobs: dict, search: str = "grid", budget: int | None = None, seed: int = 0) -> list[dict]:
+    """The settings to try: every combination of ``knobs`` in grid order (``grid``), or ``budget``
+    distinct ones drawn with ``numpy.random.default_rng(seed)`` (``random``, default budget: all)."""
+    if search not in SEARCHES:
+        raise ValueError(f"--search: expected one of {SEARCHES}, got {search!r}")
+    grid = [dict(zip(knobs, values)) for values in itertools.product(*knobs.values())]
+    if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
+        raise ValueError(f"--budget: expected an integer >= 1, got {budget!r}")
+    if search == "grid":
+        if budget is not None and budget < len(grid):
+            raise ValueError(f"--budget: the grid {knobs} has {len(grid)} settings, more than the budget {budget}; "
+                             "raise --budget or use --search random")
+        return grid
+    n = len(grid) if budget is None else budget
+    if n > len(grid):
+        raise ValueError(f"--budget: random search draws distinct settings of the grid {knobs}, which has "
+                         f"{len(grid)}; got {budget}")
+    picks = np.random.default_rng(seed).choice(len(grid), size=n, replace=False)
+    return [grid[int(i)] for i in picks]
+
+
+def tune_seeds(seeds: int) -> list[int]:
+    """The training seeds of a search with ``seeds`` episodes per workload."""
+    if not isinstance(seeds, int) or isinstance(seeds, bool) or not 1 <= seeds <= MAX_TUNE_SEEDS:
+        raise ValueError(f"--seeds: expected an integer in [1, {MAX_TUNE_SEEDS}] (training seeds "
+                         f"{TUNE_SEED_BASE}..{TUNE_SEED_BASE + MAX_TUNE_SEEDS - 1}), got {seeds!r}")
+    return [TUNE_SEED_BASE + i for i in range(seeds)]
+
+
+def workloads(problem: str, rates=(4.0, 8.0), loads=(2.0,), trace=None, speed: float = 1.0,
+              episode_requests: int = TUNE_EPISODE_REQUESTS) -> list[tuple[str, dict]]:
+    """``(label, env kwargs)`` of each workload a setting is scored on: ``compare``'s settings."""
+    from mooncake_gym.experiments.compare import admission_settings, routing_settings
+
+    if problem == "routing":
+        settings = routing_settings(rates, trace, speed, episode_requests=episode_requests)
+    else:
+        settings = admission_settings(loads, trace, episode_requests=episode_requests)
+    return [(s.label, s.env_kwargs) for s in settings]
+
+
+def metric_goal(problem: str, metric: str | None) -> tuple[str, str]:
+    """``(metric, "min" | "max")`` of a search (``metric=None``: the problem's default)."""
+    if metric is None:
+        return TUNE_METRICS[problem]
+    if metric not in METRIC_GOALS[problem]:
+        raise ValueError(f"--metric: expected one of {sorted(METRIC_GOALS[problem])} for {problem}, got {metric!r}")
+    return metric, METRIC_GOALS[problem][metric]
+
+
+def objective(problem: str, name: str, knobs: dict, seeds, settings, metric: str | None = None,
+              env_id: str | None = None) -> float:
+    """The score of baseline ``name`` with ``knobs``: ``metric`` (default ``TUNE_METRICS[problem]``)
+    averaged over every seed of every workload in ``settings`` (``[(label, env kwargs)]``) of
+    ``env_id`` (default: the problem's v0 environment; a scenario's base environment with ``--scenario``)."""
+    from mooncake_gym.experiments.compare import baseline_policy
+    from mooncake_gym.envs import ADMISSION_ENV_ID, ROUTING_ENV_ID
+    from mooncake_gym.evaluation.episodes import evaluate
+
+    metric, _ = metric_goal(problem, metric)
+    if env_id is None:
+        env_id = ROUTING_ENV_ID if problem == "routing" else ADMISSION_ENV_ID
+    policy = baseline_policy(problem, name, **knobs)  # with the environment it needs (e.g. the oracle)
+    values = []
+    for _, env_kwargs in settings:
+        values += [e[metric] for e in evaluate(env_id, policy, seeds, **{**env_kwargs, **policy.env_kwargs})]
+    return float(np.mean(values))
+
+
+def _best(results: list[dict], goal: str, hint: str = "") -> dict:
+    """The first result with the best finite score (grid order breaks ties)."""
+    finite = [r for r in results if math.isfinite(r["score"])]
+    if not finite:
+        raise ValueError(f"tune: no setting gave a finite score{hint}")
+    key = (lambda r: r["score"]) if goal == "min" else (lambda r: -r["score"])
+    return min(finite, key=key)
+
+
+def tune_baseline(policy: str, env: str, budget: int | None = None, search: str = "grid", seeds: int = 3,
+                  rates=(4.0, 8.0), loads=(2.0,), trace=None, speed: float = 1.0,
+                  episode_requests: int = TUNE_EPISODE_REQUESTS, backend: str = "local",
+                  address: str | None = None, seed: int = 0, metric: str | None = None, progress=None,
+                  scenario: str | None = None) -> dict:
+    """Search the knobs of baseline ``policy`` on ``env`` ('routing' or 'admission'); returns the
+    document ``tune`` writes: the best ``knobs``, its ``score``, every tried setting's score
+    (``results``, in the order tried), the seeds and workloads used.
+
+    ``progress(result)`` is called after each setting (local backend) as it finishes.
+
+    ``scenario``: tune on that scenario (:mod:`mooncake_gym.evaluation.scenarios`) instead of the synthetic
+    workloads: its environment and arguments as they are (``trace`` fills its required trace; the
+    rates, loads, speed and episode length are the scenario's); the document then names the scenario
+    and its fingerprint, and ``compare --scenario`` shows the row as ``NAME (tuned on SCENARIO)``.
+    An admission scenario is tuned as the problem of its table (``admission-v1``: the v1 baselines,
+    token goodput), and the document names that problem as its ``env``."""
+    if backend not in BACKENDS:
+        raise ValueError(f"--backend: expected one of {BACKENDS}, got {backend!r}")
+    env_id, extra = None, {}
+    if scenario is not None:
+        from mooncake_gym.experiments.compare import scenario_setting
+        from mooncake_gym.evaluation.scenarios import get_scenario
+
+        sc = get_scenario(scenario)
+        if sc.problem != env and not (env == "admission" and sc.problem == "conductor"):
+            raise ValueError(f"--scenario: {scenario} is a {sc.problem} scenario, but --env is {env}")
+        if trace is not None and "trace" not in sc.requires:
+            raise ValueError(f"--trace: has no effect with --scenario {scenario}: it fixes its own workload")
+        given = {} if trace is None else {"trace": trace}
+        missing = sc.missing(**given)
+        if missing:
+            raise ValueError(f"--scenario: {scenario} needs {', '.join('--' + m for m in missing)}")
+        s = scenario_setting(sc, **given)
+        settings, env_id = [(s.label, s.env_kwargs)], s.env_id
+        extra = {"scenario": sc.name, "fingerprint": s.fingerprint}
+        env = s.problem  # an admission or Conductor scenario: the v1 admission rules, on token goodput
+    else:
+        settings = workloads(env, rates, loads, trace, speed, episode_requests)
+    knobs = knobs_of(env, policy)
+    settings_to_try = candidates(knobs, search, budget, seed)
+    seed_list = tune_seeds(seeds)
+    metric, goal = metric_goal(env, metric)
+    if backend == "local":
+        results = []
+        for k in settings_to_try:
+            results.append({"knobs": k, "score": objective(env, policy, k, seed_list, settings, metric, env_id)})
+            if progress is not None:
+                progress(results[-1])
+    else:
+        results = _ray_tune(_baseline_trial, settings_to_try, goal, address,
+                            {"problem": env, "name": policy, "seeds": seed_list, "settings": settings, "metric": metric,
+                             "env_id": env_id},
+                            cpus=1)
+    best = _best(results, goal)
+    return {"policy": policy, "env": env, "knobs": best["knobs"], "metric": metric, "goal": goal,
+            "score": best["score"], "search": search, "backend": backend, "grid": knobs, "seeds": seed_list,
+            "workloads": [{"label": label, "env_kwargs": _jsonable_kwargs(kw)} for label, kw in settings],
+            "results": results, **extra}
+
+
+def _jsonable_kwargs(kwargs: dict) -> dict:
+    return {k: (v if isinstance(v, (int, float, str, list, tuple, dict)) or v is None else str(v))
+            for k, v in kwargs.items()}
+
+
+def _baseline_trial(config: dict) -> dict:
+    """One Ray Tune trial of a baseline search: the same :func:`objective` as the local loop."""
+    fixed = config["fixed"]
+    return {"score": objective(fixed["problem"], fixed["name"], config["knobs"], fixed["seeds"], fixed["settings"],
+                               fixed["metric"], fixed.get("env_id"))}
+
+
+def _ppo_trial(config: dict) -> dict:
+    """One Ray Tune trial of a PPO sweep: ``iterations`` RLlib PPO iterations with ``knobs``; the
+    score is the last iteration's mean episode return."""
+    from mooncake_gym.agents.rllib import train_rllib
+
+    fixed = config["fixed"]
+    history = train_rllib(fixed["env"], fixed["iterations"], num_env_runners=fixed["num_env_runners"],
+                          seed=fixed["seed"], env_kwargs=fixed["env_kwargs"],
+                          overrides={**fixed["overrides"], **config["knobs"]})
+    last = history[-1]
+    return {"score": last[PPO_METRIC[0]], **{k: v for k, v in last.items() if k != PPO_METRIC[0]}}
+
+
+def _ray_tune(trial, settings_to_try: list[dict], goal: str, address: str | None, fixed: dict,
+              cpus: int) -> list[dict]:
+    """Run ``trial`` over ``settings_to_try`` with Ray Tune (one trial per setting, ``cpus`` each);
+    results in the order of ``settings_to_try``."""
+    import tempfile
+
+    from mooncake_gym.agents.rllib import init_ray, require_ray
+
+    require_ray("--backend ray")
+    from ray import tune as ray_tune
+
+    def report(config):
+        ray_tune.report(trial(config))
+
+    init_ray(address)
+    storage = tempfile.mkdtemp(prefix="mooncake-gym-tune-")
+    tuner = ray_tune.Tuner(
+        ray_tune.with_resources(report, {"cpu": cpus}),
+        param_space={"knobs": ray_tune.grid_search(settings_to_try), "fixed": fixed},
+        tune_config=ray_tune.TuneConfig(metric="score", mode=goal),
+        run_config=ray_tune.RunConfig(storage_path=storage, name="tune", verbose=0),
+    )
+    try:
+        with _stdout_to_stderr():  # Ray Tune's own messages: stdout is the result's
+            grid = tuner.fit()
+    finally:
+        shutil.rmtree(storage, ignore_errors=True)
+    errors = [r.error for r in grid if r.error is not None]
+    if errors:
+        raise RuntimeError(f"tune: {len(errors)} Ray Tune trial(s) failed; the first: {errors[0]}")
+    by_key = {json.dumps(r.config["knobs"], sort_keys=True): r.metrics for r in grid}
+    out = []
+    for k in settings_to_try:
+        m = by_key[json.dumps(k, sort_keys=True)]
+        out.append({"knobs": k, "score": float(m["score"]),
+                    **{key: m[key] for key in m if key in _TRIAL_EXTRAS}})
+    return out
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    """Send everything written to stdout, by Python or by libraries' own handlers, to stderr."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+#: Metrics of a PPO trial kept beside its score (the domain metrics of the RLlib callback).
+_TRIAL_EXTRAS = ("iteration", "timesteps", "mean_ttft_s", "hit_ratio", "completed", "goodput", "wasted_prefill_s")
+
+
+def tune_ppo(env: str, budget: int | None = None, search: str = "grid", iterations: int = 10,
+             num_env_runners: int = 0, address: str | None = None, seed: int = 0, env_kwargs: dict | None = None,
+             overrides: dict | None = None, knobs: dict | None = None) -> dict:
+    """Sweep RLlib PPO's ``knobs`` (default ``PPO_KNOBS``) on ``env`` with Ray Tune: each trial
+    trains ``iterations`` iterations from ``seed``; the best has the highest last mean episode return.
+    ``overrides`` (RLlib names, e.g. ``train_batch_size``) apply to every trial."""
+    from mooncake_gym.agents.rllib import ENV_PROBLEMS, rllib_hyperparams
+
+    if env not in ENV_PROBLEMS:
+        raise ValueError(f"--env: expected one of {sorted(ENV_PROBLEMS)}, got {env!r}")
+    if not isinstance(iterations, int) or iterations < 1:
+        raise ValueError(f"--iterations: expected an integer >= 1, got {iterations!r}")
+    if not isinstance(num_env_runners, int) or num_env_runners < 0:
+        raise ValueError(f"--num-env-runners: expected an integer >= 0, got {num_env_runners!r}")
+    grid = {k: list(v) for k, v in (knobs or PPO_KNOBS).items()}
+    settings_to_try = candidates(grid, search, budget, seed)
+    _, env_defaults = rllib_hyperparams(env)
+    fixed = {"env": env, "iterations": iterations, "num_env_runners": num_env_runners, "seed": seed,
+             "env_kwargs": env_kwargs, "overrides": overrides or {}}
+    metric, goal = PPO_METRIC
+    results = _ray_tune(_ppo_trial, settings_to_try, goal, address, fixed, cpus=1 + num_env_runners)
+    best = _best(results, goal, hint=" (no trial finished an episode in its last iteration: raise --iterations "
+                                     "or --train-batch, or shorten episodes with --episode-requests)")
+    return {"algo": "ppo", "env": env, "knobs": best["knobs"], "metric": metric, "goal": goal,
+            "score": best["score"], "search": search, "backend": "ray", "grid": grid, "iterations": iterations,
+            "seed": seed, "env_kwargs": _jsonable_kwargs({**env_defaults, **(env_kwargs or {})}),
+            "overrides": overrides or {}, "results": results}
+
+
+def write_result(doc: dict, path: str | os.PathLike) -> None:
+    """Write a tune result as JSON (what ``compare --tuned`` reads)."""
+    from mooncake_gym.reporting.tables import to_jsonable
+
+    with open(path, "w") as f:
+        json.dump(to_jsonable(doc), f, indent=2)
+        f.write("\n")
+
+
+def read_tuned(path: str | os.PathLike) -> dict:
+    """A baseline tune result written by :func:`write_result`, checked: its policy exists and its
+    knobs are accepted by the policy's class (``ValueError`` naming the file otherwise)."""
+    from mooncake_gym.baselines import make_policy
+
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--tuned {path}: not JSON (line {e.lineno}: {e.msg})") from None
+    if not isinstance(doc, dict) or not all(k in doc for k in ("policy", "env", "knobs")):
+        raise ValueError(f"--tuned {path}: expected a baseline result of `mooncake-gym tune` "
+                         "(a JSON object with 'policy', 'env' and 'knobs')")
+    if not isinstance(doc["knobs"], dict):
+        raise ValueError(f"--tuned {path}: 'knobs' must be an object of parameter: value, got {doc['knobs']!r}")
+    try:
+        make_policy(doc["env"], doc["policy"], **doc["knobs"])
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"--tuned {path}: {e}") from None
+    return doc
+
+
+def tuned_name(doc: dict) -> str:
+    """The table row name of a tuned baseline, e.g. ``kvcentric (tuned)`` (``kvcentric (tuned on
+    routing-saturated)`` when tuned on a scenario)."""
+    if doc.get("scenario"):
+        return f"{doc['policy']} (tuned on {doc['scenario']})"
+    return f"{doc['policy']} (tuned)"
+
+
+def format_results(doc: dict) -> str:
+    """The tried settings and their scores as a table, best marked."""
+    from mooncake_gym.reporting.tables import format_table
+
+    keys = list(doc["grid"])
+    rows = [{**r["knobs"], "score": r["score"], "best": "*" if r["knobs"] == doc["knobs"] else ""}
+            for r in doc["results"]]
+    cols = [(k, k, None) for k in keys] + [("score", f"{doc['metric']} ({doc['goal']})", ".4f"), ("best", "", None)]
+    return format_table(rows, cols)

@@ -1,0 +1,162 @@
+"""Cluster presets: the lecture's toy and realistic Mooncake-like clusters.
+
+A preset fixes the hardware and model of the prefill and decode instances (through the cost
+model), the pool sizes, the prefix-cache size and the SLOs. ``lecture`` keeps the course's toy
+constants, under which the lecture's demos and the v0 environments run; ``mooncake`` is the
+paper's testbed (Mooncake v3 §8: 8x A800-SXM4-80GB nodes, dummy LLaMA2-70B, 8 prefill + 8 decode
+instances, TTFT SLO 30 s, TBT SLO 100 ms); ``h100`` the same cluster of H100 nodes serving
+LLaMA3-70B. Every figure of the cost model is in ``mooncake_gym.model.costmodel`` with its source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from mooncake_gym.model.costmodel import CostModel
+
+DECODE_MODELS = ("batching", "reserve")
+
+
+@dataclass(frozen=True)
+class ClusterPreset:
+    """One cluster: prefill and decode instances, caches and SLOs.
+
+    - ``prefill_cost`` / ``decode_cost``: the cost models of a prefill / decode instance.
+    - ``n_prefill``, ``n_decode``: instances per pool (Mooncake Figure 8 and Table 3: 8 + 8).
+    - ``cache_blocks``: each prefill instance's prefix cache (DRAM) in 512-token blocks.
+    - ``ttft_slo_s``, ``tbt_slo_s``: the SLOs (v3 §8.1.3: 30 s and 100 ms).
+    - ``decode_model``: ``"batching"`` (continuous batching, KV growing token by token, step time
+      from the cost model) or ``"reserve"`` (the lecture's toy: input + output reserved, fixed TBT).
+    - ``decode_capacity_tokens``: KV tokens per decode instance (``None``: the cost model's
+      ``kv_capacity_tokens``, GPU memory less a reserve less the weights).
+    - ``tbt_s``: the fixed time per token of the ``reserve`` model.
+    - ``prefill_gpus``: None (every prefill instance is ``prefill_cost``'s) or one GPU name per
+      prefill instance, as a sequence or a string such as ``"4xH800+4xA800"``: a pool of several GPU
+      generations, each instance ``prefill_cost``'s with that GPU (its FLOPs, HBM bandwidth and
+      NVLink all-reduce bandwidth from ``mooncake_gym.model.costmodel``'s per-GPU tables; the model, MFU,
+      chunking and overheads the same), as ``RoutingConfig(instances=...)`` builds them.
+    """
+
+    name: str
+    description: str
+    prefill_cost: CostModel = field(default_factory=CostModel)
+    decode_cost: CostModel = field(default_factory=CostModel)
+    n_prefill: int = 8
+    n_decode: int = 8
+    cache_blocks: int = 3000
+    ttft_slo_s: float = 30.0
+    tbt_slo_s: float = 0.1
+    decode_model: str = "batching"
+    decode_capacity_tokens: int | None = None
+    tbt_s: float = 0.05
+    prefill_gpus: tuple[str, ...] | None = None
+
+    def __post_init__(self):
+        if self.prefill_gpus is not None:
+            from mooncake_gym.sim.routing import parse_instances
+
+            try:
+                gpus = tuple(spec.gpu for spec in parse_instances(self.prefill_gpus))
+            except ValueError as e:
+                raise ValueError(f"prefill_gpus: {e}") from None
+            if len(gpus) != self.n_prefill:
+                raise ValueError(f"prefill_gpus: expected one GPU per prefill instance ({self.n_prefill}), got "
+                                 f"{len(gpus)}: {self.prefill_gpus!r}")
+            object.__setattr__(self, "prefill_gpus", gpus)
+        if self.decode_model not in DECODE_MODELS:
+            raise ValueError(f"decode_model: expected one of {DECODE_MODELS}, got {self.decode_model!r}")
+        for name in ("n_prefill", "n_decode"):
+            v = getattr(self, name)
+            if not (isinstance(v, int) and 1 <= v <= 1024):
+                raise ValueError(f"{name}: expected an integer in 1..1024, got {v!r}")
+        if not (isinstance(self.cache_blocks, int) and 0 <= self.cache_blocks <= 10**8):
+            raise ValueError(f"cache_blocks: expected an integer in 0..10**8, got {self.cache_blocks!r}")
+        for name in ("ttft_slo_s", "tbt_slo_s", "tbt_s"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and 0 < v < 1e6):
+                raise ValueError(f"{name}: expected a number of seconds in (0, 1e6), got {v!r}")
+        cap = self.decode_capacity_tokens
+        if cap is not None and not (isinstance(cap, int) and 1 <= cap <= 10**9):
+            raise ValueError(f"decode_capacity_tokens: expected an integer in 1..10**9 or None, got {cap!r}")
+
+    @property
+    def capacity_tokens(self) -> int:
+        """KV tokens one decode instance holds."""
+        if self.decode_capacity_tokens is not None:
+            return self.decode_capacity_tokens
+        return self.decode_cost.kv_capacity_tokens
+
+    def fits(self, input_tokens, output_tokens):
+        """Whether a request of ``input_tokens`` + ``output_tokens`` fits in one decode instance's KV
+        (elementwise on arrays); the cluster refuses the others at arrival (``refused_too_long``)."""
+        return input_tokens + output_tokens <= self.capacity_tokens
+
+    def routing_config(self):
+        """The prefill pool as the routing simulator's ``RoutingConfig`` (instances, caches, TTFT
+        SLO; with ``prefill_gpus``, one ``InstanceSpec`` per instance)."""
+        from mooncake_gym.sim.routing import RoutingConfig
+
+        instances = None if self.prefill_gpus is None else tuple(
+            replace(self.prefill_cost.instance, gpu=gpu) for gpu in self.prefill_gpus)
+        return RoutingConfig(self.n_prefill, self.cache_blocks, self.ttft_slo_s, instances=instances)
+
+    def with_(self, **changes) -> "ClusterPreset":
+        """A copy with some fields changed (``preset.with_(n_decode=4)``)."""
+        return replace(self, **changes)
+
+
+PRESETS: dict[str, ClusterPreset] = {
+    "lecture": ClusterPreset(
+        "lecture",
+        "the course lecture's toy: LLaMA2-70B on 8x A800 at 60 % MFU, pure compute; decode instances of "
+        "60,000 KV tokens at a fixed 50 ms per token, input + output reserved up front",
+        CostModel(), CostModel(), 8, 8, 3000, 30.0, 0.1, "reserve", 60_000, 0.05),
+    # DRAM cache: about 1 TB per node holds about 3 M tokens of a 70B GQA model (mooncake.md,
+    # FAST'25); 5,800 blocks of 512 tokens = 2.97 M tokens.
+    "mooncake": ClusterPreset(
+        "mooncake",
+        "Mooncake's testbed (v3 §8): 8 + 8 nodes of 8x A800-SXM4-80GB serving LLaMA2-70B; chunked prefill "
+        "with TP8 all-reduces; continuous-batching decode with KV growing per token; TTFT 30 s, TBT 100 ms",
+        CostModel.realistic("llama2-70b", "A800"), CostModel.realistic("llama2-70b", "A800"),
+        8, 8, 5800, 30.0, 0.1, "batching"),
+    # Under this cost model the 8 + 8 testbed is prefill-bound on Mooncake's and the synthetic
+    # request mixes (long prompts, short outputs: the decode pool completes 6-17x what the prefill
+    # pool does; ``conductor.saturation``). Mooncake §7's overload is a decode pool that saturates
+    # first: 16 prefill nodes + 1 decode node does on the synthetic mix (24 vs 8.5 requests/s).
+    "mooncake-overload": ClusterPreset(
+        "mooncake-overload",
+        "Mooncake's hardware and model with 16 prefill + 1 decode nodes, so that the decode pool saturates "
+        "first (Mooncake §7's overload); otherwise as 'mooncake'",
+        CostModel.realistic("llama2-70b", "A800"), CostModel.realistic("llama2-70b", "A800"),
+        16, 1, 5800, 30.0, 0.1, "batching"),
+    # the same cluster with a tight TTFT SLO (interactive chat; Mooncake's 30 s is for long documents):
+    # prompts whose own prefill exceeds 8 s cannot be good at all (scenario admission-tight-slo)
+    "mooncake-overload-tight": ClusterPreset(
+        "mooncake-overload-tight",
+        "'mooncake-overload' with a TTFT SLO of 8 s (an assumption: interactive chat)",
+        CostModel.realistic("llama2-70b", "A800"), CostModel.realistic("llama2-70b", "A800"),
+        16, 1, 5800, 8.0, 0.1, "batching"),
+    # two GPU generations in the prefill pool (as the routing-heterogeneous scenario's 4xH800+4xA800):
+    # H800 nodes compute 3.2x as fast (989 vs 312 dense BF16 TFLOPS per GPU) but all-reduce over a
+    # slower NVLink (costmodel.NVLINK_ALLREDUCE_BUSBW); the decode pool is the testbed's
+    "mooncake-hetero": ClusterPreset(
+        "mooncake-hetero",
+        "'mooncake' with a prefill pool of two GPU generations: 4 nodes of 8x H800 and 4 of 8x A800, all "
+        "serving LLaMA2-70B with the same realistic model; decode as 'mooncake'",
+        CostModel.realistic("llama2-70b", "A800"), CostModel.realistic("llama2-70b", "A800"),
+        8, 8, 5800, 30.0, 0.1, "batching", prefill_gpus="4xH800+4xA800"),
+    "h100": ClusterPreset(
+        "h100",
+        "the same cluster of 8x H100-SXM5-80GB nodes serving LLaMA3-70B",
+        CostModel.realistic("llama3-70b", "H100"), CostModel.realistic("llama3-70b", "H100"),
+        8, 8, 5800, 30.0, 0.1, "batching"),
+}
+
+
+def get_preset(name: str | ClusterPreset) -> ClusterPreset:
+    """A preset by name; a ClusterPreset passes through."""
+    if isinstance(name, ClusterPreset):
+        return name
+    if name not in PRESETS:
+        raise ValueError(f"preset: unknown {name!r}; expected one of {sorted(PRESETS)}")
+    return PRESETS[name]

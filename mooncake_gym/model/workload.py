@@ -1,0 +1,845 @@
+"""Workloads: requests, traces in Mooncake's JSONL format, a synthetic generator and i.i.d. resampling.
+
+A trace line (Mooncake FAST'25 trace release, see ``shared/traces/README.md``)::
+
+    {"timestamp": 277, "input_length": 32140, "output_length": 92, "hash_ids": [198, 199, ...]}
+
+``timestamp`` is the arrival in milliseconds; ``hash_ids`` has one id per 512-token block of the
+prompt and an id names a block *together with every block before it* (prefix hashing), so two
+requests can reuse KV for exactly their common leading ids. We also write and read an optional
+``session_id`` field (other readers ignore it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+
+from mooncake_gym.model.costmodel import BLOCK_TOKENS
+from mooncake_gym.model.limits import LIMITS, MAX_ID, MAX_INPUT_TOKENS, MAX_SYNTHETIC_SESSIONS, check, check_bound, check_range
+
+REQUIRED_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
+
+
+class TraceFormatError(ValueError):
+    """A trace file line that does not follow the format; the message names file, line and field."""
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One inference request: arrival time (s), prompt and output lengths (tokens), prefix block ids."""
+
+    arrival_s: float
+    input_tokens: int
+    output_tokens: int
+    block_ids: tuple[int, ...]
+    session_id: int = -1
+
+
+def repeated_id(block_ids: Sequence[int]) -> int | None:
+    """The first block id that ``block_ids`` holds twice, or None. A hash id names a block together
+    with every block before it (prefix hashing), so one request's ids are distinct; a request
+    holding one twice would make the prefix caches wrong (the reader and ``Trace`` refuse it)."""
+    if len(set(block_ids)) == len(block_ids):
+        return None
+    seen: set[int] = set()
+    return next(b for b in block_ids if b in seen or seen.add(b))
+
+
+class Trace:
+    """An ordered collection of requests, stored column-wise.
+
+    Columns: ``arrival_s`` (float64, non-decreasing), ``input_tokens`` and ``output_tokens``
+    (int64), ``session_ids`` (int64, -1 where unknown) and ``block_ids`` (a list of tuples of int).
+    """
+
+    __slots__ = ("arrival_s", "input_tokens", "output_tokens", "block_ids", "session_ids", "name", "renamed_blocks")
+
+    def __init__(self, arrival_s, input_tokens, output_tokens, block_ids, session_ids=None, name="trace"):
+        """Columns are validated here (ranges of ``mooncake_gym.model.limits``): finite non-decreasing
+        arrivals >= 0, integer token counts and ids in range, distinct ids within a request.
+
+        Block ids that are not prefix hashes (an id seen after two different predecessors) are
+        normalised to prefix semantics: see :func:`prefix_block_ids`; ``renamed_blocks`` counts the
+        block occurrences that got a new id (0 for Mooncake's traces)."""
+        arrivals = _float_column("arrival_s", arrival_s)
+        n = len(arrivals)
+        lengths = {len(arrivals), _length(input_tokens), _length(output_tokens), _length(block_ids),
+                   n if session_ids is None else _length(session_ids)}
+        if lengths != {n}:
+            raise ValueError(f"Trace columns have different lengths: {sorted(lengths | {n})}")
+        if n and np.any(np.diff(arrivals) < 0):
+            raise ValueError("arrival_s: arrivals must be non-decreasing")
+        blocks = _block_column(block_ids)
+        for i, ids in enumerate(blocks):
+            if repeated_id(ids) is not None:
+                raise ValueError(f"block_ids: request {i} holds an id twice ({list(ids)}); the block ids of "
+                                 f"one request are distinct (an id names a block with everything before it)")
+        blocks, renamed = prefix_block_ids(blocks)
+        self._set(
+            arrivals,
+            _int_column("input_tokens", input_tokens, "input_length"),
+            _int_column("output_tokens", output_tokens, "output_length"),
+            blocks,
+            np.full(n, -1, dtype=np.int64) if session_ids is None else _int_column("session_ids", session_ids,
+                                                                                  "session_id"),
+            name,
+            renamed,
+        )
+
+    def _set(self, arrival_s, input_tokens, output_tokens, block_ids, session_ids, name, renamed_blocks=0):
+        for column in (arrival_s, input_tokens, output_tokens, session_ids):
+            column.flags.writeable = False  # validated once: the columns cannot be changed afterwards
+        self.arrival_s, self.input_tokens, self.output_tokens = arrival_s, input_tokens, output_tokens
+        self.block_ids, self.session_ids, self.name = block_ids, session_ids, name
+        self.renamed_blocks = renamed_blocks
+
+    @classmethod
+    def from_requests(cls, requests: Iterable[Request], name: str = "trace") -> "Trace":
+        rs = list(requests)
+        return cls(
+            [r.arrival_s for r in rs],
+            [r.input_tokens for r in rs],
+            [r.output_tokens for r in rs],
+            [r.block_ids for r in rs],
+            [r.session_id for r in rs],
+            name=name,
+        )
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+    def __getitem__(self, i: int) -> Request:
+        return Request(
+            float(self.arrival_s[i]),
+            int(self.input_tokens[i]),
+            int(self.output_tokens[i]),
+            self.block_ids[i],
+            int(self.session_ids[i]),
+        )
+
+    def __iter__(self) -> Iterator[Request]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def __repr__(self) -> str:
+        return f"Trace({self.name!r}, {len(self)} requests, {self.duration_s:.1f} s)"
+
+    @property
+    def duration_s(self) -> float:
+        return float(self.arrival_s[-1] - self.arrival_s[0]) if len(self) else 0.0
+
+    @property
+    def rate(self) -> float:
+        """Mean requests per second over the trace's span."""
+        return (len(self) - 1) / self.duration_s if self.duration_s > 0 else float("nan")
+
+    def columns(self) -> tuple[list[float], list[int], list[int], list]:
+        """The columns as plain Python lists (the simulators' hot loops index these)."""
+        return (
+            self.arrival_s.tolist(),
+            self.input_tokens.tolist(),
+            self.output_tokens.tolist(),
+            self.block_ids,
+        )
+
+    def take(self, indices: Sequence[int], arrival_s=None, name: str | None = None) -> "Trace":
+        """The requests at ``indices`` (in that order), optionally with new arrival times."""
+        idx = np.asarray(indices, dtype=np.int64)
+        arrivals = self.arrival_s[idx] if arrival_s is None else _float_column("arrival_s", arrival_s)
+        if len(arrivals) != len(idx):
+            raise ValueError(f"arrival_s: expected {len(idx)} arrival times, got {len(arrivals)}")
+        if len(arrivals) and np.any(np.diff(arrivals) < 0):
+            raise ValueError("arrival_s: arrivals must be non-decreasing")
+        # the columns are already validated: no per-block conversion (this backs i.i.d. resampling
+        # at every reset of the admission environment)
+        blocks = self.block_ids
+        out = Trace.__new__(Trace)
+        out._set(arrivals, self.input_tokens[idx], self.output_tokens[idx], [blocks[i] for i in idx.tolist()],
+                 self.session_ids[idx], name or self.name, self.renamed_blocks)
+        return out
+
+    def head(self, n: int) -> "Trace":
+        return self.take(range(min(n, len(self))))
+
+    def scaled(self, speed: float) -> "Trace":
+        """The same requests replayed ``speed`` times as fast (arrival times divided by ``speed``)."""
+        check("speed", speed)
+        name = self.name if speed == 1 else f"{self.name} x{speed:g}"
+        return self.take(range(len(self)), arrival_s=self.arrival_s / speed, name=name)
+
+    def stats(self) -> dict:
+        """Requests, span, rate, length percentiles, distinct blocks and the ideal prefix-hit ratio."""
+        inp, out = self.input_tokens, self.output_tokens
+        pct = lambda a, q: float(np.percentile(a, q)) if len(a) else float("nan")  # noqa: E731
+        hit_tokens, hit_blocks, total_blocks = ideal_prefix_hits(self)
+        return {
+            "name": self.name,
+            "requests": len(self),
+            "duration_s": self.duration_s,
+            "rate_per_s": self.rate,
+            "input_mean": float(inp.mean()) if len(self) else float("nan"),
+            "input_p50": pct(inp, 50),
+            "input_p90": pct(inp, 90),
+            "input_p99": pct(inp, 99),
+            "input_max": int(inp.max()) if len(self) else 0,
+            "output_mean": float(out.mean()) if len(self) else float("nan"),
+            "output_p50": pct(out, 50),
+            "output_p90": pct(out, 90),
+            "output_max": int(out.max()) if len(self) else 0,
+            "sessions": int(len(np.unique(self.session_ids[self.session_ids >= 0]))),
+            "distinct_blocks": len({b for ids in self.block_ids for b in ids}),
+            "ideal_hit_ratio": hit_tokens / max(1, int(inp.sum())),
+            "ideal_block_hit_ratio": hit_blocks / max(1, total_blocks),
+            "renamed_blocks": self.renamed_blocks,
+        }
+
+
+def _length(values) -> int:
+    try:
+        return len(values)
+    except TypeError:
+        raise ValueError(f"Trace: expected sequences as columns, got {type(values).__name__}") from None
+
+
+def _float_column(name: str, values) -> np.ndarray:
+    """``values`` as a float64 array of finite arrival times in the range of ``LIMITS['arrival_s']``."""
+    try:
+        a = np.array(values, dtype=np.float64)  # a copy: the caller's array stays writable
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{name}: expected a sequence of numbers (seconds)") from None
+    if a.ndim != 1:
+        raise ValueError(f"{name}: expected a one-dimensional sequence, got shape {a.shape}")
+    lim = LIMITS["arrival_s"]
+    bad = np.flatnonzero(~((a >= lim.lo) & (a <= lim.hi)))  # NaN fails both comparisons
+    if len(bad):
+        raise ValueError(f"{name}: expected finite numbers in [{lim.lo}, {lim.hi:g}] {lim.unit}, got "
+                         f"{a[bad[0]]!r} at request {bad[0]}")
+    return a
+
+
+def _int_column(name: str, values, kind: str) -> np.ndarray:
+    """``values`` as an int64 array, each an integer in the range of ``LIMITS[kind]`` (floats,
+    booleans, strings and integers beyond int64 are refused, not converted)."""
+    lim = LIMITS[kind]
+    try:
+        a = np.asarray(values)
+    except (TypeError, ValueError, OverflowError):
+        a = None
+    if a is None or a.ndim != 1 or (a.dtype.kind not in "iu" and len(a)):
+        raise ValueError(f"{name}: expected a sequence of integers in [{lim.lo}, {lim.hi}] {lim.unit}")
+    if len(a):
+        bad = np.flatnonzero((a < lim.lo) | (a > lim.hi))
+        if len(bad):
+            raise ValueError(f"{name}: expected integers in [{lim.lo}, {lim.hi}] {lim.unit}, got "
+                             f"{a[bad[0]]} at request {bad[0]}")
+    return a.astype(np.int64)
+
+
+def _block_column(block_ids) -> list[tuple[int, ...]]:
+    """Each request's block ids as a tuple of ints in ``[0, MAX_ID]`` (refused otherwise)."""
+    out = []
+    for i, ids in enumerate(block_ids):
+        if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+            raise ValueError(f"block_ids: request {i}: expected a sequence of integer ids, got {ids!r}")
+        t = tuple(ids)
+        if not all(type(b) is int for b in t):
+            if not all(isinstance(b, (int, np.integer)) and not isinstance(b, (bool, np.bool_)) for b in t):
+                raise ValueError(f"block_ids: request {i}: expected integer ids, got {list(t)!r}")
+            t = tuple(map(int, t))
+        if t and not (min(t) >= 0 and max(t) <= MAX_ID):
+            raise ValueError(f"block_ids: request {i}: expected ids in [0, {MAX_ID}], got {list(t)!r}")
+        out.append(t)
+    return out
+
+
+def prefix_block_ids(block_ids: list[tuple[int, ...]]) -> tuple[list[tuple[int, ...]], int]:
+    """The block ids with prefix-hash semantics, and how many block occurrences were renamed.
+
+    In Mooncake's traces an id names a block together with every block before it, so an id always
+    follows the same predecessor (or always starts a prompt). The first time an id is seen fixes its
+    predecessor; where it later follows another one, that occurrence is another block (as in the
+    trace's prefix tree, the reading of ``kvcache-simulator`` and of ``cacheanalysis``) and gets a
+    fresh id above every id of the trace, the same fresh id for the same (predecessor, id) pair.
+    Traces that are already prefix-hashed come back unchanged (the same tuples). Every consumer
+    (``replay``, ``trace stats``, ``cache``, the environments) reads the normalised ids.
+    """
+    missing = object()
+    parent: dict[int, object] = {}
+    fresh: dict[tuple, int] = {}
+    next_id = None
+    renamed = 0
+    out = []
+    for ids in block_ids:
+        prev = None
+        new = None
+        for j, b in enumerate(ids):
+            p = parent.get(b, missing)
+            if p is missing:
+                parent[b] = prev
+            elif p != prev:
+                key = (prev, b)
+                nb = fresh.get(key)
+                if nb is None:
+                    if next_id is None:
+                        next_id = 1 + max((max(t) for t in block_ids if t), default=-1)
+                    if next_id > MAX_ID:
+                        raise ValueError(f"block_ids: no id left above {MAX_ID} to rename a block that is not "
+                                         f"a prefix hash")
+                    nb = fresh[key] = next_id
+                    parent[nb] = prev
+                    next_id += 1
+                if new is None:
+                    new = list(ids)
+                new[j] = b = nb
+                renamed += 1
+            prev = b
+        out.append(ids if new is None else tuple(new))
+    return out, renamed
+
+
+def ideal_prefix_hits(trace: Trace, block_tokens: int = BLOCK_TOKENS) -> tuple[int, int, int]:
+    """Hits of one infinite cache: (hit tokens, hit blocks, total blocks) over the whole trace."""
+    seen: set[int] = set()
+    hit_tokens = hit_blocks = total = 0
+    for n_in, ids in zip(trace.input_tokens.tolist(), trace.block_ids):
+        k = 0
+        for b in ids:
+            if b not in seen:
+                break
+            k += 1
+        hit_blocks += k
+        total += len(ids)
+        hit_tokens += min(k * block_tokens, n_in)
+        seen.update(ids)
+    return hit_tokens, hit_blocks, total
+
+
+# --------------------------------------------------------------------------------------------
+# JSONL reading and writing
+# --------------------------------------------------------------------------------------------
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _parse_line(text: str, where: str, block_tokens: int):
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise TraceFormatError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
+    except RecursionError:
+        raise TraceFormatError(f"{where}: not a trace line (JSON nested too deeply)") from None
+    except ValueError as e:  # e.g. an integer of more than 4,300 digits
+        raise TraceFormatError(f"{where}: not valid JSON ({e})") from None
+    if not isinstance(obj, dict):
+        raise TraceFormatError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    for name in REQUIRED_FIELDS:
+        if name not in obj:
+            raise TraceFormatError(f"{where}: field '{name}' is missing")
+    for name in ("timestamp", "input_length", "output_length"):
+        _check_field(where, name, obj[name], name)
+    ids = obj["hash_ids"]
+    if not isinstance(ids, list) or not all(_is_int(b) for b in ids):
+        raise TraceFormatError(f"{where}: field 'hash_ids': expected a list of integers")
+    expected = math.ceil(obj["input_length"] / block_tokens)
+    if len(ids) != expected:
+        raise TraceFormatError(
+            f"{where}: field 'hash_ids': expected ceil(input_length/{block_tokens}) = {expected} ids, got {len(ids)}"
+        )
+    if ids and not (min(ids) >= 0 and max(ids) <= MAX_ID):
+        bad = next(b for b in ids if not 0 <= b <= MAX_ID)
+        raise TraceFormatError(f"{where}: field 'hash_ids': expected ids in [0, {MAX_ID}], got {_short(bad)}")
+    dup = repeated_id(ids)
+    if dup is not None:
+        raise TraceFormatError(f"{where}: field 'hash_ids': id {dup} appears twice; prefix-hash ids of one "
+                               f"request are distinct")
+    session = obj.get("session_id", -1)
+    _check_field(where, "session_id", session, "session_id")
+    return obj["timestamp"], obj["input_length"], obj["output_length"], ids, session
+
+
+def _short(x) -> str:
+    """``repr(x)`` cut to 40 characters (a field may hold a 4,000-digit integer)."""
+    r = repr(x)
+    return r if len(r) <= 40 else f"{r[:37]}..."
+
+
+def _check_field(where: str, name: str, value, kind: str) -> None:
+    """An integer field of a trace line in the range of ``LIMITS[kind]``, or a TraceFormatError."""
+    lim = LIMITS[kind]
+    if not _is_int(value):
+        raise TraceFormatError(f"{where}: field '{name}': expected an integer, got {_short(value)}")
+    if value < lim.lo:
+        raise TraceFormatError(f"{where}: field '{name}': expected >= {lim.lo}, got {_short(value)}")
+    if value > lim.hi:
+        raise TraceFormatError(f"{where}: field '{name}': expected <= {lim.hi:,} {lim.unit}, got {_short(value)}")
+
+
+def read_trace(path: str | os.PathLike, block_tokens: int = BLOCK_TOKENS) -> Trace:
+    """Read a Mooncake JSONL trace, validating every line (errors name file, line and field)."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"trace: no such file {path!r}")
+    ts, inp, out, ids, sess = [], [], [], [], []
+    last_ts = None
+    with open(path, "rb") as f:  # bytes, so that a line that is not UTF-8 gets a TraceFormatError too
+        for lineno, raw in enumerate(f, 1):
+            where = f"{path}:{lineno}"
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise TraceFormatError(f"{where}: not valid UTF-8 (byte {e.start + 1})") from None
+            if not text.strip():
+                continue
+            t, i, o, h, s = _parse_line(text, where, block_tokens)
+            if last_ts is not None and t < last_ts:
+                raise TraceFormatError(f"{where}: field 'timestamp': goes backwards ({t} < {last_ts})")
+            last_ts = t
+            ts.append(t)
+            inp.append(i)
+            out.append(o)
+            ids.append(h)
+            sess.append(s)
+    if not ts:
+        raise TraceFormatError(f"{path}: the trace has no requests")
+    name = os.path.splitext(os.path.basename(path))[0]
+    return Trace(np.asarray(ts, dtype=np.float64) / 1000.0, inp, out, ids, sess, name=name)
+
+
+def trace_lines(trace: Trace) -> Iterator[str]:
+    """The JSONL lines of a trace (Mooncake's field order and separators)."""
+    ts = np.rint(trace.arrival_s * 1000.0).astype(np.int64).tolist()
+    for t, i, o, h, s in zip(
+        ts, trace.input_tokens.tolist(), trace.output_tokens.tolist(), trace.block_ids, trace.session_ids.tolist()
+    ):
+        obj = {"timestamp": t, "input_length": i, "output_length": o, "hash_ids": list(h)}
+        if s >= 0:
+            obj["session_id"] = s
+        yield json.dumps(obj)
+
+
+def write_trace(trace: Trace, path: str | os.PathLike, block_tokens: int = BLOCK_TOKENS) -> None:
+    """Write a trace as JSONL; reading it back and writing again gives the same bytes.
+
+    Every line is checked with the reader's own check before the file is opened, so no line the
+    reader would refuse is written (``ValueError`` naming the request); an empty trace is refused
+    too (the reader refuses a file without requests)."""
+    if not isinstance(trace, Trace):
+        raise ValueError(f"trace: expected a mooncake_gym.model.workload.Trace, got {type(trace).__name__}")
+    lines = list(trace_lines(trace))
+    if not lines:
+        raise ValueError("trace: it has no requests, and the reader refuses a trace file without requests")
+    for k, line in enumerate(lines):
+        _parse_line(line, f"trace {trace.name!r}, request {k}", block_tokens)
+    with open(path, "w", encoding="utf-8") as f:
+        for line in lines:
+            f.write(line)
+            f.write("\n")
+
+
+# --------------------------------------------------------------------------------------------
+# Synthetic generator
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SyntheticConfig:
+    """Distributions of the synthetic workload (all lengths in tokens, times in seconds).
+
+    Sessions arrive as a Poisson process at ``rate`` per second. Each opens with one of
+    ``n_system_prompts`` system prompts (popularity Zipf with exponent ``system_prompt_zipf``, length
+    a whole number of blocks drawn uniformly from ``system_prompt_blocks``), shared by many sessions.
+    A session is a *document* session with probability ``document_share`` (a long document read
+    once, then ``1 + Geometric`` questions about it, each prompt = system + document + question) or
+    else a *chat* (each turn's prompt = the whole conversation so far + a new user message, so it
+    extends the previous prompt). Follow-up requests come after exponential think times. Lengths
+    are log-normal (long-tailed) with the given means and log-space sigmas.
+
+    With the defaults a session issues about 2.1 requests; prompts average about 7,500 tokens
+    (median about 5,500, p99 about 34,000) and outputs about 180 tokens (median about 110), close to
+    Mooncake's arXiv trace (means 7,590 and 182). Calibrated so that lecture demo 2's conclusions
+    hold on 8 instances x 3,000 blocks: random routing hits about 27-29 % of input tokens and
+    cache-aware routing about 1.9x that; at ``rate=8`` (about 17 requests/s) random routing
+    overloads the cluster while cache-aware keeps up.
+    """
+
+    document_share: float = 0.5
+    n_system_prompts: int = 16
+    system_prompt_zipf: float = 1.0
+    system_prompt_blocks: tuple[int, int] = (1, 4)
+    document_mean: float = 7500.0
+    document_sigma: float = 0.9
+    questions_mean: float = 2.2
+    question_mean: float = 150.0
+    question_sigma: float = 0.8
+    chat_first_mean: float = 3500.0
+    chat_first_sigma: float = 1.0
+    turns_mean: float = 2.2
+    chat_turn_mean: float = 600.0
+    chat_turn_sigma: float = 1.0
+    output_mean: float = 180.0
+    output_sigma: float = 1.0
+    output_max: int = 4096
+    input_max: int = 200_000
+    think_time_mean_s: float = 15.0
+
+    def __post_init__(self):
+        for name in ("document_share",):
+            check_range(name, getattr(self, name), 0.0, 1.0)
+        for name in ("n_system_prompts",):
+            check_range(name, getattr(self, name), 1, 10**6, integer=True)
+        lo_hi = self.system_prompt_blocks
+        if not (isinstance(lo_hi, tuple) and len(lo_hi) == 2):
+            raise ValueError(f"system_prompt_blocks: expected (low, high), got {lo_hi!r}")
+        check_range("system_prompt_blocks", lo_hi[0], 1, 10**4, integer=True)
+        check_range("system_prompt_blocks", lo_hi[1], lo_hi[0], 10**4, integer=True)
+        for name in ("system_prompt_zipf", "document_sigma", "question_sigma", "chat_first_sigma", "chat_turn_sigma",
+                     "output_sigma"):
+            check_range(name, getattr(self, name), 0.0, 10.0)
+        for name in ("document_mean", "question_mean", "chat_first_mean", "chat_turn_mean", "output_mean"):
+            check_range(name, getattr(self, name), 1e-3, MAX_INPUT_TOKENS)
+        for name in ("questions_mean", "turns_mean"):
+            check_range(name, getattr(self, name), 1.0, 1e4)
+        check("output_length", self.output_max, "output_max")
+        check_range("input_max", self.input_max, 1, MAX_INPUT_TOKENS, integer=True)
+        check_range("think_time_mean_s", self.think_time_mean_s, 0.0, 1e6)
+
+
+DEFAULT_SYNTHETIC = SyntheticConfig()
+
+
+@dataclass(frozen=True)
+class BurstyArrivals:
+    """Bursty session arrivals: a two-state Markov-modulated Poisson process (MMPP-2).
+
+    The session arrival rate alternates between a *calm* and a *burst* state; each state lasts an
+    exponential time with mean ``calm_s`` or ``burst_s`` seconds, and in the burst state sessions
+    arrive ``burst_ratio`` times as fast as in the calm state. The two rates are scaled so that
+    the long-run mean stays the generator's ``rate``: with ``p = burst_s / (calm_s + burst_s)``
+    the share of time in bursts, the calm rate is ``rate / (1 - p + p * burst_ratio)`` and the
+    burst rate ``burst_ratio`` times that. The first state is drawn from the stationary
+    distribution (burst with probability ``p``). ``burst_ratio=1`` is a Poisson process again
+    (with other arrival times than the default generator's).
+
+    MMPPs are the standard model of bursty request traffic (Fischer and Meier-Hellstern, "The
+    Markov-modulated Poisson process (MMPP) cookbook", Performance Evaluation 18(2), 1993).
+    Follow-up requests of a session still come after the session's think times.
+    """
+
+    burst_ratio: float = 4.0
+    calm_s: float = 20.0
+    burst_s: float = 10.0
+
+    def __post_init__(self):
+        check_range("burst_ratio", self.burst_ratio, 1.0, 1e3)
+        check_range("calm_s", self.calm_s, 1e-3, 1e6)
+        check_range("burst_s", self.burst_s, 1e-3, 1e6)
+
+    @property
+    def burst_share(self) -> float:
+        """Long-run share of time spent in the burst state."""
+        return self.burst_s / (self.calm_s + self.burst_s)
+
+    def multipliers(self) -> tuple[float, float]:
+        """(calm, burst) rate as multiples of the mean rate."""
+        p = self.burst_share
+        calm = 1.0 / (1.0 - p + p * self.burst_ratio)
+        return calm, calm * self.burst_ratio
+
+
+def as_arrivals(value) -> BurstyArrivals | None:
+    """None (Poisson sessions), a :class:`BurstyArrivals`, or a dict of its fields; ``ValueError``
+    naming ``arrivals`` otherwise."""
+    if value is None or isinstance(value, BurstyArrivals):
+        return value
+    if isinstance(value, dict):
+        try:
+            return BurstyArrivals(**value)
+        except TypeError as e:
+            raise ValueError(f"arrivals: expected fields of BurstyArrivals (burst_ratio, calm_s, burst_s): {e}") from None
+    raise ValueError(f"arrivals: expected None, a dict of BurstyArrivals fields or a BurstyArrivals, "
+                     f"got {type(value).__name__}")
+
+
+class _ModulatedClock:
+    """The time change that turns a Poisson process at the mean rate into the MMPP: a homogeneous
+    arrival at "operational time" ``s`` happens at the real time ``t`` where the integral of the
+    rate multiplier from 0 to ``t`` reaches ``s`` (a Cox process; the multiplier's path is drawn
+    from ``rng``, independently of everything else)."""
+
+    def __init__(self, arrivals: BurstyArrivals, rng: np.random.Generator):
+        self.rng = rng
+        self.mean_s = (arrivals.calm_s, arrivals.burst_s)
+        self.rate = arrivals.multipliers()
+        self.state = int(rng.random() < arrivals.burst_share)
+        self.t, self.s, self.slope = [0.0], [0.0], []  # segment starts (real and operational), slopes
+
+    def real_time(self, s: np.ndarray) -> np.ndarray:
+        while self.s[-1] <= s[-1]:  # draw state sojourns until the last operational time is covered
+            d = float(self.rng.exponential(self.mean_s[self.state]))
+            m = self.rate[self.state]
+            self.slope.append(m)
+            self.t.append(self.t[-1] + d)
+            self.s.append(self.s[-1] + d * m)
+            self.state = 1 - self.state
+        starts = np.asarray(self.s[:-1])
+        i = np.searchsorted(starts, s, side="right") - 1
+        return np.asarray(self.t[:-1])[i] + (s - starts[i]) / np.asarray(self.slope)[i]
+
+
+#: Sessions drawn per batch. The generator draws its random numbers batch by batch, in a fixed
+#: order, so a trace cut to n requests is the head of the same seed's longer traces.
+SESSION_BATCH = 256
+
+
+def _lognormal(rng: np.random.Generator, mean: float, sigma: float, size: int) -> np.ndarray:
+    """Log-normal draws with the given arithmetic mean and log-space sigma."""
+    return rng.lognormal(math.log(mean) - sigma * sigma / 2.0, sigma, size)
+
+
+def _lengths(x: np.ndarray) -> np.ndarray:
+    """Token counts from continuous draws: rounded (half to even), at least 1."""
+    return np.maximum(1, np.rint(x)).astype(np.int64)
+
+
+def _session_batch(rng: np.random.Generator, rate: float, c: SyntheticConfig, cdf: np.ndarray) -> dict:
+    """The random part of ``SESSION_BATCH`` sessions and their requests, as numpy columns.
+
+    Sessions: start gaps, system prompt, kind, document or first-message length, request count.
+    Requests (session by session): output, question and chat-turn lengths, think time before.
+    """
+    s = SESSION_BATCH
+    gaps = rng.exponential(1.0 / rate, s)
+    prompt = np.searchsorted(cdf, rng.random(s), side="right")  # Generator.choice(p=...)'s rule
+    is_doc = rng.random(s) < c.document_share
+    opening = np.where(is_doc, _lengths(_lognormal(rng, c.document_mean, c.document_sigma, s)),
+                       _lengths(_lognormal(rng, c.chat_first_mean, c.chat_first_sigma, s)))
+    n = np.where(is_doc, rng.geometric(1.0 / c.questions_mean, s), rng.geometric(1.0 / c.turns_mean, s))
+    r = int(n.sum())
+    out = np.minimum(c.output_max, _lengths(_lognormal(rng, c.output_mean, c.output_sigma, r)))
+    question = _lengths(_lognormal(rng, c.question_mean, c.question_sigma, r))
+    turn = _lengths(_lognormal(rng, c.chat_turn_mean, c.chat_turn_sigma, r))
+    think = rng.exponential(c.think_time_mean_s, r)
+    return {"gaps": gaps, "prompt": prompt, "is_doc": is_doc, "opening": opening, "n": n,
+            "out": out, "question": question, "turn": turn, "think": think}
+
+
+def _segment_cumsum(x: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """Cumulative sums of ``x`` restarting at every index where ``first`` is set (``first[0]`` set)."""
+    total = np.cumsum(x)
+    starts = np.flatnonzero(first)
+    before = (total[starts] - x[starts])[np.cumsum(first) - 1]
+    return total - before
+
+
+def synthetic_trace(
+    seed: int | np.random.Generator = 0,
+    rate: float = 4.0,
+    duration_s: float | None = 600.0,
+    n_requests: int | None = None,
+    config: SyntheticConfig = DEFAULT_SYNTHETIC,
+    block_tokens: int = BLOCK_TOKENS,
+    arrivals: BurstyArrivals | dict | None = None,
+) -> Trace:
+    """A synthetic trace imitating Mooncake's public traces (see :class:`SyntheticConfig`).
+
+    ``rate`` is the session arrival rate per second; sessions start in ``[0, duration_s)`` and
+    requests after ``duration_s`` are dropped. With ``n_requests`` the trace is cut to its first
+    ``n_requests`` requests; with ``duration_s=None`` sessions are generated just until those are
+    complete (with both, the trace may hold fewer than ``n_requests`` if the duration ends first).
+    Deterministic per seed, and a shorter trace is the head of a longer one of the same seed and
+    rate. Block ids are numbered in order of first appearance, as in Mooncake's traces.
+
+    ``arrivals``: None (default) for Poisson session arrivals, or :class:`BurstyArrivals` (or a
+    dict of its fields) for a two-state Markov-modulated Poisson process with the same mean
+    ``rate``: the same sessions, their starts moved by a random time change whose path is drawn
+    from a generator spawned from the seed's (so every other draw is the default's).
+    """
+    check("rate", rate)
+    check("requests", n_requests, "n_requests", allow_none=True)
+    if duration_s is None and n_requests is None:
+        raise ValueError("duration_s: give a duration, n_requests, or both")
+    check("duration_s", duration_s, allow_none=True)
+    if not isinstance(config, SyntheticConfig):
+        raise ValueError(f"config: expected a SyntheticConfig, got {type(config).__name__}")
+    if n_requests is None:  # sessions start until duration_s: bound their number before drawing them
+        check_bound("rate", rate * duration_s, MAX_SYNTHETIC_SESSIONS, "sessions (rate x duration_s)",
+                    "lower the rate or the duration, or give n_requests")
+    process = as_arrivals(arrivals)  # (the name ``arrivals`` is reused below for the arrival columns)
+    horizon = math.inf if duration_s is None else duration_s
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    clock = None if process is None else _ModulatedClock(process, rng.spawn(1)[0])
+    operational = 0.0  # bursty arrivals: the homogeneous process's last session start
+    c = config
+    lo, hi = c.system_prompt_blocks
+    prompt_blocks = rng.integers(lo, hi + 1, size=c.n_system_prompts)
+    pop = 1.0 / np.arange(1, c.n_system_prompts + 1) ** c.system_prompt_zipf
+    cdf = np.cumsum(pop / pop.sum())
+    cdf /= cdf[-1]
+
+    # Draw session batches until the trace is complete: every later session starts after the
+    # last one drawn, so the requests that arrived before that start are final.
+    batches, start, arrivals = [], 0.0, []
+    while True:
+        b = _session_batch(rng, rate, c, cdf)
+        if clock is None:
+            b["start"] = start + np.cumsum(b["gaps"])
+        else:
+            homogeneous = operational + np.cumsum(b["gaps"])
+            operational = float(homogeneous[-1])
+            b["start"] = clock.real_time(homogeneous)
+        start = float(b["start"][-1])
+        first = np.zeros(len(b["out"]), bool)
+        first[np.cumsum(b["n"]) - b["n"]] = True
+        b["first"] = first
+        b["arrival"] = np.repeat(b["start"], b["n"]) + _segment_cumsum(np.where(first, 0.0, b["think"]), first)
+        batches.append(b)
+        arrivals.append(b["arrival"])
+        if start >= horizon:
+            break
+        if n_requests is not None and sum(int((a < start).sum()) for a in arrivals) >= n_requests:
+            break
+    b = {k: np.concatenate([x[k] for x in batches]) for k in batches[0]}
+    n_sessions = len(b["start"])
+    session = np.repeat(np.arange(n_sessions), b["n"])
+    is_doc = b["is_doc"][session]
+    first = b["first"]
+    # The session's shared token stream: system prompt, then the document (document sessions) or the
+    # conversation so far (chats: first message, then each earlier output and the new message).
+    prev_out = np.concatenate([[0], b["out"][:-1]])
+    grow = np.where(first, b["opening"][session], np.where(is_doc, 0, prev_out + b["turn"]))
+    prompt = b["prompt"][session]
+    shared = prompt_blocks[prompt] * block_tokens + _segment_cumsum(grow, first)
+    total = np.minimum(shared + np.where(is_doc, b["question"], 0), c.input_max)
+    order = np.flatnonzero(b["arrival"] < horizon)
+    order = order[np.lexsort((session[order], b["arrival"][order]))]
+    if n_requests is not None:
+        order = order[:n_requests]
+    arrival, session, total, out = b["arrival"][order], session[order], total[order], b["out"][order]
+    if len(arrival) and not arrival[-1] <= LIMITS["arrival_s"].hi:
+        raise ValueError(f"rate: at {rate:g} sessions/s the trace would span {arrival[-1]:.3g} s, more than "
+                         f"the limit of {LIMITS['arrival_s'].hi:g} s; raise the rate or ask for fewer requests")
+    prompt, shared = prompt[order], shared[order]
+    block_ids = _block_ids(total, np.minimum(shared, total) // block_tokens, prompt_blocks, prompt, session,
+                           block_tokens, c.input_max)
+    out_trace = Trace.__new__(Trace)  # the columns are built valid: no re-conversion
+    out_trace._set(arrival, total, out, block_ids, session,
+                   f"synthetic(rate={rate:g}, seed={seed if isinstance(seed, (int, np.integer)) else 'rng'}"
+                   + ("" if process is None else f", bursty {process.burst_ratio:g}x {process.burst_s:g}s/"
+                                                 f"{process.calm_s:g}s") + ")")
+    return out_trace
+
+
+def _block_ids(total, full_shared, prompt_blocks, prompt, session, block_tokens, input_max) -> list[tuple]:
+    """Each request's block ids, numbered in order of first appearance.
+
+    Block j of a request is, for ``j < full_shared``, block j of its session's shared stream: the
+    system prompt's own block while ``j`` is inside the prompt (shared by every session with that
+    prompt), else the session's block j. The rest (the question, the partial last block) are the
+    request's own. Raw ids are made unique per role and then renumbered.
+    """
+    n_blocks = -(-total // block_tokens)
+    ends = np.cumsum(n_blocks)
+    starts = ends - n_blocks
+    req = np.repeat(np.arange(len(total)), n_blocks)
+    pos = np.arange(int(ends[-1]) if len(ends) else 0) - starts[req]
+    width = -(-input_max // block_tokens) + 1
+    prompt_offset = np.concatenate([[0], np.cumsum(prompt_blocks)])
+    n_prompt_ids = int(prompt_offset[-1])
+    shared = pos < full_shared[req]
+    raw = np.where(pos < np.minimum(prompt_blocks[prompt], full_shared)[req],
+                   prompt_offset[prompt][req] + pos,
+                   np.where(shared, n_prompt_ids + session[req] * width + pos,
+                            n_prompt_ids + (int(session.max(initial=0)) + 1) * width + req * width + pos))
+    _, first_index, inverse = np.unique(raw, return_index=True, return_inverse=True)
+    rank = np.empty(len(first_index), np.int64)
+    rank[np.argsort(first_index, kind="stable")] = np.arange(len(first_index))
+    flat = rank[inverse].tolist()
+    return [tuple(flat[a:e]) for a, e in zip(starts.tolist(), ends.tolist())]
+
+
+def resample_iid(trace: Trace, n_requests: int, rate: float, seed: int | np.random.Generator = 0,
+                 fresh_blocks: bool = False) -> Trace:
+    """``n_requests`` requests drawn i.i.d. (with replacement) from ``trace`` with stationary
+    Poisson arrivals at ``rate`` per second (lecture demo 3).
+
+    A request drawn twice repeats its prompt's blocks exactly, so a long draw from a short base
+    trace hits the prefix caches more and more often. ``fresh_blocks=True`` (opt-in; the draws and
+    arrivals are the same either way) gives every re-drawn copy of a request fresh ids for the
+    blocks it brought into ``trace`` (no earlier request holds them; :func:`redrawn_block_ids`), so
+    that a copy reuses what its request reused in the trace and no more."""
+    check("requests", n_requests, "n_requests")
+    check("rate", rate)
+    if not isinstance(fresh_blocks, (bool, np.bool_)):
+        raise ValueError(f"fresh_blocks: expected True or False, got {fresh_blocks!r}")
+    if len(trace) == 0:
+        raise ValueError("trace: expected a base trace with at least one request")
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    idx = rng.integers(0, len(trace), size=n_requests)
+    arrivals = np.cumsum(rng.exponential(1.0 / rate, size=n_requests))
+    out = trace.take(idx, arrival_s=arrivals,
+                     name=f"{trace.name} iid({n_requests} @ {rate:.3g}/s{', fresh blocks' if fresh_blocks else ''})")
+    if fresh_blocks:
+        out.block_ids = redrawn_block_ids(trace, idx.tolist())
+    return out
+
+
+def redrawn_block_ids(trace: Trace, indices: Sequence[int]) -> list[tuple[int, ...]]:
+    """The block ids of ``trace``'s requests at ``indices`` (a draw with replacement), each request
+    drawn again getting fresh ids for the blocks it brought into the trace.
+
+    In ``trace``, request i *reuses* a block that an earlier request (a smaller index) holds, a
+    system prompt or its session's earlier turns, and *brings* the others. The first copy of a
+    request keeps its ids; each later copy keeps the blocks it reuses and numbers the blocks it
+    brings anew, from one above ``trace``'s largest id, in the order of ``indices``. An id names a
+    block with every block before it, so the reused blocks come first and the new ids are prefix
+    hashes again. A copy can then hit the caches for what its request hit in the trace and never
+    for what only that request had: over a long draw an infinite cache's hit ratio tends to the
+    trace's own (``Trace.stats()['ideal_hit_ratio']``). (Renaming only the blocks no other request
+    holds does not: a session's earlier turn, whose blocks its later turns hold, would hit its own
+    whole prompt at every re-draw.) The first request to bring a shared block, such as a system
+    prompt, brings it again at each re-draw."""
+    first: dict[int, int] = {}
+    for i, ids in enumerate(trace.block_ids):
+        for b in ids:
+            first.setdefault(b, i)
+    next_id = 1 + max(first, default=-1)
+    drawn: set[int] = set()
+    out = []
+    for i in indices:
+        ids = trace.block_ids[i]
+        if i not in drawn:
+            drawn.add(i)
+            out.append(ids)
+            continue
+        new = []
+        for b in ids:
+            if first[b] < i:
+                new.append(b)
+            else:
+                new.append(next_id)
+                next_id += 1
+        if next_id - 1 > MAX_ID:
+            raise ValueError(f"fresh_blocks: no id left above {MAX_ID} for the re-drawn requests' own blocks")
+        out.append(tuple(new))
+    return out
+
+
+def load_workload(trace: str | os.PathLike | Trace = "synthetic", rate: float = 4.0, seed: int = 0,
+                  speed: float = 1.0, **synthetic_kw) -> Trace:
+    """A trace object from a path, the word ``synthetic`` (generator at ``rate``, ``seed``) or a Trace."""
+    check("speed", speed)
+    if isinstance(trace, Trace):
+        t = trace
+    elif str(trace) == "synthetic":
+        t = synthetic_trace(seed, rate, **synthetic_kw)
+    else:
+        t = read_trace(trace)
+    return t if speed == 1 else t.scaled(speed)
+
+
+def config_dict(config: SyntheticConfig = DEFAULT_SYNTHETIC) -> dict:
+    return asdict(config)

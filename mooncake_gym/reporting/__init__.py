@@ -1,0 +1,2 @@
+"""Reporting: text and markdown tables, JSON output, plots, and the generated docs pages.
+"""

@@ -1,0 +1,977 @@
+"""One disaggregated cluster, three decisions: Mooncake's Conductor (v3 §5-§7) as a simulator.
+
+:class:`ClusterSimulator` runs a prefill pool and a decode pool together. It pauses at every
+arriving request with a :class:`ClusterView` and resumes with a :class:`ClusterAction` holding the
+three decisions Mooncake's Conductor makes (Algorithm 1):
+
+1. **admission** at arrival: admit, or reject (HTTP 429) before any work is spent;
+2. **prefill instance** (and whether to pull the best prefix there first): the prefill pool is
+   :class:`mooncake_gym.sim.routing.RoutingSimulator` itself (FIFO instances, local prefix caches,
+   KV pull and replication), so routing here gives exactly the routing problem's TTFTs;
+3. **decode instance**: chosen at arrival by the policy, or (``decode=None``) at the prefill's end
+   by the default rule: the instance with the shortest predicted iteration time among those that
+   accept the request (the most free KV under the ``reserve`` decode model).
+
+When the prefill ends, the chosen decode instance makes its own admission check (Mooncake's
+baseline: "the decode instance double-checks its SLO only after prefill"): room for the request's
+KV and, with ``decode_check="tbt"``, a predicted iteration time within the TBT SLO. If it refuses,
+the request is *rejected after prefill* and its prefill is wasted. Otherwise its KV is copied over
+RDMA (``CostModel.transfer_s``) and it joins the instance's continuous batch
+(:mod:`mooncake_gym.sim.decode`). A request whose prompt plus output can never fit in one decode
+instance is refused at arrival, without asking the policy, and counted apart (``refused_too_long``;
+the trace's output length plays the role of the request's ``max_tokens``, which a server sees).
+
+The routing and admission problems are this simulator with two decisions left to defaults
+(``mooncake_gym/PrefillRouting-v1`` owns the prefill instance, ``OverloadAdmission-v1`` the
+admission); ``mooncake_gym/Conductor-v1`` owns all three. Under the ``lecture`` preset with
+``refuse_never_fit=False, kv_transfer=False`` and least-queue routing it reproduces
+``mooncake_gym.sim.admission``'s numbers exactly (tested).
+
+SLOs and goodput: TTFT = prefill end - arrival (the first token comes from the prefill); TBT = the
+mean of the slowest 10 % of a request's token intervals (FAST'25). A request is *good* if it
+completes with TTFT <= ``ttft_slo_s`` and TBT <= ``tbt_slo_s``; ``goodput`` counts them and
+``goodput_tokens`` their output tokens.
+
+Token goodput without the drain: a finite run ends with a *drain*: after the last arrival no new
+request competes, so whatever was admitted and still queued for prefill decodes in an emptying pool
+and completes easily. That work is manufactured by the run's end, not earned under the offered load
+(a policy that queues more prefill work than the pool can serve would be paid for it). The
+*horizon* is the last arrival; ``token_goodput`` counts the output tokens of the good requests that
+**started decoding by the horizon** (their KV joined a decode batch at or before it) and
+``goodput_requests`` those requests; ``drain_goodput_tokens`` is the rest of ``goodput_tokens`` (good
+requests that started decoding after the horizon), shown so that the difference is visible. A
+request that started decoding by the horizon counts whole, even if it finishes after it: its decode
+slot was won under load. :func:`length_class_of` splits requests by output length
+(:data:`LENGTH_CLASSES`); ``accepted_<class>`` is the share of a class's requests counted in
+``goodput_requests``, so that a policy that gains by refusing long requests shows it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from typing import Any, Callable, NamedTuple, Union, cast
+
+import numpy as np
+
+from mooncake_gym._native import mypyc_attr
+from mooncake_gym.sim.decode import BatchingDecodeInstance, Completion, ReservingDecodeInstance, fastest_accepting, tail_means
+from mooncake_gym.sim.observation import as_observation, observation_rng
+from mooncake_gym.sim.admission import load_correlation
+from mooncake_gym.sim.policy import policy_name, reset_policy
+from mooncake_gym.model.presets import ClusterPreset, get_preset
+from mooncake_gym.sim.routing import Route, RoutingSimulator, RoutingView
+from mooncake_gym.model.workload import Trace
+
+#: A decode instance of either model (the preset's ``decode_model``).
+DecodeInstance = Union[BatchingDecodeInstance, ReservingDecodeInstance]
+
+# Outcomes of a request
+PENDING = -1
+COMPLETED = 0
+REJECTED_AT_ARRIVAL = 1
+REJECTED_AFTER_PREFILL = 2
+PREEMPTED = 3
+REFUSED_TOO_LONG = 4
+
+#: Output-length classes of the per-class acceptance: (name, smallest, largest output tokens). On the
+#: synthetic base mix (seed 0, 4 sessions/s) they hold about 45 %, 45 % and 10 % of the requests.
+LENGTH_CLASSES = (("short", 1, 100), ("medium", 101, 400), ("long", 401, None))
+OUTCOME_NAMES = {PENDING: "pending", COMPLETED: "completed", REJECTED_AT_ARRIVAL: "rejected_at_arrival",
+                 REJECTED_AFTER_PREFILL: "rejected_after_prefill", PREEMPTED: "preempted",
+                 REFUSED_TOO_LONG: "refused_too_long"}
+
+# Event kinds; at equal times: decode events, then prefill ends, then KV arrivals at decode
+_DECODE = 0
+_PREFILL_DONE = 1
+_JOIN = 2
+
+DECODE_CHECKS = ("tbt", "kv")
+
+
+class ClusterAction(NamedTuple):
+    """The three decisions for one arriving request: admit it; the prefill ``route``
+    (``Route(instance, pull)``, or None for the default router's); the ``decode`` instance (or None:
+    the default rule at the prefill's end)."""
+
+    admit: bool = True
+    route: Route | None = None
+    decode: int | None = None
+
+
+class ClusterView:
+    """What the Conductor sees at one arrival (read-only by convention).
+
+    The request: ``now``, ``index``, ``input_tokens``, ``output_tokens`` (only with ``oracle``,
+    else None), ``predicted_output_tokens`` (a predictor's estimate of it, only when the simulator
+    was given ``predicted_output``, else None; :mod:`mooncake_gym.model.prediction`). Prefill: ``routing``
+    (the prefill pool's :class:`RoutingView`), ``default_route`` (what the default router would
+    choose), and, on that route, ``prefill_instance``,
+    ``predicted_ttft_s`` and ``predicted_prefill_finish`` (exact: FIFO and deterministic). Decode
+    (per instance): ``decode_batch`` (running requests), ``decode_used_per_instance`` (KV tokens
+    now), ``decode_capacity_per_instance`` (tokens), ``decode_step_s`` (the time of the iteration
+    running now, i.e. the current TBT; 0 when idle), ``decode_step_with_s`` (predicted iteration
+    time with this request added). SLOs: ``ttft_slo_s``, ``tbt_slo_s``. Workload statistics a
+    deployment keeps: ``mean_output_tokens``, ``mean_decode_s`` (mean output x the mean token
+    interval seen so far). Counts: ``requests_in_prefill``, ``requests_in_decode``.
+
+    The field names shared with ``overload.AdmissionView`` mean the same, so the admission
+    baselines run on both.
+    """
+
+    __slots__ = ("now", "index", "input_tokens", "output_tokens", "predicted_output_tokens", "routing",
+                 "decode_capacity_per_instance", "ttft_slo_s", "tbt_slo_s", "mean_output_tokens", "requests_in_prefill", "requests_in_decode",
+                 "_sim", "_decode", "_route")
+    # the slots' types (set by ClusterSimulator._make_view)
+    now: float
+    index: int
+    input_tokens: int
+    output_tokens: int | None
+    predicted_output_tokens: float | None
+    routing: RoutingView
+    decode_capacity_per_instance: int
+    ttft_slo_s: float
+    tbt_slo_s: float
+    mean_output_tokens: float
+    requests_in_prefill: int
+    requests_in_decode: int
+    _sim: ClusterSimulator
+    _decode: tuple | None
+    _route: tuple | None
+
+    def _default(self) -> tuple:
+        """(route, prefill instance, prefill time, predicted prefill finish) of the default router,
+        computed on first use."""
+        if self._route is None:
+            rv = self.routing
+            route = self._sim.router(rv)
+            if not isinstance(route, tuple):
+                route = Route(int(route))
+            k = route[0]
+            pull = route[1] and rv.best_hit_tokens > rv.hit_tokens[k]
+            prefill_s = rv.transfer_s[k] + rv.pull_prefill_s[k] if pull else rv.prefill_s[k]
+            self._route = (route, k, prefill_s, self.now + rv.queue_s[k] + prefill_s)
+        return self._route
+
+    @property
+    def default_route(self) -> Route:
+        return self._default()[0]
+
+    @property
+    def prefill_instance(self) -> int:
+        return self._default()[1]
+
+    @property
+    def prefill_s(self) -> float:
+        return self._default()[2]
+
+    @property
+    def predicted_prefill_finish(self) -> float:
+        return self._default()[3]
+
+    @property
+    def predicted_ttft_s(self) -> float:
+        return self._default()[3] - self.now
+
+    def _decode_side(self) -> tuple:
+        if self._decode is None:
+            if self._sim.view is not self:
+                raise RuntimeError("view: the decode side of a view is readable only until the next step")
+            self._decode = self._sim.decode_fields()
+        return self._decode
+
+    @property
+    def decode_batch(self) -> tuple:
+        return self._decode_side()[0]
+
+    @property
+    def decode_used_per_instance(self) -> tuple:
+        return self._decode_side()[1]
+
+    @property
+    def decode_step_s(self) -> tuple:
+        return self._decode_side()[2]
+
+    @property
+    def decode_step_with_s(self) -> tuple:
+        return self._decode_side()[3]
+
+    @property
+    def mean_decode_s(self) -> float:
+        return self._decode_side()[4]
+
+    @property
+    def n_prefill(self) -> int:
+        return self.routing.n_instances
+
+    @property
+    def n_decode(self) -> int:
+        return len(self.decode_batch)
+
+    @property
+    def decode_used_tokens(self) -> int:
+        return sum(self.decode_used_per_instance)
+
+    @property
+    def decode_capacity_tokens(self) -> int:
+        return self.decode_capacity_per_instance * len(self.decode_used_per_instance)
+
+    @property
+    def decode_load(self) -> float:
+        """Decode pool KV occupancy now (used / capacity)."""
+        return self.decode_used_tokens / self.decode_capacity_tokens
+
+    @property
+    def prefill_load(self) -> float:
+        """Prefill load as in Mooncake §7: the predicted TTFT over the TTFT SLO."""
+        return self.predicted_ttft_s / self.ttft_slo_s
+
+    def project_decode(self, at_s: float, decode_s: float | None = None, quantile: float | None = None,
+                       output_tokens: float | None = None) -> list:
+        """Projected KV tokens of each decode instance at ``at_s`` (this request not included), as
+        ``overload.AdmissionView.project_decode``: requests decoding now leave at their assumed end
+        (uniform: start + ``decode_s``, default ``mean_decode_s``; ``quantile=q``: after the
+        q-quantile of the workload's output lengths longer than what they have produced, at the
+        instance's current step time), keeping their current tokens until then; requests in
+        prefill join at their known prefill end with ``input + output_tokens`` (default the mean
+        output) on the emptiest instance if they fit. Individual output lengths are never used."""
+        return self._sim.project_decode(at_s, decode_s, quantile, output_tokens)
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled (setup.py), it can still be subclassed in Python
+class ClusterSimulator:
+    """Prefill pool + decode pool of one preset; pauses at every arrival (see the module docstring).
+
+    ::
+
+        sim = ClusterSimulator(trace, "mooncake")
+        view = sim.reset()
+        while view is not None:
+            view = sim.step(ClusterAction(admit=view.predicted_ttft_s <= view.ttft_slo_s))
+        sim.result().metrics
+
+    - ``preset``: a name of ``mooncake_gym.model.presets.PRESETS`` or a :class:`ClusterPreset`.
+    - ``router``: the default prefill policy (``view -> Route``) used when an action gives no route
+      (default: ``kvcentric``, Algorithm 1); it is also what ``view.predicted_ttft_s`` assumes.
+    - ``decode_check``: ``"tbt"`` (KV room and predicted iteration time <= TBT SLO) or ``"kv"``.
+    - ``tbt_headroom``: the share of the TBT SLO the ``"tbt"`` check keeps free (default 0: a
+      request joins if the predicted iteration with it is within the SLO; 0.2: within 80 % of it,
+      leaving room for the batch's contexts to grow). ``saturation`` is measured without it.
+    - ``refuse_never_fit``: refuse at arrival requests whose input + output exceed one decode
+      instance's KV (counted in ``refused_too_long``).
+    - ``kv_transfer``: copy the prompt's KV to the decode instance over RDMA before it joins.
+    - ``oracle``: show the request's output length in the view.
+    - ``predicted_output``: one predicted output length per request of the trace (e.g.
+      :func:`mooncake_gym.model.prediction.predict_output_tokens`), shown in the view as
+      ``predicted_output_tokens``; None: no prediction.
+    - ``sample_period_s``, ``warmup_s``: the load series (every period up to the last arrival) and
+      the samples / completions before ``warmup_s`` left out of the correlation and steady rate.
+      The loads are Mooncake §7's, SLO satisfaction (:class:`ClusterResult`).
+    - ``seed``: seeds the default router's tie-breaks (and the observation's noise).
+    - ``observation``: what the policies see of the prefill pool (``mooncake_gym.sim.observation``; None
+      or ``"exact"``: the exact state). It is the prefill pool's ``RoutingSimulator(observation=,
+      rng=)``: ``view.routing``, the default router's choice and ``view.predicted_ttft_s`` come from
+      the observed view, while every admitted request is served exactly. Its noise is drawn from a
+      generator spawned from ``seed`` (``observation.observation_rng``), anew at each ``reset``.
+    """
+
+    # (the arguments checked here are not typed: compiled, a type would raise TypeError before the check)
+    def __init__(self, trace: Any, preset: str | ClusterPreset = "mooncake", router: Callable | None = None,
+                 decode_check: Any = "tbt", refuse_never_fit: Any = True, kv_transfer: Any = True,
+                 oracle: Any = False, sample_period_s: Any = 1.0, warmup_s: Any = 30.0, seed: int = 0,
+                 observation=None, predicted_output=None, tbt_headroom: Any = 0.0):
+        if not isinstance(trace, Trace):
+            raise ValueError(f"trace: expected a mooncake_gym.model.workload.Trace, got {type(trace).__name__}")
+        if len(trace) == 0:
+            raise ValueError("trace: expected at least one request")
+        if decode_check not in DECODE_CHECKS:
+            raise ValueError(f"decode_check: expected one of {DECODE_CHECKS}, got {decode_check!r}")
+        for name, v in (("refuse_never_fit", refuse_never_fit), ("kv_transfer", kv_transfer), ("oracle", oracle)):
+            if not isinstance(v, bool):
+                raise ValueError(f"{name}: expected True or False, got {v!r}")
+        for name, seconds in (("sample_period_s", sample_period_s), ("warmup_s", warmup_s)):
+            if not (isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds >= 0
+                    and (seconds > 0 or name == "warmup_s")):
+                raise ValueError(f"{name}: expected a finite number of seconds > 0, got {seconds!r}")
+        if sample_period_s * 1e6 < trace.arrival_s[-1]:
+            raise ValueError(f"sample_period_s: {sample_period_s} s would take more than 10**6 samples over the "
+                             f"trace's {trace.arrival_s[-1]:.0f} s")
+        self.trace = trace
+        self.preset = p = get_preset(preset)
+        self.check_tbt = decode_check == "tbt"
+        self.decode_check = decode_check
+        if not (isinstance(tbt_headroom, (int, float)) and not isinstance(tbt_headroom, bool)
+                and 0 <= tbt_headroom < 1):
+            raise ValueError(f"tbt_headroom: expected a share of the TBT SLO in [0, 1), got {tbt_headroom!r}")
+        self.tbt_headroom = float(tbt_headroom)
+        self.refuse_never_fit = refuse_never_fit
+        self.kv_transfer = kv_transfer
+        self.oracle = oracle
+        if predicted_output is not None:
+            predicted_output = np.asarray(predicted_output, dtype=np.float64)
+            if predicted_output.shape != (len(trace),) or not np.all(np.isfinite(predicted_output)) \
+                    or np.any(predicted_output < 0):
+                raise ValueError(f"predicted_output: expected {len(trace)} finite lengths >= 0 (one per request), "
+                                 f"got shape {predicted_output.shape}")
+            predicted_output = predicted_output.tolist()
+        self.predicted_output = predicted_output
+        self.sample_period_s = float(sample_period_s)
+        self.warmup_s = float(warmup_s)
+        self.seed = seed
+        self.observation = as_observation(observation)
+        if router is None:
+            from mooncake_gym.baselines.routing import KVCentric
+            router = KVCentric()
+        self.router = router
+        self.capacity_tokens = p.capacity_tokens
+        self.reserve = p.decode_model == "reserve"
+        self._arrival, self._input, self._output, _ = trace.columns()
+        self._routing_config = p.routing_config()
+        # the decode footprint the instance checks: the prompt (batching: it grows from there), or
+        # the whole reservation (the lecture's model)
+        if self.reserve:
+            self._footprint = [i + o for i, o in zip(self._input, self._output)]
+        else:
+            self._footprint = self._input
+        self._never_fits = [refuse_never_fit and not p.fits(i, o) for i, o in zip(self._input, self._output)]
+        self._idle_step_s = (p.tbt_s if self.reserve else
+                             p.decode_cost.decode_step_s(1, int(np.mean(self._input))))
+        out = np.asarray(self._output, dtype=np.int64)
+        self.mean_output_tokens = float(out.mean())
+        self._output_sorted = np.sort(out)
+        self._quantile_tables: dict[float, list[int]] = {}
+        self.reset()
+
+    # -- state ------------------------------------------------------------------------------------
+    def reset(self) -> ClusterView | None:
+        """Start over; the view of the first arrival (None if every request is refused)."""
+        p = self.preset
+        reset_policy(self.router, self.seed)
+        self.prefill = RoutingSimulator(self.trace, self._routing_config, p.prefill_cost, self.observation,
+                                        None if self.observation.exact else observation_rng(self.seed))
+        self.decode: list[DecodeInstance]
+        if self.reserve:
+            self.decode = [ReservingDecodeInstance(j, self.capacity_tokens, p.tbt_s) for j in range(p.n_decode)]
+        else:
+            check_s = p.tbt_slo_s * (1 - self.tbt_headroom)  # x 1.0 exactly without headroom
+            self.decode = [BatchingDecodeInstance(j, p.decode_cost, self.capacity_tokens, check_s)
+                           for j in range(p.n_decode)]
+        n = len(self._arrival)
+        self._heap: list = []
+        self._seq = 0
+        self._i = 0
+        self._done = False
+        self._target: dict[int, int | None] = {}
+        self._in_prefill: dict[int, float] = {}  # request -> prefill end
+        self._decode_of: dict[int, tuple[int, float]] = {}  # request in decode -> (instance, join time)
+        self._reserved: dict[int, int] = {}
+        self.outcome = [PENDING] * n
+        self.ttft_s = [math.nan] * n
+        self.prefill_s = [math.nan] * n
+        self.prefill_instance = [-1] * n
+        self.decode_instance = [-1] * n
+        self.decode_start_s = [math.nan] * n
+        self.end_s = [math.nan] * n
+        self.tbt_s = [math.nan] * n
+        self.max_interval_s = [math.nan] * n
+        self.mean_interval_s = [math.nan] * n
+        self.completed = self.completed_in_ttft_slo = self.admitted = 0
+        self._tbt_done: dict[int, int] = {}
+        self.rejected_at_arrival = self.rejected_after_prefill = self.preempted = self.refused_too_long = 0
+        self.wasted_prefill_s = 0.0
+        self._samples_t: list[float] = []
+        self._samples_p: list[float] = []
+        self._samples_d: list[float] = []
+        self._samples_kv: list[float] = []
+        self._k_sample = 0
+        self._next_sample = 0.0
+        self._horizon = self._arrival[-1]
+        self._view = self._advance()
+        return self._view
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    @property
+    def view(self) -> ClusterView | None:
+        return self._view
+
+    @property
+    def now(self) -> float:
+        return self._arrival[self._i] if self._i < len(self._arrival) else self._horizon
+
+    # -- stepping -----------------------------------------------------------------------------------
+    def step(self, action) -> ClusterView | None:
+        """Apply ``action`` (a :class:`ClusterAction`, a tuple ``(admit, route, decode)``, or a bare
+        bool = admit with the default route and decode rule) to the pending request; the next view,
+        or None once every request has arrived (the remaining work then drains)."""
+        if self._view is None:
+            raise RuntimeError("step: the workload is exhausted; call reset()")
+        admit, route, decode = self._parse(action)
+        i = self._i
+        if not admit:
+            self.outcome[i] = REJECTED_AT_ARRIVAL
+            self.rejected_at_arrival += 1
+            self.prefill.skip()
+        else:
+            if route is None:  # the default router's answer, checked by the prefill pool's step
+                self.prefill.step(self._view.default_route)
+            else:  # checked by _parse already
+                self.prefill.dispatch(route[0], route[1])
+            last = self.prefill.last
+            assert last is not None  # set by the dispatch
+            k = last["instance"]
+            finish = self.prefill.instances[k].busy_until
+            now = self._arrival[i]
+            self.admitted += 1
+            self.prefill_instance[i] = k
+            self.ttft_s[i] = finish - now
+            self.prefill_s[i] = last["transfer_s"] + last["prefill_s"]
+            self._target[i] = decode
+            self._in_prefill[i] = finish
+            self._push(finish, _PREFILL_DONE, i)
+        self._i = i + 1
+        self._view = self._advance()
+        return self._view
+
+    def _parse(self, action) -> tuple[bool, Route | None, int | None]:
+        admit: Any  # (not typed by the first unpacking: compiled, that would type-check the later ones)
+        route: Any
+        decode: Any
+        if type(action) is ClusterAction:  # the common case, already in its final types: no conversion
+            admit, route, decode = action
+            if (admit is True or admit is False) \
+                    and (route is None or (type(route) is Route and type(route[0]) is int
+                                           and 0 <= route[0] < self.preset.n_prefill and type(route[1]) is bool)) \
+                    and (decode is None or (type(decode) is int and 0 <= decode < self.preset.n_decode)):
+                return action
+        if isinstance(action, (bool, np.bool_)):
+            return bool(action), None, None
+        if not isinstance(action, tuple) or len(action) != 3:
+            raise ValueError(f"action: expected a ClusterAction(admit, route, decode) or a bool, got {action!r}")
+        admit, route, decode = action
+        if not isinstance(admit, (bool, np.bool_)):
+            raise ValueError(f"action.admit: expected True or False, got {admit!r}")
+        if route is not None:
+            inst, pull = route if isinstance(route, tuple) else (route, False)
+            if isinstance(inst, (bool, np.bool_)) or not isinstance(inst, (int, np.integer)) \
+                    or not 0 <= inst < self.preset.n_prefill:
+                raise ValueError(f"action.route: expected an instance in 0..{self.preset.n_prefill - 1}, got {inst!r}")
+            if not isinstance(pull, (bool, np.bool_)):
+                raise ValueError(f"action.route: pull must be True or False, got {pull!r}")
+            route = Route(int(inst), bool(pull))
+        if decode is not None:
+            if isinstance(decode, (bool, np.bool_)) or not isinstance(decode, (int, np.integer)) \
+                    or not 0 <= decode < self.preset.n_decode:
+                raise ValueError(f"action.decode: expected None or an instance in 0..{self.preset.n_decode - 1}, "
+                                 f"got {decode!r}")
+            decode = int(decode)
+        return bool(admit), route, decode
+
+    def _push(self, t: float, kind: int, payload) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, kind, self._seq, payload))
+
+    def _schedule(self, inst) -> None:
+        if inst.next_event_s < math.inf:
+            self._push(inst.next_event_s, _DECODE, (inst.index, inst.version))
+
+    def _advance(self) -> ClusterView | None:
+        """Run events up to the next arrival that needs a decision (refusing never-fitting ones)."""
+        n = len(self._arrival)
+        while self._i < n:
+            i = self._i
+            now = self._arrival[i]
+            self._run_until(now)
+            if self._never_fits[i]:
+                self.outcome[i] = REFUSED_TOO_LONG
+                self.refused_too_long += 1
+                self.prefill.skip()
+                self._i += 1
+                continue
+            if self._next_sample < now:
+                self._sample_until(now)
+            return self._make_view(i, now)
+        # every request has arrived: finish the series at the horizon, then drain
+        self._sample_until(math.inf)
+        self._run_until(math.inf)
+        self._done = True
+        return None
+
+    def _run_until(self, t: float) -> None:
+        heap = self._heap
+        pop = heapq.heappop
+        decode = self.decode
+        while heap and heap[0][0] <= t:
+            te, kind, _, payload = pop(heap)
+            if self._next_sample < te:
+                self._sample_until(te)
+            if kind == _DECODE:
+                j, version = payload
+                inst = decode[j]
+                if inst.version == version:
+                    ended = inst.on_event(te)
+                    if ended:
+                        self._ended(ended)
+                    if inst.next_event_s < math.inf:  # _schedule(inst), inlined
+                        self._seq += 1
+                        heapq.heappush(heap, (inst.next_event_s, _DECODE, self._seq, (j, inst.version)))
+            elif kind == _PREFILL_DONE:
+                self._prefill_done(te, payload)
+            else:
+                r, j = payload
+                self._join(r, j, te)
+
+    def _join(self, r: int, j: int, t: float) -> None:
+        """Request ``r``'s KV is on decode instance ``j`` at ``t``: it joins the batch."""
+        inst = self.decode[j]
+        self._decode_of[r] = (j, t)
+        self.decode_start_s[r] = t
+        first_token_s = self._arrival[r] + self.ttft_s[r]
+        ended = inst.join(r, t, self._footprint[r], self._output[r], first_token_s, self._reserved.pop(r, 0))
+        if ended:
+            self._ended(ended)
+        self._schedule(inst)
+
+    def _prefill_done(self, t: float, r: int) -> None:
+        del self._in_prefill[r]
+        tokens = self._footprint[r]
+        target = self._target.pop(r)
+        decode = self.decode
+        if target is None:
+            target = self._default_decode(tokens, t)
+        elif not decode[target].accepts(tokens, t, self.check_tbt):
+            target = -1
+        if target < 0:
+            self.outcome[r] = REJECTED_AFTER_PREFILL
+            self.rejected_after_prefill += 1
+            self.wasted_prefill_s += self.prefill_s[r]
+            return
+        self.decode_instance[r] = target
+        if self.kv_transfer and not self.reserve:
+            decode[target].reserve(tokens)
+            self._reserved[r] = tokens
+            self._push(t + self._transfer_tail_s(tokens, self.prefill_s[r]), _JOIN, (r, target))
+        else:  # decode starts at the prefill's end (the lecture's model has no transfer)
+            self._join(r, target, t)
+
+    def _transfer_tail_s(self, tokens: int, prefill_s: float) -> float:
+        """Time from the prefill's end until the prompt's KV is on the decode instance. Mooncake
+        streams the KV layer by layer while prefill computes (v3 §5.2), so only the last layer's
+        share of the RDMA copy (``CostModel.transfer_s``), plus whatever of the copy outlasts the
+        prefill, comes after its end."""
+        copy = self.preset.prefill_cost.transfer_s(tokens)
+        layers = self.preset.prefill_cost.model.n_layers
+        return (copy - prefill_s if copy > prefill_s else 0.0) + copy / layers
+
+    def _default_decode(self, tokens: int, t: float) -> int:
+        """The decode instance for a request of ``tokens`` at its prefill's end, or -1."""
+        decode = self.decode
+        if self.reserve:  # the lecture's rule: the instance with the most free room, if it fits
+            pool = cast("list[ReservingDecodeInstance]", decode)
+            best = min(range(len(pool)), key=lambda j: (pool[j].used, j))
+            return best if decode[best].accepts(tokens, t) else -1
+        return fastest_accepting(cast("list[BatchingDecodeInstance]", decode), tokens, t, self.check_tbt)
+
+    def _ended(self, completions: list[Completion]) -> None:
+        for c in completions:
+            r = c.r
+            self._decode_of.pop(r, None)
+            self.end_s[r] = c.end_s
+            if c.preempted:
+                self.outcome[r] = PREEMPTED
+                self.preempted += 1
+                self.wasted_prefill_s += self.prefill_s[r]
+                continue
+            self.outcome[r] = COMPLETED
+            self.completed += 1
+            if self.ttft_s[r] <= self.preset.ttft_slo_s:
+                self.completed_in_ttft_slo += 1
+            if c.tbt_s is not None:  # known at once (reserve model, or nothing to decode)
+                self.tbt_s[r] = self.max_interval_s[r] = self.mean_interval_s[r] = c.tbt_s
+
+    def finish_tbt(self) -> None:
+        """Compute the TBT of every request finished since the last call (one vectorised pass per
+        decode instance; the hot path only records what it needs)."""
+        for inst in self.decode:
+            if not isinstance(inst, BatchingDecodeInstance):  # the reserve model knows its TBTs at once
+                continue
+            rows = inst.finished
+            done = self._tbt_done.get(inst.index, 0)
+            if not rows or done == len(rows):
+                continue
+            req, offsets, intervals = inst.token_intervals(rows[done:])
+            tbt, top, mean = tail_means(offsets, intervals)
+            for r, a, b, c in zip(req.tolist(), tbt.tolist(), top.tolist(), mean.tolist()):
+                self.tbt_s[r], self.max_interval_s[r], self.mean_interval_s[r] = a, b, c
+            self._tbt_done[inst.index] = len(rows)
+
+    # -- load series -------------------------------------------------------------------------------
+    def _sample_until(self, t: float) -> None:
+        s = self._next_sample
+        horizon = self._horizon
+        if s >= t or s > horizon:
+            return
+        period = self.sample_period_s
+        prefill = self.prefill.instances
+        n_p = len(prefill)
+        cap = self.capacity_tokens * len(self.decode)
+        ttft_slo, tbt_slo, per_instance = self.preset.ttft_slo_s, self.preset.tbt_slo_s, self.capacity_tokens
+        n_d = len(self.decode)
+        while s < t and s <= horizon:
+            # Mooncake §7's loads, as SLO satisfaction: an instance's queued prefill (the wait a request
+            # arriving now would face there) over the TTFT SLO; a decode instance's KV use or its
+            # iteration time over the TBT SLO, the greater; each pool's load is its instances' mean
+            # (sums of lists, not of generators: mypyc compiles sum(generator) to a loop of +, which on
+            # Python >= 3.12 differs from the builtin's compensated float sum)
+            queued = sum([q.busy_until - s for q in prefill if q.busy_until > s])
+            loads = [d.load(s, 0) for d in self.decode]  # (batch, used, step, _): one context solve each
+            self._samples_t.append(s)
+            self._samples_p.append(queued / (n_p * ttft_slo))
+            self._samples_d.append(sum([max(used / per_instance, step / tbt_slo) for _, used, step, _ in loads]) / n_d)
+            self._samples_kv.append(sum(load[1] for load in loads) / cap)
+            self._k_sample += 1
+            s = self._k_sample * period
+        self._next_sample = s if s <= horizon else math.inf  # past the horizon: no more samples, no more calls
+
+    # -- the view -----------------------------------------------------------------------------------
+    def _mean_decode_s(self) -> float:
+        """The workload's mean decode time as a deployment estimates it: mean output x the mean
+        iteration time of the busy decode instances now (one iteration of a lone request if idle)."""
+        steps = [s for s in (d.step_s(self.now) for d in self.decode) if s > 0]
+        tbt = sum(steps) / len(steps) if steps else self._idle_step_s
+        return self.mean_output_tokens * tbt
+
+    def _make_view(self, i: int, now: float) -> ClusterView:
+        v = ClusterView()
+        v.now, v.index, v.input_tokens = now, i, self._input[i]
+        v.output_tokens = self._output[i] if self.oracle else None
+        v.predicted_output_tokens = None if self.predicted_output is None else self.predicted_output[i]
+        v.routing = cast(RoutingView, self.prefill.view)  # pending: not None
+        v._route = None
+        v.decode_capacity_per_instance = self.capacity_tokens
+        v.ttft_slo_s, v.tbt_slo_s = self.preset.ttft_slo_s, self.preset.tbt_slo_s
+        v.mean_output_tokens = self.mean_output_tokens
+        v.requests_in_prefill = len(self._in_prefill)
+        v.requests_in_decode = len(self._decode_of)
+        v._sim = self
+        v._decode = None
+        return v
+
+    def decode_fields(self) -> tuple:
+        """The decode side of the pending view: (batch, used, step, step with the request, mean
+        decode time), computed on first use (a routing-only run never needs them)."""
+        now = self.now
+        tokens = self._footprint[self._i]
+        decode = self.decode
+        batch, used, step, step_with = zip(*[d.load(now, tokens) for d in decode])
+        return batch, used, step, step_with, self._mean_decode_s()
+
+    def _quantile_table(self, quantile: float) -> list[int]:
+        """``table[k]``: the ``quantile`` of the output lengths longer than k (k + 1 if none)."""
+        table = self._quantile_tables.get(quantile)
+        if table is None:
+            out = self._output_sorted
+            n = len(out)
+            k = np.arange(int(out[-1]) + 1)
+            first = np.searchsorted(out, k, side="right")
+            longer = n - first
+            pos = first + np.minimum(np.floor(quantile * longer).astype(np.int64), np.maximum(longer - 1, 0))
+            table = np.where(longer > 0, out[np.minimum(pos, n - 1)], k + 1).tolist()
+            self._quantile_tables[quantile] = table
+        return table
+
+    def project_decode(self, at_s: float, decode_s: float | None = None, quantile: float | None = None,
+                       output_tokens: float | None = None) -> list:
+        """See :meth:`ClusterView.project_decode`."""
+        now = self.now
+        td = self._mean_decode_s() if decode_s is None else decode_s
+        out = self.mean_output_tokens if output_tokens is None else output_tokens
+        decode = self.decode
+        used: list[Any] = [d.used_tokens(now) for d in decode]  # ints, then + float outputs
+        step = [d.step_s(now) or self.preset.tbt_slo_s for d in decode]
+        table = self._quantile_table(quantile) if quantile is not None else None
+        departures: list[tuple[float, Any, int]] = []  # (end, tokens held: int, or with a float output, instance)
+        tokens: Any
+        for r, (j, start) in self._decode_of.items():
+            if table is None:
+                end = start + td
+            else:
+                k = int((now - start) / step[j]) if step[j] > 0 else 0
+                remaining = (table[k] if k < len(table) else k + 1) - k
+                end = now + remaining * step[j]
+            if end <= at_s:
+                held = self._footprint[r] if self.reserve else self._input[r] + max(0, int((now - start) / step[j]))
+                departures.append((end, held, j))
+        heapq.heapify(departures)
+        arrivals = sorted((f, r) for r, f in self._in_prefill.items() if f <= at_s)
+        cap = self.capacity_tokens
+        for finish, r in arrivals:
+            while departures and departures[0][0] <= finish:
+                _, tokens, j = heapq.heappop(departures)
+                used[j] -= tokens
+            tokens = self._input[r] + out
+            best = min(range(len(used)), key=used.__getitem__)
+            if used[best] + tokens <= cap:
+                used[best] += tokens
+                if finish + td <= at_s:
+                    heapq.heappush(departures, (finish + td, tokens, best))
+        while departures and departures[0][0] <= at_s:
+            _, tokens, j = heapq.heappop(departures)
+            used[j] -= tokens
+        return used
+
+    # -- results ------------------------------------------------------------------------------------
+    def result(self, policy: str = "policy") -> "ClusterResult":
+        return ClusterResult(self, policy)
+
+
+class ClusterResult:
+    """Per-request outcomes, load series and metrics of one cluster run.
+
+    Load series, sampled every ``sample_period_s`` up to the last arrival (``sample_times_s``), as
+    Mooncake §7 measures load (SLO satisfaction; 1.0 = at the SLO):
+
+    - ``prefill_load``: the mean over prefill instances of the prefill work queued there (the wait a
+      request arriving then would face) over the TTFT SLO;
+    - ``decode_load``: the mean over decode instances of the greater of KV use (used / capacity) and
+      the running iteration's time over the TBT SLO;
+    - ``decode_kv_load``: the decode pool's KV occupancy alone (used / capacity; never above 1).
+
+    ``correlation`` (metric ``load_correlation``) is the Pearson correlation of the first two after
+    ``warmup_s``; ``prefill_load_std`` the prefill load's swing. Mooncake's Figure 9 shows the two
+    swinging in anti-phase under early rejection; here they do where the prefill queue makes
+    admission lag decode by about a decode residence (docs/cluster.md, ``tests/test_antiphase.py``).
+    """
+
+    #: What the two load series are, for plots.
+    LOAD_LABELS = ("prefill load (queued prefill / TTFT SLO)", "decode load (max of KV use, iteration / TBT SLO)")
+
+    def __init__(self, sim: ClusterSimulator, policy: str):
+        p = sim.preset
+        sim.finish_tbt()
+        self.policy = policy
+        self.preset = p.name
+        self.outcome = np.asarray(sim.outcome, dtype=np.int8)
+        self.ttft_s = np.asarray(sim.ttft_s)
+        self.tbt_s = np.asarray(sim.tbt_s)
+        self.prefill_s = np.asarray(sim.prefill_s)
+        self.prefill_instance = np.asarray(sim.prefill_instance)
+        self.decode_instance = np.asarray(sim.decode_instance)
+        self.decode_start_s = np.asarray(sim.decode_start_s)
+        self.end_s = np.asarray(sim.end_s)
+        self.sample_times_s = np.asarray(sim._samples_t)
+        self.prefill_load = np.asarray(sim._samples_p)
+        self.decode_load = np.asarray(sim._samples_d)
+        self.decode_kv_load = np.asarray(sim._samples_kv)
+        steady = self.sample_times_s >= sim.warmup_s
+        self.correlation = load_correlation(self.prefill_load[steady], self.decode_load[steady])
+        self.prefill_load_std = float(self.prefill_load[steady].std()) if steady.any() else float("nan")
+        done = self.outcome == COMPLETED
+        prefilled = ~np.isnan(self.ttft_s)
+        ttft = self.ttft_s[prefilled]
+        tbt = self.tbt_s[done]
+        horizon = sim._horizon
+        span = horizon - sim.warmup_s
+        starts = self.decode_start_s[done]
+        routing = sim.prefill.result(policy).metrics
+
+        def pct(x):  # the 50th, 90th and 99th percentiles in one call
+            return np.percentile(x, [50, 90, 99]).tolist() if len(x) else [float("nan")] * 3
+
+        ttft_pct, tbt_pct = pct(ttft), pct(tbt)
+
+        output = np.asarray(sim._output)
+        good = done & (self.ttft_s <= p.ttft_slo_s) & (self.tbt_s <= p.tbt_slo_s)
+        self.good = good
+        n_int = np.maximum(output[done] - 1, 0)
+        mean_interval = (float((np.asarray(sim.mean_interval_s)[done] * n_int).sum() / n_int.sum())
+                         if n_int.sum() else float("nan"))
+        # without the drain: good requests that started decoding by the horizon (module docstring)
+        credited = good & (self.decode_start_s <= horizon)
+        self.credited = credited
+        classes = length_class_of(output)
+        self.metrics = {
+            "policy": policy,
+            "preset": p.name,
+            "requests": len(self.outcome),
+            "admitted": sim.admitted,
+            "completed": sim.completed,
+            "goodput": int(good.sum()),
+            "goodput_tokens": int(output[good].sum()),
+            "output_tokens_served": int(output[done].sum()),
+            "rejected_at_arrival": sim.rejected_at_arrival,
+            "rejected_after_prefill": sim.rejected_after_prefill,
+            "preempted": sim.preempted,
+            "refused_too_long": sim.refused_too_long,
+            "wasted_prefill_s": sim.wasted_prefill_s,
+            "wasted_prefill_gpu_s": sim.wasted_prefill_s * p.prefill_cost.instance.n_gpus,
+            "mean_ttft_s": float(ttft.mean()) if len(ttft) else float("nan"),
+            "p50_ttft_s": ttft_pct[0],
+            "p90_ttft_s": ttft_pct[1],
+            "p99_ttft_s": ttft_pct[2],
+            "ttft_attainment": float((ttft <= p.ttft_slo_s).mean()) if len(ttft) else float("nan"),
+            "mean_tbt_s": float(tbt.mean()) if len(tbt) else float("nan"),
+            "p50_tbt_s": tbt_pct[0],
+            "p90_tbt_s": tbt_pct[1],
+            "p99_tbt_s": tbt_pct[2],
+            "tbt_attainment": float((tbt <= p.tbt_slo_s).mean()) if len(tbt) else float("nan"),
+            "mean_token_interval_s": mean_interval,
+            "hit_ratio": routing["hit_ratio"],
+            "fetched_tokens": routing["fetched_tokens"],
+            "load_correlation": self.correlation,
+            "mean_prefill_load": float(self.prefill_load.mean()) if len(self.prefill_load) else float("nan"),
+            "mean_decode_load": float(self.decode_load.mean()) if len(self.decode_load) else float("nan"),
+            "prefill_load_std": self.prefill_load_std,
+            "duration_s": horizon,
+            "goodput_per_s": int(good.sum()) / horizon if horizon > 0 else float("nan"),
+            "steady_completed_per_s": (float(np.count_nonzero((starts >= sim.warmup_s) & (starts <= horizon))) / span
+                                       if span > 0 else float("nan")),
+            "token_goodput": int(output[credited].sum()),
+            "goodput_requests": int(credited.sum()),
+            "drain_goodput_tokens": int(output[good & ~credited].sum()),
+        }
+        for k, (name, _, _) in enumerate(LENGTH_CLASSES):
+            members = classes == k
+            n = int(members.sum())
+            self.metrics[f"accepted_{name}"] = float(credited[members].sum() / n) if n else float("nan")
+
+
+def length_class_of(output_tokens) -> np.ndarray:
+    """The index in :data:`LENGTH_CLASSES` of each output length (an array of ints)."""
+    upper = [hi for _, _, hi in LENGTH_CLASSES[:-1]]
+    return np.searchsorted(np.asarray(upper), np.asarray(output_tokens), side="left").astype(np.int64)
+
+
+def simulate(trace: Trace, preset: str | ClusterPreset = "mooncake", admission: Callable | None = None,
+             routing: Callable | None = None, decode: Callable | None = None, seed: int = 0,
+             **options) -> ClusterResult:
+    """Run one cluster over ``trace``: ``admission(view) -> bool`` (default: admit all),
+    ``routing(routing_view) -> Route`` (default: the simulator's router, ``kvcentric``),
+    ``decode(view) -> instance or None`` (default: the rule at the prefill's end). ``options`` go to
+    :class:`ClusterSimulator`. Each policy's ``reset(rng)`` is called first with ``seed``."""
+    for name, pol in (("admission", admission), ("routing", routing), ("decode", decode)):
+        if pol is not None and not callable(pol):
+            raise ValueError(f"{name}: expected a callable policy or None, got {type(pol).__name__}")
+        if pol is not None:
+            reset_policy(pol, seed)
+    sim = ClusterSimulator(trace, preset, seed=seed, **options)
+    view = sim.view
+    while view is not None:
+        admit = True if admission is None else admission(view)
+        if not isinstance(admit, (bool, np.bool_)):
+            raise ValueError(f"admission policy: expected True or False, got {admit!r}")
+        route = None if routing is None or not admit else routing(view.routing)
+        target = None if decode is None or not admit else decode(view)
+        view = sim.step(ClusterAction(bool(admit), route, target))
+    names = [policy_name(p) for p in (admission, routing, decode) if p is not None]
+    return sim.result("+".join(names) or "default")
+
+
+# ------------------------------------------------------------------------------------------------
+# Load: multiples of the cluster's measured saturation throughput
+# ------------------------------------------------------------------------------------------------
+class Saturation(NamedTuple):
+    """Requests/s each pool completes with an infinite backlog of the request mix, admit-all, in
+    steady state; ``cluster_per_s`` is the smaller and ``bottleneck`` names that pool."""
+
+    prefill_per_s: float
+    decode_per_s: float
+    cluster_per_s: float
+    bottleneck: str
+
+
+_SATURATION_CACHE: dict = {}
+
+
+def saturation(trace: Trace, preset: str | ClusterPreset = "mooncake", decode_check: str = "tbt",
+               n_requests: int = 4000) -> Saturation:
+    """The saturation throughput of ``preset``'s cluster on ``trace``'s request mix (cached).
+
+    - Prefill: every request of the mix queued at time 0 and routed by Algorithm 1 (``kvcentric``,
+      prefix caches and pulls included); the rate is the requests over the makespan.
+    - Decode: the decode pool alone fed from an infinite backlog of the requests (in trace order,
+      repeated up to ``n_requests``): whenever an instance accepts the next request (its own check,
+      ``decode_check``) it joins; the rate is the completions per second between the first and the
+      last quarter of them. Under the ``reserve`` model this is the lecture's pool exactly.
+    """
+    p = get_preset(preset)
+    key = (id(trace), len(trace), float(trace.arrival_s[-1]), p, decode_check, n_requests)
+    hit = _SATURATION_CACHE.get(key)
+    if hit is not None:
+        return hit
+    inputs = trace.input_tokens.tolist()
+    outputs = trace.output_tokens.tolist()
+    # prefill: every request of the mix queued at once, routed by Algorithm 1 (prefix caches and
+    # pulls included): the pool's rate is the requests over the time the last one finishes
+    from mooncake_gym.baselines.routing import KVCentric
+    backlog = trace.take(range(len(trace)), arrival_s=np.zeros(len(trace)))
+    pool_sim = RoutingSimulator(backlog, p.routing_config(), p.prefill_cost)
+    router = KVCentric()
+    view = pool_sim.view
+    while view is not None:
+        view = pool_sim.step(router(view))
+    prefill_rate = len(trace) / max(inst.busy_until for inst in pool_sim.instances)
+    cap = p.capacity_tokens
+    mix = [(i, o) for i, o in zip(inputs, outputs) if i + o <= cap]
+    if not mix:
+        raise ValueError("trace: no request fits in one decode instance")
+    reserve = p.decode_model == "reserve"
+    check = decode_check == "tbt"
+    pool: list[DecodeInstance]
+    if reserve:
+        pool = [ReservingDecodeInstance(j, cap, p.tbt_s) for j in range(p.n_decode)]
+    else:
+        pool = [BatchingDecodeInstance(j, p.decode_cost, cap, p.tbt_slo_s) for j in range(p.n_decode)]
+    ends: list[float] = []
+    heap: list = []
+    nxt = 0
+    now = 0.0
+
+    def fill(inst):
+        nonlocal nxt
+        while nxt < n_requests:
+            i, o = mix[nxt % len(mix)]
+            tokens = i + o if reserve else i
+            if not inst.accepts(tokens, now, check):
+                break
+            nxt += 1
+            ends.extend(c.end_s for c in inst.join(nxt, now, tokens, o, now))
+        if inst.next_event_s < math.inf:
+            heapq.heappush(heap, (inst.next_event_s, inst.index, inst.version))
+
+    for inst in pool:
+        fill(inst)
+    while heap and len(ends) < n_requests:
+        now, j, version = heapq.heappop(heap)
+        inst = pool[j]
+        if inst.version != version:
+            continue
+        ends.extend(c.end_s for c in inst.on_event(now) if not c.preempted)
+        fill(inst)
+    ends.sort()
+    q1, q3 = len(ends) // 4, 3 * len(ends) // 4
+    if q3 - q1 < 10 or ends[q3] <= ends[q1]:
+        raise ValueError(f"n_requests: {n_requests} requests are too few to measure the decode pool's rate")
+    decode_rate = (q3 - q1) / (ends[q3] - ends[q1])
+    result = Saturation(prefill_rate, decode_rate, min(prefill_rate, decode_rate),
+                        "prefill" if prefill_rate < decode_rate else "decode")
+    _SATURATION_CACHE[key] = result
+    return result
+
+
+def overload_workload(base: Trace, load: float, n_requests: int, seed: int = 0,
+                      preset: str | ClusterPreset = "mooncake", fresh_blocks: bool = False) -> tuple[Trace, Saturation]:
+    """``n_requests`` drawn i.i.d. from ``base`` with Poisson arrivals at ``load`` x the cluster's
+    measured saturation throughput (:func:`saturation`); returns (trace, saturation).
+
+    ``fresh_blocks=True`` (opt-in) gives each re-drawn copy of a request fresh ids for the blocks it
+    brought into ``base``, those no earlier request of ``base`` holds (``workload.redrawn_block_ids``):
+    without it a long draw repeats prompts whose blocks are already cached, and its prefix-hit
+    ratio climbs with its length."""
+    from mooncake_gym.model.workload import resample_iid
+    if not (isinstance(load, (int, float)) and 0.01 <= load <= 100):
+        raise ValueError(f"load: expected a multiple of the saturation throughput in [0.01, 100], got {load!r}")
+    sat = saturation(base, preset)
+    return resample_iid(base, n_requests, load * sat.cluster_per_s, seed, fresh_blocks=fresh_blocks), sat

@@ -1,0 +1,521 @@
+"""Prefill routing: a cluster of prefill instances with local prefix caches and KV transfer.
+
+The simulator is step-able: it pauses at each request arrival with a read-only
+:class:`RoutingView` and resumes with a :class:`Route` (instance, whether to pull the best prefix
+there first). :func:`simulate` is a loop over it, and the Gym environment
+``mooncake_gym/PrefillRouting-v0`` is a thin adapter over the same object.
+
+Model (Mooncake v3 §6, Algorithm 1):
+
+* Each instance serves requests one at a time in FIFO order (``cluster.PrefillInstance``) and has
+  an LRU prefix cache of ``cache_blocks`` 512-token blocks in its DRAM (``prefixcache``).
+* A request dispatched to instance *i* with a local prefix hit of *h* tokens takes
+  ``cost.prefill_s(input, h)``: the cached part is loaded from local DRAM with layer-wise overlap;
+  at least one token is always computed.
+* With a pull, the blocks between *i*'s hit and the longest prefix held anywhere are first copied
+  from their holder over RDMA (``cost.transfer_s``); the copy is part of the request's service on
+  *i* (so it adds to its TTFT, as Algorithm 1 estimates) and the copied blocks are inserted into
+  *i*'s cache, so hot prefixes replicate.
+* After dispatch all of the request's blocks are in *i*'s cache: FIFO service makes this exact for
+  every later request sent to *i*.
+
+Since service is FIFO and deterministic, each request's TTFT is known at dispatch:
+``TTFT = queue + transfer + prefill``, where queue is the work already queued on the instance.
+
+A pool may be heterogeneous (``RoutingConfig(instances="4xH800+4xA800")``, per-instance
+``cache_blocks``): each instance prefills at its own GPU's speed (its own ``CostModel``). What the
+policy sees is the exact view by default; ``observation=`` (``mooncake_gym.sim.observation``) puts
+what a deployed router would see between the exact view and the policy (stale load, a router-side
+prefix index, noisy estimates), while every dispatched request is still served exactly.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import namedtuple
+from dataclasses import dataclass, replace
+from typing import Any, Callable, NamedTuple, Sequence, cast
+
+import numpy as np
+
+from mooncake_gym.sim.prefill import PrefillInstance, pool_load
+from mooncake_gym.model.costmodel import CostModel, InstanceSpec
+from mooncake_gym._native import mypyc_attr
+from mooncake_gym.model.limits import check
+from mooncake_gym.sim.observation import Observer, as_observation, observation_rng
+from mooncake_gym.sim.policy import policy_name, reset_policy
+from mooncake_gym.sim.prefixcache import PrefixCache, match_all
+from mooncake_gym.model.workload import Trace
+
+
+@mypyc_attr(native_class=False)  # a frozen dataclass set in __post_init__
+@dataclass(frozen=True)
+class RoutingConfig:
+    """Cluster shape and SLO of the routing problem.
+
+    n_instances: prefill instances (default 8, as in lecture demo 2 and Mooncake Figure 8; with
+        ``instances``, their number).
+    cache_blocks: capacity of each instance's local prefix cache in 512-token blocks (default 3,000),
+        or one capacity per instance (a heterogeneous pool).
+    ttft_slo_s: TTFT service-level objective for attainment (default 5 s, as in the lecture).
+    instances: None (default: every instance is the cost model's own ``InstanceSpec``) or one
+        :class:`~mooncake_gym.model.costmodel.InstanceSpec` per instance, for a heterogeneous pool: a GPU
+        name (``"H800"``) stands for ``InstanceSpec(gpu=name)`` (8 GPUs at 60 % MFU), and a string
+        such as ``"4xH800+4xA800"`` for that list. Each instance then prefills at its own speed
+        (``CostModel`` with that instance); the served model, block size and RDMA are the cluster's.
+    """
+
+    n_instances: int | None = None
+    cache_blocks: int | tuple[int, ...] = 3000
+    ttft_slo_s: float = 5.0
+    instances: tuple[InstanceSpec, ...] | None = None
+
+    def __post_init__(self):
+        if self.instances is not None:
+            object.__setattr__(self, "instances", parse_instances(self.instances))
+        n = self.n_instances
+        if n is None:
+            n = 8 if self.instances is None else len(self.instances)
+            object.__setattr__(self, "n_instances", n)
+        check("n_instances", n)  # the ranges of mooncake_gym.model.limits
+        if self.instances is not None and len(self.instances) != n:
+            raise ValueError(f"n_instances: expected len(instances) = {len(self.instances)} (or leave it out), got {n}")
+        blocks = self.cache_blocks
+        if isinstance(blocks, (list, tuple, np.ndarray)):
+            blocks = tuple(blocks)
+            if len(blocks) != n:
+                raise ValueError(f"cache_blocks: expected one integer per instance ({n}), got {len(blocks)}")
+            for i, b in enumerate(blocks):
+                check("cache_blocks", b, f"cache_blocks[{i}]")
+            object.__setattr__(self, "cache_blocks", blocks)
+        else:
+            check("cache_blocks", blocks)
+        check("ttft_slo_s", self.ttft_slo_s)
+
+    def instance_cache_blocks(self) -> tuple[int, ...]:
+        """Each instance's prefix-cache capacity in blocks."""
+        b = self.cache_blocks
+        n = self.n_instances
+        assert n is not None  # set by __post_init__
+        return tuple(int(x) for x in b) if isinstance(b, tuple) else (int(b),) * n
+
+    def instance_costs(self, cost: CostModel) -> tuple[CostModel, ...]:
+        """Each instance's cost model: ``cost`` itself, or ``cost`` with that instance's ``InstanceSpec``."""
+        n = self.n_instances
+        assert n is not None  # set by __post_init__
+        if self.instances is None:
+            return (cost,) * n
+        return tuple(replace(cost, instance=spec) for spec in self.instances)
+
+
+_POOL_PART = re.compile(r"^\s*(?:(\d+)\s*[xX*]\s*)?([A-Za-z0-9]+)\s*$")
+
+
+def parse_instances(instances) -> tuple[InstanceSpec, ...]:
+    """One ``InstanceSpec`` per instance from ``"4xH800+4xA800"``, or a sequence of GPU names and
+    ``InstanceSpec`` objects (a GPU name is ``InstanceSpec(gpu=name)``). ``ValueError`` names
+    ``instances`` otherwise."""
+    if isinstance(instances, str):
+        items = []
+        for part in instances.split("+"):
+            m = _POOL_PART.match(part)
+            if not m or (m.group(1) is not None and int(m.group(1)) < 1):
+                raise ValueError(f"instances: expected e.g. '4xH800+4xA800' (COUNTxGPU joined by '+'), "
+                                 f"got {instances!r}")
+            items += [m.group(2).upper()] * int(m.group(1) or 1)
+    elif isinstance(instances, (list, tuple)):
+        items = list(instances)
+    else:
+        raise ValueError(f"instances: expected a string like '4xH800+4xA800' or a list of GPU names / InstanceSpec, "
+                         f"got {type(instances).__name__}")
+    if not items:
+        raise ValueError("instances: expected at least one instance")
+    specs = []
+    for i, item in enumerate(items):
+        if isinstance(item, InstanceSpec):
+            specs.append(item)
+        elif isinstance(item, str):
+            try:
+                specs.append(InstanceSpec(gpu=item.upper()))
+            except ValueError as e:
+                raise ValueError(f"instances[{i}]: {e}") from None
+        else:
+            raise ValueError(f"instances[{i}]: expected a GPU name or an InstanceSpec, got {item!r}")
+    return tuple(specs)
+
+
+class Route(NamedTuple):
+    """A routing action: the prefill instance, and whether to pull the best prefix there first."""
+
+    instance: int
+    pull: bool = False
+
+
+def check_route(action, n_instances: int) -> tuple[int, bool]:
+    """The one check of a routing answer (simulator, ``evaluate`` and the env alike): an instance
+    ``0 <= i < n_instances`` (a Python or numpy integer, not a bool) or ``Route(i, pull)`` / a pair
+    ``(i, pull)`` with ``pull`` a bool, numpy bool or the integer 0 or 1. Returns ``(i, pull)``;
+    ``TypeError`` for a wrong type, ``ValueError`` for a value out of range. Nothing is coerced:
+    ``Route(1, 'no')`` is an error, not a pull."""
+    inst: Any  # (not typed by the first unpacking: compiled, that would type-check the later ones)
+    pull: Any
+    if type(action) is Route:  # what the baselines return: checked without conversions
+        inst, pull = action
+        if type(inst) is int and type(pull) is bool and 0 <= inst < n_instances:
+            return action
+    if isinstance(action, tuple):  # Route or (instance, pull)
+        if len(action) != 2:
+            raise ValueError(f"action: expected an instance or (instance, pull), got {action!r}")
+        inst, pull = action
+        if isinstance(pull, (bool, np.bool_)):
+            pull = bool(pull)
+        elif isinstance(pull, (int, np.integer)) and (pull == 0 or pull == 1):
+            pull = bool(pull == 1)
+        else:
+            raise TypeError(f"action: pull must be True or False (or 0 or 1), got {type(pull).__name__} {pull!r}")
+    else:
+        inst, pull = action, False
+    if isinstance(inst, (bool, np.bool_)) or not isinstance(inst, (int, np.integer)):
+        raise TypeError(f"action: instance must be an integer, got {type(inst).__name__} {inst!r}")
+    if not 0 <= inst < n_instances:
+        raise ValueError(f"action: instance must be in 0..{n_instances - 1}, got {inst}")
+    return int(inst), pull
+
+
+RoutingViewFields = namedtuple("RoutingViewFields", [  # the fields written out: mypy (and mypyc) read them
+    "now", "index", "input_tokens", "output_tokens", "block_ids", "n_instances", "queue_s", "queued_requests",
+    "hit_tokens", "prefill_s", "best_hit_tokens", "best_instance", "transfer_s", "pull_prefill_s", "queued_tokens",
+    "cache_blocks", "hit_blocks"])
+#: The fields of :class:`RoutingView`, in order.
+ROUTING_VIEW_FIELDS: tuple[str, ...] = RoutingViewFields._fields
+
+
+@mypyc_attr(native_class=False)  # a named tuple
+class RoutingView(RoutingViewFields):
+    """What a routing policy sees at one arrival (read-only; tuples are indexed by instance).
+
+    A named tuple: a policy cannot change what the simulator recorded (setting a field raises
+    ``AttributeError``), and building one is a single tuple allocation on the hot path.
+
+    now: current time (s), the request's arrival.
+    index: the request's position in the trace.
+    input_tokens, output_tokens, block_ids: the request.
+    queue_s: work queued on each instance (s), Algorithm 1's T_queue.
+    queued_requests: requests dispatched to each instance and not finished (including the one in service).
+    queued_tokens: computed (uncached) prompt tokens of those requests (Dynamo's "active prefill tokens").
+    cache_blocks: each instance's prefix-cache capacity in blocks.
+    hit_tokens: each instance's local prefix hit for this request (tokens).
+    hit_blocks: each instance's local prefix hit in blocks (leading blocks of ``block_ids`` it holds).
+    prefill_s: estimated prefill time on each instance given its local hit.
+    best_hit_tokens, best_instance: the longest prefix held anywhere and who holds it (-1 if none).
+    transfer_s: time to pull the part of the best prefix each instance lacks (0 where none is missing).
+    pull_prefill_s: prefill time on each instance after such a pull (with the best hit).
+
+    With the default exact observation every field is the simulator's truth; an observation mode
+    (``mooncake_gym.sim.observation``) changes what the load, hit and time fields say, never the class
+    or the fields.
+    """
+
+    __slots__ = ()
+
+    def ttft_s(self, instance: int, pull: bool = False) -> float:
+        """Estimated TTFT on ``instance`` (exact with the exact observation): queue + transfer + prefill."""
+        if pull:
+            return self.queue_s[instance] + self.transfer_s[instance] + self.pull_prefill_s[instance]
+        return self.queue_s[instance] + self.prefill_s[instance]
+
+    def __repr__(self) -> str:
+        return (f"RoutingView(now={self.now:.3f}, index={self.index}, input={self.input_tokens}, "
+                f"hits={self.hit_tokens}, queue_s={tuple(round(q, 3) for q in self.queue_s)})")
+
+
+_new_tuple = tuple.__new__
+
+
+class PrefixEstimates:
+    """The view fields that follow from each instance's prefix hit, through the cost model.
+
+    ``estimate(hit_blocks, input_tokens)`` returns the view's ``(hit_tokens, prefill_s, transfer_s,
+    pull_prefill_s, best_hit_tokens, best_instance)`` from ``hit_blocks[i]``, the leading blocks of
+    the request held by instance ``i``. The simulator makes its exact view with the caches' true
+    hits, and the observation layer (``mooncake_gym.sim.observation``) a router's view with the hits its
+    prefix index believes in: one formula for both. Each instance prefills at the
+    speed of its own cost model (``costs[i]``); the block size and the RDMA transfer are the first's
+    (the same for every instance of a cluster).
+    """
+
+    __slots__ = ("hit_tokens", "transfer_s", "prefill", "group", "homogeneous")
+
+    def __init__(self, costs: Sequence[CostModel]):
+        kinds: dict[CostModel, int] = {}
+        self.group = tuple(kinds.setdefault(c, len(kinds)) for c in costs)  # instance -> index of its cost model
+        # cost.prefill_s(n, h), constants bound (h <= n - 1 here), remembered by (n, h)
+        self.prefill = [c.prefill_time().cached for c in kinds]
+        self.homogeneous = len(kinds) == 1
+        self.hit_tokens, self.transfer_s = costs[0].hit_tokens, costs[0].transfer_s
+
+    def estimate(self, ks: list[int], n_in: int) -> tuple:
+        # The hot path of every decision. Everything about an instance but its queue follows from
+        # its hit length (and its speed), and most instances share a hit (0, or the system prompt),
+        # so the cost model is called once per distinct hit (and kind of instance).
+        hit_tokens, transfer_s = self.hit_tokens, self.transfer_s
+        best_blocks = max(ks)
+        best = hit_tokens(best_blocks, n_in)
+        if self.homogeneous:
+            prefill_s = self.prefill[0]
+            pull_prefill = prefill_s(n_in, best)
+            # blocks -> hit, prefill, transfer, after pull
+            by_hit = {best_blocks: (best, pull_prefill, 0.0, pull_prefill)}
+            for k in set(ks):
+                if k != best_blocks:
+                    h = hit_tokens(k, n_in)
+                    p = prefill_s(n_in, h)
+                    by_hit[k] = (h, p, transfer_s(best - h), pull_prefill) if h < best else (h, p, 0.0, p)
+            if len(by_hit) == 1:  # every instance holds the same prefix (often: the system prompt, or none)
+                h, p, t, pp = by_hit[best_blocks]
+                n = len(ks)
+                hits, prefills, transfers, pulls = (h,) * n, (p,) * n, (t,) * n, (pp,) * n
+            else:
+                hits, prefills, transfers, pulls = zip(*map(by_hit.__getitem__, ks))
+        else:  # a heterogeneous pool: the same, per kind of instance
+            pull = [f(n_in, best) for f in self.prefill]
+            by_kind: dict[tuple[int, int], tuple[int, float, float, float]] = {}
+            rows = []
+            for k, g in zip(ks, self.group):
+                row = by_kind.get((k, g))
+                if row is None:
+                    h = hit_tokens(k, n_in)
+                    p = self.prefill[g](n_in, h)
+                    row = by_kind[k, g] = (h, p, transfer_s(best - h), pull[g]) if h < best else (h, p, 0.0, p)
+                rows.append(row)
+            hits, prefills, transfers, pulls = zip(*rows)
+        return hits, prefills, transfers, pulls, best, ks.index(best_blocks) if best_blocks else -1
+
+
+class RoutingResult:
+    """Per-request outcomes and summary metrics of one routing run."""
+
+    def __init__(self, policy: str, trace_name: str, config: RoutingConfig, rows: list[tuple], instances, cost):
+        """``rows``: one tuple per dispatched request, its fields in the order of ``_ARRAYS``."""
+        # one float64 array in a single conversion, then its columns (token counts and instance
+        # indices are far below 2**53: exact)
+        table = np.array(rows, dtype=np.float64).reshape(-1, len(_ARRAYS))
+        arrays = dict(zip(_ARRAYS, table.T.copy()))  # each column contiguous
+        self.policy = policy
+        self.trace_name = trace_name
+        self.config = config
+        self.ttft_s = arrays["ttft_s"]
+        self.prefill_s = arrays["prefill_s"]
+        self.queue_s = arrays["queue_s"]
+        self.transfer_s = arrays["transfer_s"]
+        self.hit_tokens = arrays["hit_tokens"].astype(np.int64)
+        self.fetched_tokens = arrays["fetched_tokens"].astype(np.int64)
+        self.input_tokens = arrays["input_tokens"].astype(np.int64)
+        self.instance = arrays["instance"].astype(np.int64)
+        self.arrival_s = arrays["arrival_s"]
+        self.metrics = self._metrics(instances, cost)
+
+    def _metrics(self, instances, cost: CostModel) -> dict:
+        n = len(self.ttft_s)
+        t = self.ttft_s
+        total_in = int(self.input_tokens.sum())
+        hit = int(self.hit_tokens.sum())
+        fetched = int(self.fetched_tokens.sum())
+        if n:
+            span = float((self.arrival_s + self.ttft_s).max() - self.arrival_s.min())
+        else:
+            span = 0.0
+        p50, p90, p99 = np.percentile(t, [50, 90, 99]).tolist() if n else [float("nan")] * 3
+        return {
+            "requests": n,
+            "mean_ttft_s": float(t.mean()) if n else float("nan"),
+            "p50_ttft_s": p50,
+            "p90_ttft_s": p90,
+            "p99_ttft_s": p99,
+            "slo_attainment": float((t <= self.config.ttft_slo_s).mean()) if n else float("nan"),
+            "hit_ratio": hit / total_in if total_in else float("nan"),
+            "input_tokens": total_in,
+            "hit_tokens": hit,
+            "computed_tokens": total_in - hit,
+            "fetched_tokens": fetched,
+            "fetched_bytes": cost.kv_bytes(fetched),
+            "utilisation": [inst.busy_s / span if span > 0 else 0.0 for inst in instances],
+            "request_share": [inst.requests / n if n else 0.0 for inst in instances],
+        }
+
+
+_ARRAYS = ("arrival_s", "input_tokens", "instance", "ttft_s", "queue_s", "transfer_s", "prefill_s",
+           "hit_tokens", "fetched_tokens")
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled (setup.py), it can still be subclassed in Python
+class RoutingSimulator:
+    """A step-able prefill-routing simulation of one trace.
+
+    ``reset()`` returns the view of the first arrival; ``step(action)`` dispatches the current
+    request and returns the next view, or ``None`` once every request has been dispatched.
+    ``last`` holds the dispatched request's outcome (``ttft_s``, ``hit_tokens``, ...).
+
+    ``observation``: what the views show (None or ``"exact"``: the exact state; otherwise an
+    :class:`~mooncake_gym.sim.observation.ObservationConfig`, a mode string or a dict of its fields);
+    ``exact_view`` is always the truth, which dispatch follows. ``rng``: the generator of the
+    observation's noise (``simulate`` spawns one from its seed).
+    """
+
+    def __init__(self, trace: Any, config: RoutingConfig | None = None, cost: CostModel | None = None,  # trace: checked
+                 observation=None, rng: np.random.Generator | None = None):
+        if not isinstance(trace, Trace):
+            raise ValueError(f"trace: expected a mooncake_gym.model.workload.Trace, got {type(trace).__name__}")
+        if len(trace) == 0:
+            raise ValueError("trace: expected at least one request")
+        self.trace = trace
+        self.config = config or RoutingConfig()
+        self.cost = cost or CostModel()
+        self.costs = self.config.instance_costs(self.cost)  # each instance's cost model
+        self.observation = as_observation(observation)
+        self._rng = rng if rng is not None else np.random.default_rng(0)  # the observation's noise only
+        self._arrival, self._input, self._output, self._blocks = trace.columns()
+        self._estimates = PrefixEstimates(self.costs)
+        self.reset()
+
+    # -- stepping -------------------------------------------------------------------------------
+    def reset(self) -> RoutingView | None:
+        self.instances = [PrefillInstance(i, b) for i, b in enumerate(self.config.instance_cache_blocks())]
+        self._caches = cast("list[PrefixCache]", [inst.cache for inst in self.instances])  # all cached
+        self._cache_blocks = self.config.instance_cache_blocks()
+        self._i = 0
+        self._rows: list[tuple] = []  # one outcome per dispatched request (fields of _ARRAYS)
+        self.last: dict | None = None
+        exact = self.observation.exact
+        self._observer = None if exact else Observer(self.observation, self.instances, self._estimates, self._rng)
+        self._next_view()
+        return self._view
+
+    @property
+    def done(self) -> bool:
+        return self._view is None
+
+    @property
+    def view(self) -> RoutingView | None:
+        """The pending decision's view (None when the trace is exhausted): what the policy sees,
+        the exact state unless an ``observation`` mode says otherwise."""
+        return self._view
+
+    @property
+    def exact_view(self) -> RoutingView | None:
+        """The pending decision's exact view (the simulator's truth; the same object as ``view``
+        with the default exact observation)."""
+        return self._exact
+
+    def _next_view(self) -> None:
+        """Make the next decision's exact view and, through the observer if any, the policy's."""
+        obs = self._observer
+        if obs is None:
+            self._exact = self._view = self._make_view()
+            return
+        if self._i < len(self._arrival):
+            obs.scrape(self._arrival[self._i])  # before anything reads the instances at the new time
+        self._exact = v = self._make_view()
+        self._view = None if v is None else obs.observe(v)
+
+    def _make_view(self) -> RoutingView | None:
+        # The hot path of every decision: the prefix fields come from PrefixEstimates (one cost-model
+        # call per distinct hit), the load fields from cluster.pool_load.
+        i = self._i
+        if i >= len(self._arrival):
+            return None
+        now = self._arrival[i]
+        ids = self._blocks[i]
+        ks = match_all(self._caches, ids)
+        n_in = self._input[i]
+        hits, prefills, transfers, pulls, best, best_instance = self._estimates.estimate(ks, n_in)
+        queue, queued, queued_tokens = pool_load(self.instances, now)
+        # the fields in the order of ROUTING_VIEW_FIELDS, as one tuple (read-only for the policy)
+        return _new_tuple(RoutingView, (now, i, n_in, self._output[i], ids, len(ks), queue, queued, hits, prefills,
+                                        best, best_instance, transfers, pulls, queued_tokens, self._cache_blocks,
+                                        tuple(ks)))
+
+    def _parse(self, action) -> tuple[int, bool]:
+        return check_route(action, len(self.instances))
+
+    def step(self, action) -> RoutingView | None:
+        """Dispatch the pending request to ``action`` (an instance, or ``Route(instance, pull)``)."""
+        if self._view is None:
+            raise RuntimeError("step: the trace is exhausted; call reset()")
+        return self.dispatch(*self._parse(action))
+
+    def dispatch(self, i: int, pull: bool) -> RoutingView | None:
+        """``step`` for an already valid action: instance ``i`` (0 <= i < n), pull or not."""
+        v = self._exact  # the real service follows the exact state, whatever the policy saw
+        assert v is not None, "dispatch: the trace is exhausted"
+        inst = self.instances[i]
+        hit = v.hit_tokens[i]
+        transfer = 0.0
+        fetched = 0
+        if pull and v.best_hit_tokens > hit:
+            transfer = v.transfer_s[i]
+            fetched = v.best_hit_tokens - hit
+            hit = v.best_hit_tokens
+            prefill = v.pull_prefill_s[i]
+        else:
+            prefill = v.prefill_s[i]
+        queue = v.queue_s[i]
+        inst.dispatch(v.now, transfer + prefill, v.input_tokens - hit)
+        self._caches[i].insert(v.block_ids)  # inst.cache
+        ttft = queue + transfer + prefill  # = finish - arrival, without the rounding of absolute times
+        self._rows.append((v.now, v.input_tokens, i, ttft, queue, transfer, prefill, hit, fetched))
+        self.last = {"index": v.index, "instance": i, "pull": fetched > 0, "ttft_s": ttft, "queue_s": queue,
+                     "transfer_s": transfer, "prefill_s": prefill, "hit_tokens": hit, "fetched_tokens": fetched,
+                     "input_tokens": v.input_tokens}
+        self._i += 1
+        if self._observer is None:  # the exact view is the policy's (the hot path)
+            self._exact = self._view = self._make_view()
+        else:
+            self._observer.dispatched(i, pull)
+            self._next_view()
+        return self._view
+
+    def skip(self) -> RoutingView | None:
+        """Pass over the pending request without dispatching it (the cluster simulator's admission
+        rejected it): it takes no prefill and touches no cache; returns the next view."""
+        if self.done:  # (not `self._view is None`: mypyc would keep that narrowing past _next_view)
+            raise RuntimeError("skip: the trace is exhausted; call reset()")
+        self.last = None
+        self._i += 1
+        self._next_view()
+        return self._view
+
+    def result(self, policy: str = "?") -> RoutingResult:
+        return RoutingResult(policy, self.trace.name, self.config, self._rows, self.instances, self.cost)
+
+
+def simulate(trace: Trace, policy: Callable, config: RoutingConfig | None = None, cost: CostModel | None = None,
+             seed: int = 0, observation=None) -> RoutingResult:
+    """Route every request of ``trace`` with ``policy`` (``policy(view) -> action``) and return the metrics.
+
+    ``observation``: what the policy sees (``mooncake_gym.sim.observation``; default exact). Its noise,
+    if any, is drawn from a generator spawned from ``seed``, apart from the policy's own."""
+    sim = RoutingSimulator(trace, config, cost, observation, observation_rng(seed))
+    reset_policy(policy, seed)
+    view = sim.view
+    while view is not None:
+        view = sim.step(policy(view))
+    return sim.result(policy_name(policy))
+
+
+def run_routing_baselines(trace: Trace, names=None, config: RoutingConfig | None = None,
+                          cost: CostModel | None = None, seed: int = 0, threshold: float | None = None,
+                          observation=None) -> dict:
+    """Run routing baselines (all by default) on the same trace: ``{name: RoutingResult}``.
+
+    ``threshold`` sets kvcentric's ``kvcache_balancing_threshold`` (its default otherwise);
+    ``observation`` what the baselines see (default exact).
+    """
+    from mooncake_gym.baselines import ROUTING_POLICIES, make_policy
+
+    names = list(ROUTING_POLICIES) if names is None else list(names)
+    results = {}
+    for name in names:
+        kwargs = {"threshold": threshold} if name == "kvcentric" and threshold is not None else {}
+        results[name] = simulate(trace, make_policy("routing", name, **kwargs), config, cost, seed, observation)
+    return results
