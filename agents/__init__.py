@@ -17,7 +17,7 @@ import os
 from importlib import resources
 from pathlib import Path
 
-from mooncake_gym.agents.agentfile import Agent, AgentFormatError, load, save_agent
+from mooncake_gym.agents.agentfile import Agent, AgentFormatError, load, save_agent, sha256_of
 
 __all__ = ["Agent", "AgentFormatError", "AgentIntegrityError", "SHIPPED", "SHIPPED_SHA256", "agent_dir", "available",
            "card", "load_agent", "save_agent"]
@@ -36,7 +36,7 @@ SHIPPED_SHA256 = {
     "ppo_routing_ws": {"zip": "5c56f3e76f446dd2887bfe521216140ba44bca8e2846f4aa12cb9c73a411372e",
                        "json": "9402dcf18c3da108c9cfc77a047d8b523dcf6424684dfa5086a16018bf3ec5c1"},
     # issue 13: CEM on a linear policy then PPO on OverloadAdmission-v1, behind
-    # mooncake_gym.envs.admission_features.AdmissionRuleFeatures (agents/warmstart_admission.py)
+    # mooncake_gym.envs.wrappers.AdmissionRuleFeatures (agents/warmstart_admission.py)
     "ppo_admission_v1": {"zip": "ba7c877044c4e25315bb917fa6859bc1e7f9343101ecfd0493e4d5f749a5e3ef",
                          "json": "b23e26e2ea5dfc7e78be0a66e19ddac58793244272695d1c3e8d661c61ea300e"},
     # issue 13: a per-scenario agent for routing-bursty (its card's "scenarios"; compare shows it only
@@ -73,8 +73,6 @@ def load_agent(name_or_path: str | os.PathLike, trusted: bool = False, device: s
     user's zip with a card beside it; without unpickling. ``trusted=True`` also allows loading a
     zip without a card by unpickling it (SB3's ``load``: it can run code) and importing wrapper
     modules the card names. ``device`` must be 'cpu' (the envs run on the CPU)."""
-    from mooncake_gym.agents.train import sha256_of
-
     if device != "cpu":
         raise ValueError(f"device: agents are loaded on the CPU, got {device!r}")
     name = str(name_or_path)

@@ -28,6 +28,7 @@ accepted (the others record videos or write files where their keyword arguments 
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import inspect
 import io
@@ -62,6 +63,15 @@ SAFE_WRAPPER_PACKAGES = ("mooncake_gym", "gymnasium")
 #: Libraries whose non-observation wrappers (video recorders, monitors writing files) a card may not name.
 LIBRARY_PACKAGES = ("gymnasium", "stable_baselines3", "sb3_contrib")
 CONTRIB_HINT = "pip install 'mooncake-gym[contrib]'"
+
+
+def sha256_of(path: str | os.PathLike) -> str:
+    """The sha256 of a file's bytes, in hex (the card's ``sha256`` of its zip)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 class AgentFormatError(ValueError):
@@ -418,8 +428,6 @@ def save_agent(model, path: str | os.PathLike, env_id: str, wrappers: Sequence =
                card: dict | None = None) -> Path:
     """Write ``model`` as ``path`` (an SB3 zip) and its card ``path`` with ``.json``: the format's
     fields (:func:`format_card`), the zip's sha256, and the extra fields of ``card``."""
-    from mooncake_gym.agents.train import sha256_of
-
     path = Path(path)
     if path.suffix != ".zip":
         raise AgentFormatError(f"agent: the file name must end in .zip, got {path}")
@@ -486,8 +494,6 @@ def load(zip_path: str | os.PathLike, card: dict | None = None, trusted: bool = 
 
 
 def _load_weights(zip_path: Path, card: dict, trusted: bool) -> Agent:
-    from mooncake_gym.agents.train import sha256_of
-
     for key in ("algorithm", "policy", "architecture", "observation_space", "action_space", "sha256", "env_id"):
         if key not in card:
             raise AgentFormatError(f"agent card: {card_path(zip_path)} has no {key!r}")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import os
 
+from mooncake_gym.agents.train import load_hyperparams
 from mooncake_gym.envs import ADMISSION_ENV_ID, ROUTING_ENV_ID
 
 #: The problems by their command-line name and their env ids.
@@ -110,8 +111,6 @@ def __getattr__(name):  # DomainMetricsCallback is built on first use: importing
 def rllib_hyperparams(env: str) -> tuple[dict, dict]:
     """PPO settings in RLlib's names and the training env kwargs, from ``agents/hyperparams.yml``
     (SB3's names translated: a train batch is one rollout of every env, ``n_steps x n_envs``)."""
-    from mooncake_gym.agents.train import load_hyperparams
-
     if env not in ENV_PROBLEMS:
         raise ValueError(f"env: expected one of {sorted(ENV_PROBLEMS)}, got {env!r}")
     hp = load_hyperparams(ENV_PROBLEMS[env])

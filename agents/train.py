@@ -13,7 +13,6 @@ library versions, evaluation results, sha256).
 from __future__ import annotations
 
 import copy
-import hashlib
 import importlib.util
 import json
 import os
@@ -25,9 +24,13 @@ from pathlib import Path
 
 import yaml
 
+from mooncake_gym.agents import load_agent
+from mooncake_gym.agents.agentfile import (ALGO_NAMES, algorithm_class, apply_wrappers, format_card, ObsNormalizer,
+                                           POLICIES, sha256_of, wrapper_spec)
+from mooncake_gym.baselines import make_policy
 from mooncake_gym.envs import ADMISSION_ENV_ID, ROUTING_ENV_ID
+from mooncake_gym.evaluation.episodes import evaluate
 
-from mooncake_gym.agents.agentfile import ALGO_NAMES, POLICIES, algorithm_class, format_card, wrapper_spec
 
 ENV_IDS = {"routing": ROUTING_ENV_ID, "admission": ADMISSION_ENV_ID}
 #: Seeds of the evaluation callback (held out: training envs are seeded from the training seed).
@@ -101,14 +104,6 @@ def merge_env_kwargs(recipe: dict, user: dict) -> dict:
         out.pop(key[: -len("_range")] if key.endswith("_range") else f"{key}_range", None)
     out.update(user)
     return out
-
-
-def sha256_of(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def library_versions() -> dict:
@@ -233,8 +228,6 @@ def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.P
 
     import mooncake_gym  # noqa: F401  (registers the env ids)
 
-    from mooncake_gym.agents.agentfile import apply_wrappers
-
     if env not in ENV_IDS:
         raise ValueError(f"env: expected one of {sorted(ENV_IDS)}, got {env!r}")
     if tensorboard is not None and importlib.util.find_spec("tensorboard") is None:
@@ -319,8 +312,6 @@ def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.P
         obs_rms = getattr(model.get_vec_normalize_env(), "obs_rms", None)
     normalizer = None
     if vecnormalize:
-        from mooncake_gym.agents.agentfile import ObsNormalizer
-
         vn = model.get_vec_normalize_env()
         normalizer = ObsNormalizer(obs_rms.mean, obs_rms.var, vn.clip_obs, vn.epsilon)
     final = out / f"{algo.lower()}_{env}.zip"
@@ -347,8 +338,6 @@ def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.P
     card_file = final.with_suffix(".json")
     card_file.write_text(json.dumps(card, indent=2) + "\n")
     if evaluate_card:
-        from mooncake_gym.agents import load_agent
-
         card["evaluation"] = card_evaluation(env, load_agent(final), env_kwargs, algo.lower())
         card_file.write_text(json.dumps(card, indent=2) + "\n")
     return final
@@ -381,9 +370,6 @@ def card_evaluation(env: str, model, env_kwargs: dict | None = None, name: str =
     ``CARD_SEEDS`` on the ``CARD_SETTINGS`` workloads, with the other settings of ``env_kwargs``
     (cluster size, reward...) as the agent was trained."""
     import numpy as np
-
-    from mooncake_gym.baselines import make_policy
-    from mooncake_gym.evaluation.episodes import evaluate
 
     workload = ("rate", "load", "episode_requests", "trace", "base_trace", "speed")
     base = {k: v for k, v in (env_kwargs or {}).items() if k not in workload and not k.endswith("_range")}

@@ -24,13 +24,21 @@ from pathlib import Path
 
 import numpy as np
 
+from mooncake_gym.agents.agentfile import apply_wrappers, as_agent, save_agent, sha256_of, wrapper_spec
+from mooncake_gym.agents.train import library_versions
+from mooncake_gym.baselines import POLICIES
+from mooncake_gym.baselines.routing import KVCentric
+from mooncake_gym.baselines.sizesplit import RelativeSizeSplit, SizeSplit
+from mooncake_gym.envs.wrappers import RoutingRelativeFeatures, RoutingRuleFeatures
+from mooncake_gym.evaluation.episodes import evaluate
+from mooncake_gym.evaluation.scenarios import get_scenario, scenarios_of
+from mooncake_gym.sim.policy import reset_policy
+
 ENV_ID = "mooncake_gym/PrefillRouting-v0"
 
 
 def _wrapped(env_kwargs: dict, wrappers, env_id: str = ENV_ID):
     import gymnasium as gym
-
-    from mooncake_gym.agents.agentfile import apply_wrappers
 
     return apply_wrappers(gym.make(env_id, render_mode=None, **env_kwargs), wrappers, trusted=True)
 
@@ -38,8 +46,6 @@ def _wrapped(env_kwargs: dict, wrappers, env_id: str = ENV_ID):
 def demonstrations(env_kwargs: dict, teacher, seeds, wrappers, gamma: float, env_id: str = ENV_ID):
     """Observations (behind ``wrappers``), the teacher's env actions and the discounted returns of
     its episodes on ``seeds``."""
-    from mooncake_gym.sim.policy import reset_policy
-
     env = _wrapped(env_kwargs, wrappers, env_id)
     obs_all, act_all, ret_all = [], [], []
     try:
@@ -103,9 +109,6 @@ def mean_ttft(model, workloads, seeds, wrappers) -> list[float]:
 
 def mean_metric(model, workloads, seeds, wrappers, env_id: str = ENV_ID, metric: str = "mean_ttft_s") -> list[float]:
     """The deterministic policy's mean ``metric`` per episode on each workload over ``seeds``."""
-    from mooncake_gym.evaluation.episodes import evaluate
-
-    from mooncake_gym.agents.agentfile import as_agent
 
     agent = as_agent(model, env_id, wrappers)
     return [float(np.mean([e[metric] for e in evaluate(env_id, agent, seeds, **w["env_kwargs"])])) for w in workloads]
@@ -141,9 +144,6 @@ def warm_start_ppo(workloads: list[dict], out, wrappers=(), timesteps: int = 300
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from mooncake_gym.agents.agentfile import save_agent, wrapper_spec
-    from mooncake_gym.agents.train import library_versions, sha256_of
-
     if goal not in ("min", "max"):
         raise ValueError(f"goal: expected 'min' or 'max', got {goal!r}")
     sign = 1.0 if goal == "min" else -1.0
@@ -175,8 +175,6 @@ def warm_start_ppo(workloads: list[dict], out, wrappers=(), timesteps: int = 300
     history = [{"timesteps": 0, "wall_s": round(time.time() - start, 1), "bc": bc,
                 key: mean_metric(model, workloads, list(select_seeds), specs, env_id, metric)}]
     if with_refs:
-        from mooncake_gym.evaluation.episodes import evaluate
-
         ref = [float(np.mean([e[metric] for e in evaluate(env_id, w["reference"], list(select_seeds),
                                                           **w["env_kwargs"])])) for w in workloads]
         score_of = lambda sel: selection_score(sel, ref)  # noqa: E731
@@ -226,9 +224,6 @@ def issue13_workloads(sanity: bool = False) -> list[dict]:
     """The workloads of the shipped ``ppo_routing_ws``: saturated (12 sessions/s, teacher sizesplit
     1.5 s / 2 instances) and heterogeneous (4xH800+4xA800 at 24/s, sizesplit 0.8 s / 1 instance),
     2 envs each; with ``sanity``, also 4-8 sessions/s with kvcentric as the teacher (docs/routing-agents.md)."""
-    from mooncake_gym.baselines.routing import KVCentric
-    from mooncake_gym.baselines.sizesplit import SizeSplit
-
     out = [{"env_kwargs": {"rate": 12.0, "episode_requests": 3000}, "teacher": SizeSplit(1.5, 2, 0.0), "envs": 2},
            {"env_kwargs": {"rate": 24.0, "episode_requests": 3000, "instances": "4xH800+4xA800"},
             "teacher": SizeSplit(0.8, 1, 0.0), "envs": 2}]
@@ -251,10 +246,6 @@ def scenario_workloads(long_factor: float = 6.0, long_instances: int = 2, min_lo
     training seeds 0-9 of these scenarios, docs/routing-agents.md), and kvcentric (the best tuned
     baseline on each) as the reference for checkpoint selection. A per-scenario agent
     (``ppo_routing_bursty``) passes its one scenario in ``envs``."""
-    from mooncake_gym.baselines.routing import KVCentric
-    from mooncake_gym.baselines.sizesplit import RelativeSizeSplit
-    from mooncake_gym.evaluation.scenarios import get_scenario
-
     return [{"scenario": name, "env_kwargs": get_scenario(name).config(), "envs": envs,
              "teacher": RelativeSizeSplit(long_factor, long_instances, min_load=min_load), "reference": KVCentric()}
             for name, envs in (SCENARIO_ENVS if envs is None else envs).items()]
@@ -268,9 +259,6 @@ def complete_routing_card(path, compare_json, notes: str, per_scenario: bool = F
     mean TTFT and the best baseline row's, default or tuned; the bound and the agents are not
     baselines), ``notes``; with ``per_scenario``, ``scenarios`` (the scenarios it was trained on:
     ``compare`` shows it only there, ``mooncake_gym.experiments.compare.agent_scenarios``). Returns the card."""
-    from mooncake_gym.baselines import POLICIES
-    from mooncake_gym.evaluation.scenarios import scenarios_of
-
     path = Path(path)
     card = json.loads(path.read_text())
     doc = json.loads(Path(compare_json).read_text())
@@ -299,8 +287,6 @@ def complete_routing_card(path, compare_json, notes: str, per_scenario: bool = F
 if __name__ == "__main__":  # python -m mooncake_gym.agents.warmstart OUT [--scenarios | --sanity] [--demo-seeds N]
     import argparse
 
-    from mooncake_gym.envs.wrappers import RoutingRelativeFeatures, RoutingRuleFeatures
-
     ap = argparse.ArgumentParser(description="behaviour cloning of a size-splitting rule, then PPO (issue 13's routing agent)")
     ap.add_argument("out")
     ap.add_argument("--scenarios", action="store_true",
@@ -319,8 +305,6 @@ if __name__ == "__main__":  # python -m mooncake_gym.agents.warmstart OUT [--sce
     if a.only and not a.scenarios:
         ap.error("--only: give --scenarios too (a per-scenario agent trains on a registered scenario)")
     if a.only:
-        from mooncake_gym.evaluation.scenarios import get_scenario
-
         try:
             problem = get_scenario(a.only).problem
         except ValueError as e:

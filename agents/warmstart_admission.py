@@ -1,6 +1,6 @@
 """Issue 13's admission agent: behaviour cloning of the context rule, then PPO, on ``OverloadAdmission-v1``.
 
-The observation is :class:`mooncake_gym.envs.admission_features.AdmissionRuleFeatures` (the request's
+The observation is :class:`mooncake_gym.envs.wrappers.AdmissionRuleFeatures` (the request's
 predicted context and footprint, the decode instance's KV use and iteration time, the prefill queue,
 the offered load and the rules' own decisions); the env is the admission scenarios' (preset
 ``mooncake-overload``, ``prediction=True``, sigma 0.5, 3,000-request episodes) at loads 2 and 3,
@@ -23,7 +23,10 @@ import json
 
 import numpy as np
 
-from mooncake_gym.agents.warmstart import warm_start_ppo
+from mooncake_gym.agents.warmstart import _wrapped, warm_start_ppo
+from mooncake_gym.baselines.admission import ContextRule
+from mooncake_gym.envs.wrappers import AdmissionRuleFeatures
+from mooncake_gym.sim.policy import reset_policy
 
 ENV_ID = "mooncake_gym/OverloadAdmission-v1"
 NAME = "ppo_admission_v1"
@@ -37,8 +40,6 @@ TEACHERS = {2.0: (0.7, 0.9, 8000), 3.0: (0.5, 0.8, 8000)}
 def workloads(envs_per_load: int = 2, loads=None, episode_requests: int | None = None) -> list[dict]:
     """One workload per load of :data:`TEACHERS` (or of ``loads``, a subset), with the context rule at
     that load's knobs as the teacher (``episode_requests`` replaces the scenarios' 3,000, for tests)."""
-    from mooncake_gym.baselines.admission import ContextRule
-
     loads = list(TEACHERS) if loads is None else [float(x) for x in loads]
     unknown = [x for x in loads if x not in TEACHERS]
     if unknown or not loads:
@@ -102,8 +103,6 @@ def cem_init(generations: int = 15, population: int = 12, elite: int = 3, budget
     def init(model, specs) -> dict:
         import time
 
-        from mooncake_gym.agents.warmstart import _wrapped
-
         start = time.time()
         envs = [(_wrapped(w["env_kwargs"], specs, ENV_ID), w["teacher"]) for w in workloads(loads=loads, episode_requests=episode_requests)]
         n = model.observation_space.shape[0] + 1
@@ -141,8 +140,6 @@ def cem_init(generations: int = 15, population: int = 12, elite: int = 3, budget
 
 
 def _teacher_goodput(env, teacher, seed: int) -> float:
-    from mooncake_gym.sim.policy import reset_policy
-
     reset_policy(teacher, int(seed))
     base = env.unwrapped
     return episode_goodput(env, seed, lambda obs: base.encode_action(teacher(base.decision_view())))
@@ -155,8 +152,6 @@ def train(out, budget_s: float = 1500.0, demo_seeds: int = 8, timesteps: int = 5
     then PPO with checkpoint selection, within ``budget_s`` seconds in all, on the loads ``loads``
     (default both), behind :class:`AdmissionRuleFeatures` (with its opportunity-cost features if
     ``growth``); writes ``OUT/NAME.zip`` and its card."""
-    from mooncake_gym.envs.admission_features import AdmissionRuleFeatures
-
     arch = [] if cem is not None else [64, 64]
     hp = {"learning_rate": 3e-5, "gamma": 0.995, "policy_kwargs": {"net_arch": arch}, **(hyperparameters or {})}
     init = None if cem is None else cem_init(**{"loads": loads, **cem})

@@ -296,7 +296,7 @@ def parts(env_id: str, kwargs: dict | None = None, seconds: float = 1.0, warmup_
     floats), and the final metrics (``ClusterSimulator.result``, once per episode: its time over the
     episode's requests; timed on a second episode, after a first one's imports and caches)."""
     from mooncake_gym.envs.common import as_float32, clipped
-    from mooncake_gym.envs.prefill_routing import routing_features
+    from mooncake_gym.envs.features import routing_features
 
     env = gym.make(env_id, **(kwargs or {})).unwrapped
     if not isinstance(env, ClusterEnv):

@@ -22,7 +22,7 @@ MOVED = {  # mooncake_gym.evaluation and mooncake_gym.cli became packages that e
     "policy": "sim.policy", "prefixcache": "sim.prefixcache", "cluster": "sim.prefill", "decode": "sim.decode",
     "routing": "sim.routing", "observation": "sim.observation", "conductor": "sim.cluster", "overload": "sim.admission",
     "bounds": "analysis.bounds", "cacheanalysis": "analysis.cache", "calibration": "analysis.calibration",
-    "wrappers": "envs.wrappers", "admission_features": "envs.admission_features",
+    "wrappers": "envs.wrappers", "admission_features": "envs.wrappers",
     "scenarios": "evaluation.scenarios", "rllib": "agents.rllib",
     "compare": "experiments.compare", "tune": "experiments.tune", "clusterrun": "experiments.clusterrun",
     "report": "reporting.tables", "plots": "reporting.plots", "scenario_docs": "reporting.scenario_docs",

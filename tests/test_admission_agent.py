@@ -11,7 +11,7 @@ import torch
 import mooncake_gym  # noqa: F401  (registers the environments and scenarios)
 from mooncake_gym import agents
 from mooncake_gym.experiments import compare as cmp
-from mooncake_gym.envs.admission_features import AdmissionRuleFeatures
+from mooncake_gym.envs.wrappers import AdmissionRuleFeatures
 from mooncake_gym.agents.warmstart import warm_start_ppo
 from mooncake_gym.agents.warmstart_admission import linear_admit, set_linear_policy
 from mooncake_gym.baselines.admission import ContextRule, EarlyRejection, decode_load_with

@@ -201,7 +201,7 @@ def test_pickle_carrying_zip_is_refused_without_the_flag(tmp_path, monkeypatch):
                 zout.writestr(item, blob.getvalue())
             else:
                 zout.writestr(item, zin.read(item))
-    from mooncake_gym.agents.train import sha256_of
+    from mooncake_gym.agents.agentfile import sha256_of
 
     card = {**agents.card("ppo_admission"), "sha256": sha256_of(bad)}
     bad.with_suffix(".json").write_text(json.dumps(card))

@@ -16,7 +16,7 @@ import mooncake_gym.envs
 from mooncake_gym.sim.cluster import ClusterAction, simulate
 from mooncake_gym.envs import (ADMISSION_V1_ENV_ID, CONDUCTOR_ENV_ID, ROUTING_V1_ENV_ID, ConductorV1Env,
                                OverloadAdmissionV1Env, PrefillRoutingV1Env)
-from mooncake_gym.envs.cluster import DOC_PAGES, doc_page
+from mooncake_gym.reporting.env_docs import DOC_PAGES, doc_page
 from mooncake_gym.model.presets import get_preset
 from mooncake_gym.sim.routing import Route
 from test_conductor import trace_of  # the hand-built traces of the simulator's tests
@@ -226,7 +226,7 @@ def test_env_equals_conductor_simulate(env_id, admission, routing, decode):
 def test_docs_page_is_the_docstring(name, env_id, page):
     text = (ROOT / page).read_text()
     assert text == doc_page(getattr(mooncake_gym.envs, name), env_id), \
-        f"{page} differs from the docstring: run python -m mooncake_gym.envs.cluster"
+        f"{page} differs from the docstring: run python -m mooncake_gym.reporting.env_docs"
     assert gym.spec(env_id).entry_point.endswith(":" + name)
     for section in ("Description", "Action Space", "Observation Space", "Rewards", "Info", "Starting State",
                     "Episode End", "Arguments", "Version History"):

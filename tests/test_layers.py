@@ -1,9 +1,11 @@
 """The package's layers: the module paths before 0.2 still import (the same module objects, with a
 DeprecationWarning), and agent cards written before the move load unchanged."""
 
+import ast
 import importlib
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -32,7 +34,110 @@ def test_current_name_translates_old_dotted_paths_only():
     assert current_name("mooncake_gym.wrappers.RoutingRelativeFeatures") == \
         "mooncake_gym.envs.wrappers.RoutingRelativeFeatures"
     assert current_name("mooncake_gym.admission_features.AdmissionRuleFeatures") == \
-        "mooncake_gym.envs.admission_features.AdmissionRuleFeatures"
+        "mooncake_gym.envs.wrappers.AdmissionRuleFeatures"
     assert current_name("mooncake_gym.envs.wrappers.X") == "mooncake_gym.envs.wrappers.X"
     assert current_name("mooncake_gym.routingx.Y") == "mooncake_gym.routingx.Y"
     assert current_name("gymnasium.wrappers.TimeLimit") == "gymnasium.wrappers.TimeLimit"
+
+
+# --- the layers (docs/architecture.md) ------------------------------------------------------------
+ROOT = Path(__file__).resolve().parents[1]
+#: The layers from the bottom up; a module imports only from its own layer and those before it.
+LAYERS = [
+    ("mooncake_gym._moved", "mooncake_gym._native"),
+    ("mooncake_gym.model",),
+    ("mooncake_gym.sim",),
+    ("mooncake_gym.baselines",),
+    ("mooncake_gym.analysis",),
+    ("mooncake_gym.envs",),
+    ("mooncake_gym.agents.agentfile", "mooncake_gym.agents"),  # the agent file format and the shipped agents
+    ("mooncake_gym.evaluation",),
+    ("mooncake_gym.agents.train", "mooncake_gym.agents.warmstart", "mooncake_gym.agents.warmstart_admission",
+     "mooncake_gym.agents.rllib"),
+    ("mooncake_gym.reporting",),
+    ("mooncake_gym.experiments",),
+    ("mooncake_gym.course",),
+    ("mooncake_gym.cli",),
+    ("mooncake_gym",),  # the package's __init__: registers the environments and scenarios
+]
+
+
+def library_modules() -> dict[str, Path]:
+    """Every module of the library by its import name (baselines/ and agents/ are installed under
+    mooncake_gym)."""
+    mods = {}
+    for top, package in (("mooncake_gym", "mooncake_gym"), ("baselines", "mooncake_gym.baselines"),
+                         ("agents", "mooncake_gym.agents")):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            parts = list(path.relative_to(ROOT / top).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            mods[".".join([package, *parts])] = path
+    return mods
+
+
+def imports_of(name: str, path: Path, mods: dict) -> set[str]:
+    """The library modules ``name`` imports anywhere in its code (function-local imports included)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            targets = [module] + [f"{module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in mods:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+def layer_of(name: str) -> int:
+    """The index in :data:`LAYERS` of the longest prefix that names ``name``'s module or package."""
+    best, index = -1, None
+    for i, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (name == prefix or name.startswith(prefix + ".")) and len(prefix) > best:
+                best, index = len(prefix), i
+    assert index is not None, f"{name} is in no layer of LAYERS"
+    return index
+
+
+def test_every_import_points_down_the_layers():
+    mods = library_modules()
+    upward = [f"{name} (layer {layer_of(name)}) imports {target} (layer {layer_of(target)})"
+              for name, path in mods.items() for target in sorted(imports_of(name, path, mods))
+              if layer_of(target) > layer_of(name) and target != "mooncake_gym"]
+    assert not upward, "\n".join(upward)
+
+
+def test_the_library_has_no_import_cycle():
+    mods = library_modules()
+    graph = {name: imports_of(name, path, mods) - {"mooncake_gym"} for name, path in mods.items()}
+    # a package imports its own submodules (re-exports); a submodule importing its package's
+    # __init__ is what would close a cycle, and is counted
+    cycles, state = [], {}
+
+    def visit(node, stack):
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                cycles.append(" -> ".join(stack[stack.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                visit(nxt, stack)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [])
+    assert not cycles, "\n".join(cycles)

@@ -18,7 +18,7 @@ from mooncake_gym.baselines.routing import KVCentric
 from mooncake_gym.sim.prefill import PrefillInstance, pool_load
 from mooncake_gym.model.costmodel import CostModel
 from mooncake_gym.envs.common import clipped
-from mooncake_gym.envs.prefill_routing import routing_features
+from mooncake_gym.envs.features import routing_features
 from mooncake_gym.model.presets import get_preset
 from mooncake_gym.sim.routing import Route, check_route
 from mooncake_gym.model.workload import synthetic_trace

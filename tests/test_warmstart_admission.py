@@ -31,7 +31,7 @@ def test_cem_scores_each_candidate_on_several_training_seeds_and_writes_its_mean
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from mooncake_gym.envs.admission_features import AdmissionRuleFeatures
+    from mooncake_gym.envs.wrappers import AdmissionRuleFeatures
     from mooncake_gym.agents.agentfile import wrapper_spec
     from mooncake_gym.agents.warmstart import _wrapped
 
@@ -74,7 +74,7 @@ def test_complete_card_of_an_agent_trained_on_one_load(tmp_path):
 
 
 def test_growth_features_are_the_requests_opportunity_cost_on_a_hand_built_trace():
-    from mooncake_gym.envs.admission_features import MARGINAL_STEP_SLO, AdmissionRuleFeatures
+    from mooncake_gym.envs.wrappers import MARGINAL_STEP_SLO, AdmissionRuleFeatures
     from mooncake_gym.envs import OverloadAdmissionV1Env
     from mooncake_gym.model.presets import get_preset
     from test_conductor import trace_of  # the hand-built traces of the simulator's tests

@@ -24,7 +24,7 @@ from mooncake_gym.model.prediction import DEFAULT_PREDICTION_SIGMA, check_sigma,
 from mooncake_gym.model.presets import ClusterPreset, get_preset
 from mooncake_gym.model.workload import synthetic_trace
 from mooncake_gym.envs.common import ValueOrRange, as_float32, as_trace, check_range, clipped, episode_workload
-from mooncake_gym.envs.prefill_routing import PER_INSTANCE_FEATURES, QUEUE_CAP_SLO, TIME_UNIT_S, routing_features
+from mooncake_gym.envs.features import PER_INSTANCE_FEATURES, QUEUE_CAP_SLO, TIME_UNIT_S, routing_features
 
 #: Caps of the normalised decode and request features: a value at or above the cap reads 1.
 BATCH_CAP = 256  # requests in one decode instance's batch
@@ -365,29 +365,3 @@ class ClusterEnv(gym.Env):
 
     def _reward(self, info: dict) -> float:
         raise NotImplementedError
-
-
-def doc_page(env_cls: type, env_id: str) -> str:
-    """The documentation page of a v1 environment (``docs/envs/*_v1.md``): a title and the class
-    docstring, which is the page's one source (``tests/test_envs_v1.py`` checks they agree)."""
-    import inspect
-
-    return f"# {env_id.split('/')[-1]}\n\n`gym.make(\"{env_id}\")`; source: `{env_cls.__module__}.{env_cls.__name__}` " \
-           f"(its docstring is this page).\n\n{inspect.cleandoc(env_cls.__doc__)}\n"
-
-
-#: (class name, env id, docs page) of the v1 environments; ``python -m mooncake_gym.envs.cluster``
-#: rewrites their docs pages from the docstrings.
-DOC_PAGES = (("PrefillRoutingV1Env", "mooncake_gym/PrefillRouting-v1", "docs/envs/prefill_routing_v1.md"),
-             ("OverloadAdmissionV1Env", "mooncake_gym/OverloadAdmission-v1", "docs/envs/overload_admission_v1.md"),
-             ("ConductorV1Env", "mooncake_gym/Conductor-v1", "docs/envs/conductor_v1.md"))
-
-
-if __name__ == "__main__":
-    import pathlib
-
-    from mooncake_gym import envs
-
-    root = pathlib.Path(__file__).resolve().parents[2]
-    for name, env_id, page in DOC_PAGES:
-        (root / page).write_text(doc_page(getattr(envs, name), env_id))

@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 import gymnasium as gym
 import numpy as np
 
+from mooncake_gym.agents.agentfile import as_agent
 from mooncake_gym.sim.policy import policy_name, reset_policy
 
 
@@ -47,8 +48,6 @@ class ModelPolicy:
     ``episode_start`` through the episode, and passes the env's ``action_masks()`` to a maskable one."""
 
     def __init__(self, model: Any, name: str = "ppo", deterministic: bool = True):
-        from mooncake_gym.agents.agentfile import as_agent
-
         self.model = model
         self.agent = as_agent(model)
         self.name = name
@@ -78,8 +77,6 @@ class ModelPolicy:
 def check_model_fits(model, env: gym.Env) -> None:
     """Raise ``ValueError`` naming what differs if ``model`` (an SB3 model or an agent) was trained on
     other observation or action spaces, or another env id, than ``env``'s."""
-    from mooncake_gym.agents.agentfile import as_agent
-
     as_agent(model).check_fits(env)
 
 
