@@ -1,10 +1,16 @@
 # Set-up and main jobs in a local virtual environment (.venv).
-# CPU torch is installed first from the machine's local wheel (see DEVELOPERS.md), or pip would
-# pull a multi-GB CUDA build as a dependency of stable-baselines3.
+# The CPU build of torch is installed first, or pip would pull a multi-GB CUDA build as a dependency
+# of stable-baselines3: from a local wheel where pip's find-links (pip config, $$PIP_FIND_LINKS) have one, else from
+# PyTorch's CPU wheel index (TORCH_INDEX; `make TORCH_INDEX= install` takes pip's own choice).
 PYTHON ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.installed
+TORCH_VERSION ?= 2.13.0
+PIP_FIND_LINKS_ALL := $(PIP_FIND_LINKS) $(shell $(PYTHON) -m pip config list 2>/dev/null | sed -n "s/.*find-links='\(.*\)'/\1/p")
+TORCH_LOCAL_WHEEL := $(firstword $(foreach d,$(subst file://,,$(PIP_FIND_LINKS_ALL)),$(wildcard $(d)/torch-$(TORCH_VERSION)*.whl)))
+TORCH_INDEX ?= $(if $(TORCH_LOCAL_WHEEL),,https://download.pytorch.org/whl/cpu)
+TORCH_INSTALL = python -m pip install torch==$(TORCH_VERSION) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 
 .PHONY: install install-fast check-compiled demo test test-ray bench results clean clean-compiled
 
@@ -13,7 +19,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
-	$(BIN)/python -m pip install torch==2.13.0
+	$(BIN)/$(TORCH_INSTALL)
 	$(BIN)/python -m pip install -e '.[dev]'
 	touch $(STAMP)
 
@@ -68,7 +74,7 @@ RAY_STAMP = $(RAY_VENV)/.installed
 $(RAY_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(RAY_VENV)
 	$(RAY_VENV)/bin/python -m pip install --upgrade pip
-	$(RAY_VENV)/bin/python -m pip install torch==2.13.0
+	$(RAY_VENV)/bin/$(TORCH_INSTALL)
 	$(RAY_VENV)/bin/python -m pip install -e '.[dev,ray]'
 	touch $(RAY_STAMP)
 
