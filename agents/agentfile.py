@@ -43,6 +43,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from mooncake_gym._moved import current_name
+from mooncake_gym.model.limits import MAX_AGENT_ACTIONS, MAX_AGENT_OBSERVATION, MAX_AGENT_PARAMETERS
 
 FORMAT = "mooncake-gym-agent/1"
 #: Algorithm name (as in the card) -> (module, class). The lower-case names are the CLI's --algo.
@@ -104,19 +105,38 @@ def space_to_json(space) -> dict:
     raise AgentFormatError(f"agent: the format stores Box observations and Discrete actions, not {space}")
 
 
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
 def space_from_json(d: Any, what: str):
+    """The space a card describes; every size checked (:data:`MAX_AGENT_OBSERVATION` entries,
+    :data:`MAX_AGENT_ACTIONS` actions) before an array is made."""
     from gymnasium import spaces
 
     try:
+        if not isinstance(d, dict):
+            raise TypeError(f"a JSON object expected, got {type(d).__name__}")
         if d["type"] == "Discrete":
-            return spaces.Discrete(int(d["n"]), start=int(d["start"]))
+            if not (_is_int(d["n"]) and 0 < d["n"] <= MAX_AGENT_ACTIONS and _is_int(d["start"])):
+                raise ValueError(f"n must be an integer in 1..{MAX_AGENT_ACTIONS} and start an integer")
+            return spaces.Discrete(d["n"], start=d["start"])
         if d["type"] == "Box":
-            shape = tuple(int(x) for x in d["shape"])
+            shape = d["shape"]
+            if not (isinstance(shape, list) and 0 < len(shape) <= 8 and all(_is_int(x) and x > 0 for x in shape)):
+                raise ValueError("shape must list 1 to 8 positive integers")
+            size = math.prod(shape)
+            if size > MAX_AGENT_OBSERVATION:
+                raise ValueError(f"{size} entries, more than {MAX_AGENT_OBSERVATION}")
             if d["dtype"] not in ("float32", "float64"):
                 raise ValueError(f"dtype {d['dtype']!r}")
+            for bound in ("low", "high"):
+                if not (isinstance(d[bound], list) and len(d[bound]) == size
+                        and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in d[bound])):
+                    raise ValueError(f"{bound} must list {size} numbers")
             low = np.asarray(d["low"], dtype=d["dtype"]).reshape(shape)
             high = np.asarray(d["high"], dtype=d["dtype"]).reshape(shape)
-            return spaces.Box(low, high, shape, dtype=d["dtype"])
+            return spaces.Box(low, high, tuple(shape), dtype=d["dtype"])
         raise ValueError(f"type {d['type']!r}")
     except (KeyError, TypeError, ValueError) as e:
         raise AgentFormatError(f"agent card: {what} is not a Box or Discrete space description ({e})") from None
@@ -154,6 +174,12 @@ class ObsNormalizer:
         if d is None:
             return None
         try:
+            if not all(isinstance(d[k], list) and len(d[k]) <= MAX_AGENT_OBSERVATION
+                       and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in d[k])
+                       for k in ("mean", "var")):
+                raise TypeError(f"mean and var must be lists of at most {MAX_AGENT_OBSERVATION} numbers")
+            if not all(isinstance(d[k], (int, float)) and not isinstance(d[k], bool) for k in ("clip_obs", "epsilon")):
+                raise TypeError("clip_obs and epsilon must be numbers")
             return cls(d["mean"], d["var"], d["clip_obs"], d["epsilon"])
         except (KeyError, TypeError) as e:
             raise AgentFormatError(f"agent card: obs_normalization needs mean, var, clip_obs and epsilon ({e})") from None
@@ -404,6 +430,45 @@ def _architecture_kwargs(arch: Any) -> dict:
     return kwargs
 
 
+def _mlp_parameters(inputs: int, sizes: Sequence[int], outputs: int) -> int:
+    """Weights and biases of the fully connected layers ``inputs -> sizes... -> outputs``."""
+    widths = [inputs, *sizes, outputs]
+    return sum(a * b + b for a, b in zip(widths, widths[1:]))
+
+
+def parameter_bound(algorithm: str, observation_space, action_space, kwargs: dict) -> int:
+    """An upper bound on the parameters of the network a card describes, from its sizes alone:
+    every network the algorithm's policy may build is counted (actor and critic, DQN's target
+    network, an LSTM for the actor and one for the critic)."""
+    features = math.prod(observation_space.shape)
+    actions = int(action_space.n)
+    layers = kwargs.get("net_arch", [64, 64])
+    per_net = [list(v) for v in layers.values()] if isinstance(layers, dict) else [list(layers)]
+    widest = max(per_net, key=lambda sizes: sum(sizes), default=[])
+    hidden = kwargs.get("lstm_hidden_size", 256) if algorithm == "RecurrentPPO" else 0
+    total = 0
+    if hidden:
+        depth = kwargs.get("n_lstm_layers", 1)
+        one = 4 * (hidden * (features + hidden) + 2 * hidden) + (depth - 1) * 4 * (2 * hidden * hidden + 2 * hidden)
+        total += 2 * one
+        features = hidden
+    nets = 2 if algorithm == "DQN" else 1
+    total += nets * _mlp_parameters(features, widest, actions) + _mlp_parameters(features, widest, 1)
+    return total
+
+
+def _check_card_fields(card: dict, where: Path) -> None:
+    """Every field the loader reads has its JSON type, before anything is sized from it."""
+    kinds = {"format": str, "env_id": str, "algorithm": str, "policy": str, "sha256": str, "architecture": dict,
+             "observation_space": dict, "action_space": dict, "wrappers": (list, type(None)),
+             "obs_normalization": (dict, type(None)), "env_kwargs": (dict, type(None))}
+    for key, kind in kinds.items():
+        if key in card and not isinstance(card[key], kind):
+            expected = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            raise AgentFormatError(f"agent card: {where}: {key} must be a JSON {expected.replace('NoneType', 'null')}, "
+                                   f"got {type(card[key]).__name__}")
+
+
 # --- saving and loading --------------------------------------------------------------------------
 
 def card_path(zip_path: str | os.PathLike) -> Path:
@@ -448,17 +513,27 @@ def read_card(path: Path) -> dict:
     return doc
 
 
-def _read_weights(zip_path: Path) -> dict:
-    """``policy.pth`` of an SB3 zip as a dict of tensors, without unpickling anything else."""
+def _read_weights(zip_path: Path, max_bytes: int) -> dict:
+    """``policy.pth`` of an SB3 zip as a dict of tensors, without unpickling anything else; the
+    member is inflated in chunks and refused once it passes ``max_bytes`` (whatever its header says)."""
     import torch
 
+    too_big = AgentFormatError(f"agent: {zip_path}: policy.pth is larger than the {max_bytes:,} bytes its card's "
+                               "architecture can need")
     try:
         with zipfile.ZipFile(zip_path) as zf:
             if "policy.pth" not in zf.namelist():
                 raise AgentFormatError(f"agent: {zip_path} has no policy.pth (not an SB3 model zip)")
-            if zf.getinfo("policy.pth").file_size > 1 << 30:
-                raise AgentFormatError(f"agent: {zip_path}: policy.pth is larger than 1 GiB")
-            blob = zf.read("policy.pth")
+            if zf.getinfo("policy.pth").file_size > max_bytes:
+                raise too_big
+            chunks, size = [], 0
+            with zf.open("policy.pth") as member:
+                while chunk := member.read(1 << 20):
+                    size += len(chunk)
+                    if size > max_bytes:
+                        raise too_big
+                    chunks.append(chunk)
+            blob = b"".join(chunks)
     except (zipfile.BadZipFile, OSError) as e:
         if isinstance(e, FileNotFoundError):
             raise
@@ -494,20 +569,33 @@ def load(zip_path: str | os.PathLike, card: dict | None = None, trusted: bool = 
 
 
 def _load_weights(zip_path: Path, card: dict, trusted: bool) -> Agent:
+    """The card checked whole (fields, spaces, architecture, the network's size bound), then the
+    zip's size and sha256, then the weights read within the card's bound, then the network built."""
     for key in ("algorithm", "policy", "architecture", "observation_space", "action_space", "sha256", "env_id"):
         if key not in card:
             raise AgentFormatError(f"agent card: {card_path(zip_path)} has no {key!r}")
-    if sha256_of(zip_path) != card["sha256"]:
-        raise AgentFormatError(f"agent: {zip_path} does not match the sha256 in its card (file changed or corrupt)")
+    _check_card_fields(card, card_path(zip_path))
     algo = card["algorithm"]
     if algo not in ALGORITHMS:
         raise AgentFormatError(f"agent card: algorithm {algo!r} is not one of {sorted(ALGORITHMS)}")
     if card["policy"] != POLICIES[algo]:
         raise AgentFormatError(f"agent card: policy {card['policy']!r} is not allowed for {algo} (only {POLICIES[algo]})")
-    policy_cls = algorithm_class(algo).policy_aliases[POLICIES[algo]]
     obs_space = space_from_json(card["observation_space"], "observation_space")
     act_space = space_from_json(card["action_space"], "action_space")
+    if not hasattr(act_space, "n"):
+        raise AgentFormatError("agent card: action_space must be Discrete")
     kwargs = _architecture_kwargs(card["architecture"])
+    parameters = parameter_bound(algo, obs_space, act_space, kwargs)
+    if parameters > MAX_AGENT_PARAMETERS:
+        raise AgentFormatError(f"agent card: its architecture has up to {parameters:,} parameters, more than "
+                               f"{MAX_AGENT_PARAMETERS:,} (mooncake_gym.model.limits.MAX_AGENT_PARAMETERS)")
+    max_weight_bytes = 4 * parameters + (1 << 20)  # float32 tensors and the pickle's names and headers
+    # the zip also holds the optimiser's state (two moments per parameter) and SB3's JSON
+    if zip_path.stat().st_size > 3 * max_weight_bytes + (4 << 20):
+        raise AgentFormatError(f"agent: {zip_path} is larger than an agent of its card's architecture can be")
+    if sha256_of(zip_path) != card["sha256"]:
+        raise AgentFormatError(f"agent: {zip_path} does not match the sha256 in its card (file changed or corrupt)")
+    policy_cls = algorithm_class(algo).policy_aliases[POLICIES[algo]]
     wrappers = card.get("wrappers") or []
     if not isinstance(wrappers, list) or not all(isinstance(w, dict) and isinstance(w.get("class"), str)
                                                  and isinstance(w.get("kwargs", {}), dict) for w in wrappers):
@@ -516,10 +604,10 @@ def _load_weights(zip_path: Path, card: dict, trusted: bool) -> Agent:
     norm = ObsNormalizer.from_json(card.get("obs_normalization"))
     if norm is not None and norm.mean.shape != obs_space.shape:
         raise AgentFormatError(f"agent card: obs_normalization has {norm.mean.shape[0]} entries, observations {obs_space.shape}")
-    state = _read_weights(zip_path)
+    state = _read_weights(zip_path, max_weight_bytes)
     try:
         policy = policy_cls(obs_space, act_space, lambda _: 0.0, **kwargs)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, RuntimeError, MemoryError) as e:
         raise AgentFormatError(f"agent card: cannot build {policy_cls.__name__} from its architecture: {e}") from None
     try:
         policy.load_state_dict(state, strict=True)

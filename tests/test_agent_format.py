@@ -232,6 +232,20 @@ def test_pickle_carrying_zip_is_refused_without_the_flag(tmp_path, monkeypatch):
     (lambda c: c.update(wrappers=[{"class": "some_unimported_module.W", "kwargs": {}}]), "not imported; importing a module"),
     (lambda c: c.update(wrappers=[{"class": "stable_baselines3.common.monitor.Monitor", "kwargs": {"filename": "/x"}}]),
      "Monitor is not an observation wrapper"),
+
+    # sizes from the card are bounded before anything is built or read (mooncake_gym.model.limits)
+    (lambda c: c["architecture"].update(net_arch=[65536] * 8), "up to 60,132,229,123 parameters, more than 16,000,000"),
+    (lambda c: c["observation_space"].update(shape=[10**9], low=[0.0], high=[1.0]), "1000000000 entries, more than"),
+    (lambda c: c["observation_space"].update(low=c["observation_space"]["low"][:-1]), "low must list"),
+    (lambda c: c["action_space"].update(n=10**12), "n must be an integer in 1..65536"),
+    (lambda c: c["action_space"].update(n=True), "n must be an integer"),
+    # every field the loader reads has its type: a clear error, never a traceback
+    (lambda c: c.update(env_id=5), "env_id must be a JSON str, got int"),
+    (lambda c: c.update(algorithm=["PPO"]), "algorithm must be a JSON str, got list"),
+    (lambda c: c.update(architecture=[64]), "architecture must be a JSON dict, got list"),
+    (lambda c: c.update(observation_space="Box"), "observation_space must be a JSON dict"),
+    (lambda c: c.update(obs_normalization={"mean": [[1.0], [2.0, 3.0]], "var": [1.0], "clip_obs": 10.0,
+                                           "epsilon": 1e-8}), "mean and var must be lists of at most"),
 ])
 def test_bad_cards_are_clear_errors(tmp_path, change, message):
     path = tmp_path / "a.zip"
@@ -242,6 +256,33 @@ def test_bad_cards_are_clear_errors(tmp_path, change, message):
     with pytest.raises(AgentFormatError, match=message):
         agent = agents.load_agent(path)
         evaluate(ADMISSION_ENV_ID, agent, [0], load=2.0, episode_requests=50)
+
+
+def test_a_policy_member_larger_than_its_card_allows_is_refused_before_it_is_inflated(tmp_path):
+    """A zip bomb in place of policy.pth (40 MB of zeros, 40 kB compressed, with a header that tells
+    the truth) is refused by the card's bound, 4 bytes a parameter plus 1 MiB; it is streamed in 1 MiB
+    chunks, so a header that lies about the size is refused the same way."""
+    from mooncake_gym.agents.agentfile import sha256_of
+
+    src = agents.agent_dir() / "ppo_admission.zip"
+    bomb = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as zout:
+        for item in zin.namelist():
+            zout.writestr(item, bytes(40 << 20) if item == "policy.pth" else zin.read(item))
+    assert bomb.stat().st_size < 1 << 20
+    bomb.with_suffix(".json").write_text(json.dumps({**agents.card("ppo_admission"), "sha256": sha256_of(bomb)}))
+    with pytest.raises(AgentFormatError, match=r"policy.pth is larger than the 1,088,780 bytes its card's architecture"):
+        agents.load_agent(bomb)
+
+
+def test_the_parameter_bound_is_the_network_size_of_the_shipped_agents():
+    from mooncake_gym.agents.agentfile import _architecture_kwargs, parameter_bound, space_from_json
+
+    for name in agents.SHIPPED:
+        card, agent = agents.card(name), agents.load_agent(name)
+        bound = parameter_bound(card["algorithm"], space_from_json(card["observation_space"], "o"),
+                                space_from_json(card["action_space"], "a"), _architecture_kwargs(card["architecture"]))
+        assert bound == sum(p.numel() for p in agent.policy.parameters())
 
 
 def test_mismatch_says_what_differs():

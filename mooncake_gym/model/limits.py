@@ -46,6 +46,13 @@ MAX_GENERATED_REQUESTS = 2_000_000
 MAX_SYNTHETIC_SESSIONS = 1_000_000
 #: Samples of the admission simulator's load series (trace span / ``sample_period_s``).
 MAX_LOAD_SAMPLES = 1_000_000
+#: Parameters of an agent file's network, bounded from its card (its layer sizes multiplied out,
+#: every network of the algorithm's policy counted) before anything is built or read: 16 M float32
+#: parameters, 64 MB; the shipped agents have fewer than 40,000.
+MAX_AGENT_PARAMETERS = 16_000_000
+#: Entries of an agent's observations (the product of its Box shape) and actions of its Discrete space.
+MAX_AGENT_OBSERVATION = 1_000_000
+MAX_AGENT_ACTIONS = 65_536
 
 LIMITS: dict[str, Limit] = {
     # trace fields (one JSONL line; Trace columns)
