@@ -42,6 +42,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from mooncake_gym._files import check_input_file, write_atomic
 from mooncake_gym._moved import current_name
 from mooncake_gym.model.limits import MAX_AGENT_ACTIONS, MAX_AGENT_OBSERVATION, MAX_AGENT_PARAMETERS
 
@@ -492,14 +493,17 @@ def format_card(model, env_id: str, wrappers: Sequence = (), vecnormalize=None, 
 def save_agent(model, path: str | os.PathLike, env_id: str, wrappers: Sequence = (), vecnormalize=None,
                card: dict | None = None) -> Path:
     """Write ``model`` as ``path`` (an SB3 zip) and its card ``path`` with ``.json``: the format's
-    fields (:func:`format_card`), the zip's sha256, and the extra fields of ``card``."""
+    fields (:func:`format_card`), the zip's sha256, and the extra fields of ``card``. Each file is
+    written whole or not at all (the zip first: a new zip beside an old card fails its sha256)."""
     path = Path(path)
     if path.suffix != ".zip":
         raise AgentFormatError(f"agent: the file name must end in .zip, got {path}")
     fields = format_card(model, env_id, wrappers, vecnormalize)
-    model.save(path)
+    blob = io.BytesIO()
+    model.save(blob)
+    write_atomic(path, blob.getvalue())  # each file whole or not at all; a new zip beside an old card is refused
     doc = {**(card or {}), **fields, "sha256": sha256_of(path)}
-    card_path(path).write_text(json.dumps(doc, indent=2) + "\n")
+    write_atomic(card_path(path), json.dumps(doc, indent=2) + "\n")
     return path
 
 
@@ -553,8 +557,7 @@ def load(zip_path: str | os.PathLike, card: dict | None = None, trusted: bool = 
     """Load the agent at ``zip_path`` (card beside it, or ``card``): weights only, unless there is no
     usable card and ``trusted`` (then SB3's ``load`` of ``algorithm``, default the card's or PPO)."""
     zip_path = Path(zip_path)
-    if not zip_path.is_file():
-        raise FileNotFoundError(f"agent: no such file {str(zip_path)!r}")
+    check_input_file(zip_path, "agent")
     if card is None and card_path(zip_path).is_file():
         card = read_card(card_path(zip_path))
     if card is None or card.get("format") != FORMAT:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from mooncake_gym._files import write_atomic
 from mooncake_gym.agents import load_agent
 from mooncake_gym.agents.agentfile import (ALGO_NAMES, algorithm_class, apply_wrappers, format_card, ObsNormalizer,
                                            POLICIES, sha256_of, wrapper_spec)
@@ -336,10 +337,10 @@ def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.P
         "sha256": sha256_of(final),
     }
     card_file = final.with_suffix(".json")
-    card_file.write_text(json.dumps(card, indent=2) + "\n")
+    write_atomic(card_file, json.dumps(card, indent=2) + "\n")
     if evaluate_card:
         card["evaluation"] = card_evaluation(env, load_agent(final), env_kwargs, algo.lower())
-        card_file.write_text(json.dumps(card, indent=2) + "\n")
+        write_atomic(card_file, json.dumps(card, indent=2) + "\n")
     return final
 
 

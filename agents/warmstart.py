@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mooncake_gym._files import write_atomic
 from mooncake_gym.agents.agentfile import apply_wrappers, as_agent, save_agent, sha256_of, wrapper_spec
 from mooncake_gym.agents.train import library_versions
 from mooncake_gym.baselines import POLICIES
@@ -216,7 +217,7 @@ def warm_start_ppo(workloads: list[dict], out, wrappers=(), timesteps: int = 300
         "threads": 1, "versions": library_versions(),
         "sha256": sha256_of(out / f"{name}.zip"),
     })
-    (out / f"{name}.json").write_text(json.dumps(card, indent=2) + "\n")
+    write_atomic(out / f"{name}.json", json.dumps(card, indent=2) + "\n")
     return card
 
 
@@ -280,7 +281,7 @@ def complete_routing_card(path, compare_json, notes: str, per_scenario: bool = F
                  + ["seeds >= 1,000,000 (compare's held-out seeds)"],
                  "evaluation": evaluation, "notes": notes,
                  **({"scenarios": trained} if per_scenario else {})})
-    path.write_text(json.dumps(card, indent=2) + "\n")
+    write_atomic(path, json.dumps(card, indent=2) + "\n")
     return card
 
 

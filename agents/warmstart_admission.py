@@ -23,6 +23,7 @@ import json
 
 import numpy as np
 
+from mooncake_gym._files import write_atomic
 from mooncake_gym.agents.warmstart import _wrapped, warm_start_ppo
 from mooncake_gym.baselines.admission import ContextRule
 from mooncake_gym.envs.wrappers import AdmissionRuleFeatures
@@ -193,7 +194,7 @@ def complete_card(out, compare_json, notes: str, name: str = NAME) -> dict:
                                "admission-tight-slo", "other output-length prediction errors than sigma 0.5",
                                "Conductor-v1"],
                  "evaluation": evaluation, "notes": notes})
-    path.write_text(json.dumps(card, indent=2) + "\n")
+    write_atomic(path, json.dumps(card, indent=2) + "\n")
     return card
 
 

@@ -6,6 +6,7 @@ silently coerced answer or a late error)."""
 
 import json
 import math
+import os
 import subprocess
 import sys
 
@@ -372,3 +373,36 @@ def test_every_range_is_documented():
     doc = (Path(__file__).resolve().parents[1] / "docs" / "reliability.md").read_text()
     missing = [name for name in limits.LIMITS if f"| `{name}`" not in doc]
     assert not missing, f"docs/reliability.md does not list the ranges of {missing}"
+
+
+# --- files: whole or not at all; inputs that are not regular files say what they are --------------
+
+def test_a_write_that_fails_midway_leaves_the_old_file_and_no_temporary(tmp_path):
+    from mooncake_gym._files import replacing, write_atomic
+
+    target = tmp_path / "out.json"
+    write_atomic(target, "old\n")
+    with pytest.raises(KeyboardInterrupt):
+        with replacing(target) as tmp:
+            tmp.write_text("half of the new")
+            raise KeyboardInterrupt
+    assert target.read_text() == "old\n" and list(tmp_path.iterdir()) == [target]
+    write_atomic(target, b"new\n")
+    assert target.read_text() == "new\n" and list(tmp_path.iterdir()) == [target]
+
+
+def test_inputs_that_are_not_regular_files_say_what_they_are(tmp_path):
+    from mooncake_gym.model.workload import read_trace
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path, message in ((tmp_path, "is a directory, not a file"), (fifo, "is a FIFO, not a file"),
+                          ("/dev/null", "is a character device, not a file")):
+        with pytest.raises(ValueError, match=message):
+            read_trace(path)
+    with pytest.raises(FileNotFoundError, match="trace: no such file"):
+        read_trace(tmp_path / "missing.jsonl")
+    with pytest.raises(ValueError, match=r"block_tokens: expected an integer in \[1, 1048576\], got 0"):
+        read_trace(tmp_path / "missing.jsonl", block_tokens=0)
+    result = run_cli("trace", "stats", str(fifo))  # the command does not block on the FIFO
+    assert result.returncode == 2 and result.stderr.strip().endswith("is a FIFO, not a file")

@@ -62,6 +62,7 @@ LIMITS: dict[str, Limit] = {
     "output_length": Limit(0, MAX_OUTPUT_TOKENS, True, "tokens"),
     "hash_ids": Limit(0, MAX_ID, True, "id"),
     "session_id": Limit(-1, MAX_ID, True, "id (-1: unknown)"),
+    "block_tokens": Limit(1, 1 << 20, True, "tokens per prefix block"),
     # workloads
     "rate": Limit(1e-6, 1e5, False, "sessions/s (synthetic) or requests/s (resampling)"),
     "speed": Limit(1e-6, 1e6, False, "x"),

@@ -20,6 +20,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
+from mooncake_gym._files import check_input_file, write_atomic
 from mooncake_gym.model.costmodel import BLOCK_TOKENS
 from mooncake_gym.model.limits import LIMITS, MAX_ID, MAX_INPUT_TOKENS, MAX_SYNTHETIC_SESSIONS, check, check_bound, check_range
 
@@ -381,10 +382,11 @@ def _check_field(where: str, name: str, value, kind: str) -> None:
 
 
 def read_trace(path: str | os.PathLike, block_tokens: int = BLOCK_TOKENS) -> Trace:
-    """Read a Mooncake JSONL trace, validating every line (errors name file, line and field)."""
+    """Read a Mooncake JSONL trace, validating every line (errors name file, line and field);
+    ``block_tokens`` is the tokens per prefix block of its ``hash_ids``."""
     path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"trace: no such file {path!r}")
+    check("block_tokens", block_tokens)
+    check_input_file(path, "trace")
     ts, inp, out, ids, sess = [], [], [], [], []
     last_ts = None
     with open(path, "rb") as f:  # bytes, so that a line that is not UTF-8 gets a TraceFormatError too
@@ -428,7 +430,7 @@ def write_trace(trace: Trace, path: str | os.PathLike, block_tokens: int = BLOCK
 
     Every line is checked with the reader's own check before the file is opened, so no line the
     reader would refuse is written (``ValueError`` naming the request); an empty trace is refused
-    too (the reader refuses a file without requests)."""
+    too (the reader refuses a file without requests). The file is written whole or not at all."""
     if not isinstance(trace, Trace):
         raise ValueError(f"trace: expected a mooncake_gym.model.workload.Trace, got {type(trace).__name__}")
     lines = list(trace_lines(trace))
@@ -436,10 +438,7 @@ def write_trace(trace: Trace, path: str | os.PathLike, block_tokens: int = BLOCK
         raise ValueError("trace: it has no requests, and the reader refuses a trace file without requests")
     for k, line in enumerate(lines):
         _parse_line(line, f"trace {trace.name!r}, request {k}", block_tokens)
-    with open(path, "w", encoding="utf-8") as f:
-        for line in lines:
-            f.write(line)
-            f.write("\n")
+    write_atomic(path, "".join(line + "\n" for line in lines))
 
 
 # --------------------------------------------------------------------------------------------

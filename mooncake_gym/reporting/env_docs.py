@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import pathlib
 
+from mooncake_gym._files import write_atomic
 from mooncake_gym import envs
 
 
@@ -25,4 +26,4 @@ DOC_PAGES = (("PrefillRoutingV1Env", "mooncake_gym/PrefillRouting-v1", "docs/env
 if __name__ == "__main__":
     root = pathlib.Path(__file__).resolve().parents[2]
     for name, env_id, page in DOC_PAGES:
-        (root / page).write_text(doc_page(getattr(envs, name), env_id))
+        write_atomic(root / page, doc_page(getattr(envs, name), env_id))

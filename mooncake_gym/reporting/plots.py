@@ -12,6 +12,7 @@ import os
 from typing import Mapping
 
 import numpy as np
+from mooncake_gym._files import replacing
 
 
 def _figure(width: float, height: float):
@@ -52,7 +53,8 @@ def check_plot_dir(folder: str | os.PathLike, name: str = "plot_dir") -> str:
 
 def _save(fig, path: str | os.PathLike) -> str:
     path = check_plot_path(path)
-    fig.savefig(path)
+    with replacing(path) as tmp:  # the figure whole or not at all
+        fig.savefig(tmp, format=os.path.splitext(path)[1][1:].lower() or None)
     return path
 
 
