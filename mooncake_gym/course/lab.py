@@ -36,6 +36,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from mooncake_gym.course.sandbox import Limits, SandboxedPolicy, SubmissionFailed
+
 #: True when the notebooks should run with small parameters (``LAB_QUICK=1``; the test suite sets it).
 QUICK = os.environ.get("LAB_QUICK", "") not in ("", "0")
 
@@ -394,21 +396,42 @@ def load_policy(spec: str) -> Callable:
     return policy
 
 
+#: Most grading seeds (episodes per policy), and the largest seed.
+MAX_GRADING_SEEDS = 1000
+MAX_SEED = 2**32 - 1
+
+
 def _seeds(text: str) -> list[int]:
+    """Comma-separated grading seeds: integers in [0, 2^32 - 1], distinct, at most 1,000."""
     try:
         seeds = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
         raise ValueError(f"--seeds: expected comma-separated integers such as 101,202, got {text!r}") from None
     if not seeds:
         raise ValueError("--seeds: expected at least one seed")
+    if len(seeds) > MAX_GRADING_SEEDS:
+        raise ValueError(f"--seeds: expected at most {MAX_GRADING_SEEDS} seeds, got {len(seeds)}")
+    bad = [s for s in seeds if not 0 <= s <= MAX_SEED]
+    if bad:
+        raise ValueError(f"--seeds: expected seeds in [0, {MAX_SEED}], got {bad[0]}")
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    if repeated:
+        raise ValueError(f"--seeds: each seed once (an episode counted twice weighs twice), got {repeated[0]} again")
     return seeds
 
 
-def grade(env: str, seeds, policy=None, agent=None, env_kwargs: dict | None = None, name: str = "submission"):
-    """Evaluate ``policy`` (a function of the view) or ``agent`` (an SB3 model) next to every baseline
-    of ``env`` ('routing' or 'admission') on ``seeds``; returns ``(setting, scores)`` where ``setting``
-    holds the table rows (compare's format, means with 95 % intervals) and ``scores`` maps each row to
-    its mean return and score: 100 x (return - worst baseline's) / (best baseline's - worst baseline's)."""
+def grade(env: str, seeds, policy=None, agent=None, env_kwargs: dict | None = None, name: str = "submission",
+          limits: Limits = Limits()):
+    """Evaluate ``policy`` or ``agent`` (an SB3 model) next to every baseline of ``env`` ('routing' or
+    'admission') on ``seeds``; returns ``(setting, scores)`` where ``setting`` holds the table rows
+    (compare's format, means with 95 % intervals) and ``scores`` maps each row to its mean return and
+    score: 100 x (return - worst baseline's) / (best baseline's - worst baseline's).
+
+    ``policy`` is a function of the view (run here), or a submission ``module:function`` /
+    ``path/file.py:function``, run in a child process within ``limits``
+    (:class:`~mooncake_gym.course.sandbox.SandboxedPolicy`). A submission that fails (an error, a
+    time or memory limit, a crash) gets no row; its score is 0 and ``scores[name]["failure"]`` says
+    why."""
     from mooncake_gym.experiments.compare import Setting, policies_for, run_setting
     from mooncake_gym.envs import ADMISSION_ENV_ID, ROUTING_ENV_ID
     from mooncake_gym.evaluation.episodes import ModelPolicy, ViewPolicy
@@ -422,14 +445,33 @@ def grade(env: str, seeds, policy=None, agent=None, env_kwargs: dict | None = No
     env_id = ROUTING_ENV_ID if env == "routing" else ADMISSION_ENV_ID
     label = f"{env}: {', '.join(f'{k}={v}' for k, v in kwargs.items())}; {len(seeds)} hidden seeds"
     setting = Setting(env, label, env_id, kwargs)
-    policies = policies_for(env, {})
-    policies[name] = ViewPolicy(policy, name) if policy is not None else ModelPolicy(agent, name)
-    run_setting(setting, policies, list(seeds))
+    failure, submission = None, policy
+    try:
+        if isinstance(policy, str):
+            submission = SandboxedPolicy(policy, limits, name)  # imports it: a failure is known before the baselines run
+    except SubmissionFailed as e:
+        failure = str(e)
+    try:
+        run_setting(setting, policies_for(env, {}), list(seeds))
+        if failure is None:
+            run_setting(setting, {name: ViewPolicy(submission, name) if policy is not None else ModelPolicy(agent, name)},
+                        list(seeds))
+    except SubmissionFailed as e:
+        failure = str(e)
+    except (TypeError, ValueError) as e:  # an answer the environment refuses (the check of actions)
+        if not isinstance(policy, str):
+            raise
+        failure = f"its answer is not an action: {e}"
+    finally:
+        if isinstance(submission, SandboxedPolicy):
+            submission.close()
     returns = {n: float(np.mean([e["return"] for e in episodes])) for n, episodes in setting.episodes.items()}
     baseline_returns = [r for n, r in returns.items() if n != name]
     low, high = min(baseline_returns), max(baseline_returns)
     scores = {n: {"return": r, "score": 100.0 * (r - low) / (high - low) if high > low else float("nan")}
               for n, r in returns.items()}
+    if failure is not None:
+        scores[name] = {"return": float("nan"), "score": 0.0, "failure": failure}
     return setting, scores
 
 
@@ -438,6 +480,7 @@ def format_grade(setting, scores: dict) -> str:
     from mooncake_gym.experiments.compare import format_setting
 
     lines = [setting.label, "", format_setting(setting), ""]
+    lines += [f"{n} FAILED: {s['failure']}\n" for n, s in scores.items() if "failure" in s]
     rows = [{"policy": n, "return": s["return"], "score": s["score"]} for n, s in scores.items()]
     lines.append(report.format_table(rows, [("policy", "policy", None), ("return", "mean return", ".1f"),
                                             ("score", "score", ".1f")]))
@@ -466,7 +509,8 @@ def main(argv=None) -> int:
     g = sub.add_parser("grade", help="evaluate a submitted policy or agent next to the baselines on hidden seeds")
     g.add_argument("--env", required=True, choices=["routing", "admission"])
     who = g.add_mutually_exclusive_group(required=True)
-    who.add_argument("--policy", help="module:function or path/file.py:function, a policy(view) -> action")
+    who.add_argument("--policy", help="module:function or path/file.py:function, a policy(view) -> action, run in a "
+                                      "child process with time and memory limits (mooncake_gym.course.sandbox)")
     who.add_argument("--agent", help="an agent zip with its JSON card (mooncake-gym train's; loaded without unpickling)")
     g.add_argument("--unsafe-pickle", action="store_true",
                    help="allow an --agent zip without a card (unpickled by SB3's load: it CAN RUN CODE; trusted files only)")
@@ -474,6 +518,12 @@ def main(argv=None) -> int:
     g.add_argument("--env-kwarg", action="append", default=[], metavar="KEY=VALUE",
                    help="an environment argument (repeatable), e.g. rate=12 or waste_penalty=0.5")
     g.add_argument("--name", default="submission", help="the submission's row label")
+    g.add_argument("--time-limit-episode", type=float, default=Limits.episode_s, metavar="S",
+                   help=f"a --policy's seconds per episode (default {Limits.episode_s:g})")
+    g.add_argument("--time-limit", type=float, default=Limits.total_s, metavar="S",
+                   help=f"a --policy's seconds in all (default {Limits.total_s:g})")
+    g.add_argument("--memory-mb", type=int, default=Limits.memory_mb, metavar="MB",
+                   help=f"a --policy's memory (default {Limits.memory_mb})")
     g.add_argument("--json", action="store_true", help="print one JSON document instead of the tables")
     args = parser.parse_args(argv)
     try:
@@ -483,7 +533,8 @@ def main(argv=None) -> int:
             return 0
         seeds = _seeds(args.seeds)
         env_kwargs = dict(_key_value(kv) for kv in args.env_kwarg)
-        policy = load_policy(args.policy) if args.policy else None
+        limits = Limits(args.time_limit_episode, args.time_limit, args.memory_mb)
+        policy = args.policy  # run in a child process (mooncake_gym.course.sandbox)
         agent = None
         if args.agent:
             from mooncake_gym.agents import load_agent
@@ -491,7 +542,7 @@ def main(argv=None) -> int:
             agent = load_agent(args.agent, trusted=args.unsafe_pickle)
             if agent.source == "pickle":
                 print(f"note: {args.agent} was unpickled (--unsafe-pickle): loading it could run code", file=sys.stderr)
-        setting, scores = grade(args.env, seeds, policy, agent, env_kwargs, args.name)
+        setting, scores = grade(args.env, seeds, policy, agent, env_kwargs, args.name, limits)
     except (ValueError, FileNotFoundError) as e:
         parser.exit(2, f"{parser.prog}: error: {e}\n")
     if args.json:
