@@ -83,7 +83,7 @@ def test_resampling_and_overload_workload_are_bounded():
     with pytest.raises(ValueError, match="^n_requests:"):
         resample_iid(base, 10**8, 1.0)
     with pytest.raises(ValueError, match="^load:"):
-        overload_workload(base, 100, load=1e-7)
+        overload_workload(base, 1e-7, 100)
 
 
 def test_load_series_is_bounded_before_the_run():

@@ -205,7 +205,7 @@ def _ssd_loses(answer):
 
 @_exercise("cache-hit-share", "01_lecture_demos",
            "demo 2: the hit share (hit_ratio) of the `cache` router at 8 sessions/s, seed 0",
-           "run_routing_baselines(synthetic_trace(0, 8.0)) returns a result per router; read metrics['hit_ratio'] "
+           "run_baselines('routing', synthetic_trace(0, 8.0)) returns a result per router; read metrics['hit_ratio'] "
            "of 'cache' (a share between 0 and 1, not a percentage).")
 def _cache_hit_share(answer):
     from mooncake_gym.sim.routing import simulate
@@ -218,7 +218,7 @@ def _cache_hit_share(answer):
 @_exercise("early-waste-cut", "01_lecture_demos",
            "demo 3: by what share early rejection cuts the wasted prefill seconds of `baseline` "
            "(1 - early's / baseline's)",
-           "run_admission_baselines(overload_workload()[0]) gives both; read metrics['wasted_prefill_s'] "
+           "run_baselines('admission', overload_workload()[0]) gives both; read metrics['wasted_prefill_s'] "
            "(a share between 0 and 1, not a percentage).")
 def _early_waste_cut(answer):
     from mooncake_gym.sim.admission import overload_workload, simulate

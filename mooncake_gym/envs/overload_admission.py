@@ -189,7 +189,7 @@ class OverloadAdmissionEnv(gym.Env):
         self.base = as_trace("base_trace", base_trace) if base_trace is not None else \
             synthetic_trace(0, DEMO3_BASE_RATE)
         self.trace = as_trace("trace", trace) if trace is not None else None
-        self.capacity_rate = decode_capacity_rate(self.base, self.config, self.cost)
+        self.capacity_rate = decode_capacity_rate(self.base, self.config.preset(self.cost))
         self.mean_prefill_s = float(np.mean([self.cost.prefill_s(n, 0) for n in self.base.input_tokens.tolist()]))
         # degenerate base traces, refused here rather than failing at every step: the waste penalty
         # is in units of the mean prefill time, and resampling draws at load x the capacity rate

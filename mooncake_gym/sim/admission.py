@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import deque, namedtuple
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -60,15 +60,14 @@ from mooncake_gym.sim.prefill import PrefillInstance
 from mooncake_gym.model.limits import MAX_LOAD_SAMPLES, check, check_bound
 from mooncake_gym.model.costmodel import CostModel
 from mooncake_gym.sim.policy import policy_name, reset_policy
-from mooncake_gym.model.workload import Trace, resample_iid, synthetic_trace
-
-# Outcomes of a request (``OverloadResult.outcome``).
-PENDING = -1
-COMPLETED = 0
-REJECTED_AT_ARRIVAL = 1
-REJECTED_AFTER_PREFILL = 2
-OUTCOME_NAMES = {PENDING: "pending", COMPLETED: "completed", REJECTED_AT_ARRIVAL: "rejected_at_arrival",
-                 REJECTED_AFTER_PREFILL: "rejected_after_prefill"}
+from mooncake_gym.model.presets import PRESETS, ClusterPreset
+from mooncake_gym.model.workload import Trace
+# demo 3's workload and the closed-form capacity rate, re-exported for the lecture's users
+from mooncake_gym.sim.cluster import (DEMO3_BASE_RATE, DEMO3_LOAD, DEMO3_REQUESTS, decode_capacity_rate,  # noqa: F401
+                                      overload_workload)
+from mooncake_gym.sim.metrics import (COMPLETED, OUTCOME_NAMES, PENDING, REJECTED_AFTER_PREFILL, REJECTED_AT_ARRIVAL,
+                                      load_correlation, quantile_table)
+from mooncake_gym.sim.views import ADMISSION_VIEW_FIELDS, AdmissionView, check_admit
 
 # Heap event kinds: at equal times decode completions are handled before prefill completions.
 _DECODE_DONE = 0
@@ -78,22 +77,6 @@ _PREFILL_DONE = 1
 def _check(name: str, ok: bool, expected: str, value: Any) -> None:
     if not ok:
         raise ValueError(f"{name}: expected {expected}, got {value!r}")
-
-
-def check_admit(answer) -> bool:
-    """The one check of an admission answer (simulator, ``evaluate`` and the env alike): ``True``
-    / ``False`` (or numpy bools) or the integer 1 / 0 (Python or numpy). ``TypeError`` for any other
-    type (a string such as ``'reject'``, a float, NaN, None), ``ValueError`` for another integer
-    (``-1``). Nothing is coerced with ``bool()``."""
-    if answer is True or answer is False:
-        return answer
-    if isinstance(answer, np.bool_):
-        return bool(answer)
-    if isinstance(answer, (int, np.integer)):
-        if answer == 0 or answer == 1:
-            return bool(answer == 1)
-        raise ValueError(f"admit: expected True or False (or 1 or 0), got {answer!r}")
-    raise TypeError(f"admit: expected True or False (or 1 or 0), got {type(answer).__name__} {answer!r}")
 
 
 @dataclass(frozen=True)
@@ -133,101 +116,13 @@ class OverloadConfig:
     def pool_capacity_tokens(self) -> int:
         return self.n_decode * self.decode_capacity_tokens
 
-
-#: The fields of :class:`AdmissionView`, in order (then the simulator, whose projections the
-#: view's methods call).
-ADMISSION_VIEW_FIELDS = ("now", "index", "input_tokens", "output_tokens", "decode_used_tokens",
-                         "decode_capacity_tokens", "decode_used_per_instance", "decode_capacity_per_instance",
-                         "prefill_queue_s", "prefill_instance", "prefill_s", "predicted_prefill_finish",
-                         "predicted_ttft_s", "ttft_slo_s", "recent_rejected", "recent_rejected_after_prefill",
-                         "recent_wasted_s", "requests_in_prefill", "requests_in_decode", "mean_decode_s",
-                         "mean_output_tokens")
-
-
-class AdmissionView(namedtuple("AdmissionViewFields", ADMISSION_VIEW_FIELDS + ("simulator",))):
-    """What an admission policy sees at one arrival: read-only, like ``RoutingView``. A named tuple,
-    so a policy cannot change what the simulator recorded (setting a field raises
-    ``AttributeError``) and building one costs one tuple allocation (a frozen dataclass of this many
-    fields costs about 2 us, a tenth of the Gym environment's step).
-
-    Fields:
-    - ``now``: the arrival time (s); ``index``: the request's position in the trace.
-    - ``input_tokens``; ``output_tokens``: the output length only with ``config.oracle``, else None.
-    - ``decode_used_tokens`` / ``decode_capacity_tokens``: the decode pool's used and total KV
-      tokens; ``decode_used_per_instance`` and ``decode_capacity_per_instance``: per instance.
-    - ``prefill_queue_s``: queued prefill work (s) per prefill instance; ``prefill_instance``: the
-      least loaded one, where this request would go; ``prefill_s``: its prefill time there;
-      ``predicted_prefill_finish`` (absolute time) and ``predicted_ttft_s`` (= finish - now, exact).
-    - ``ttft_slo_s``: the SLO of the run; ``recent_rejected`` (at arrival or after prefill),
-      ``recent_rejected_after_prefill`` and ``recent_wasted_s``: within the last
-      ``config.recent_window_s`` seconds.
-    - ``requests_in_prefill`` and ``requests_in_decode``: counts.
-    - ``mean_decode_s`` and ``mean_output_tokens``: the workload's mean decode time and output
-      length (statistics a production system takes from its logs; not this request's).
-    - ``simulator``: the simulator whose projections the methods below compute (left out of the
-      repr; a policy reads the view, it does not drive the simulator).
-
-    The projection methods look at the requests in prefill and in decode without revealing any
-    individual output length (except in oracle mode); the predictive baselines use them.
-    """
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "AdmissionView(" + ", ".join(f"{k}={v!r}" for k, v in zip(ADMISSION_VIEW_FIELDS, self)) + ")"
-
-    @property
-    def decode_load(self) -> float:
-        """Decode pool occupancy now, used / capacity of the whole pool (``early`` looks at the
-        emptiest instance instead: see ``baselines.admission.EarlyRejection``)."""
-        return self.decode_used_tokens / self.decode_capacity_tokens
-
-    @property
-    def prefill_load(self) -> float:
-        """Prefill load as in Mooncake §7: the predicted TTFT over the TTFT SLO."""
-        return self.predicted_ttft_s / self.ttft_slo_s
-
-    def project_decode(self, at_s: float, decode_s: float | None = None, quantile: float | None = None,
-                       output_tokens: float | None = None) -> list:
-        """Projected used tokens of each decode instance at time ``at_s`` (this request not included).
-
-        Replays the decode pool forward from now to ``at_s`` under assumed decode times, the way the
-        simulator would run it: requests in prefill enter decode at their (known) prefill finish on
-        the instance with the most room, if they fit, with ``input + output_tokens`` tokens (default
-        the workload's mean output); requests leave at their assumed decode end.
-
-        - Uniform (``quantile=None``, Mooncake v3 §7.4): every request decodes ``decode_s`` seconds
-          (default ``mean_decode_s``), counted from its decode start — so a request already decoding
-          for longer than that is assumed gone.
-        - Distribution (``quantile=q``): a request that has decoded k tokens so far is assumed to end
-          at the q-quantile of the workload's output lengths *longer than k* (long-running requests
-          of a long-tailed distribution are expected to run on); a request still in prefill decodes
-          ``decode_s`` (default the mean: its expected share of decode token-seconds).
-
-        Individual output lengths are never used (in oracle mode too), only the workload's statistics.
-        """
-        return self.simulator.project_decode(at_s, decode_s, quantile, output_tokens)
-
-    def project_decode_tokens(self, at_s: float, decode_s: float | None = None,
-                              output_tokens: float | None = None) -> float:
-        """Decode-pool tokens at ``at_s`` by Mooncake v3 §7.4's sum, every request decoding ``decode_s``
-        seconds (default ``mean_decode_s``): the requests in decode whose start + ``decode_s`` is
-        after ``at_s`` (their reserved tokens), plus the requests in prefill that finish by ``at_s``
-        and whose finish + ``decode_s`` is after it (``input + output_tokens`` each, default the mean
-        output). No capacity limit is applied (so it can exceed the pool); this request not included.
-        """
-        return self.simulator.project_decode_tokens(at_s, decode_s, output_tokens)
-
-    def expected_decode_tokens(self, at_s: float, output_tokens: float | None = None) -> float:
-        """Expected decode-pool tokens at ``at_s`` under the workload's decode-time distribution: a
-        request decoding since d is still there with probability S(at_s - d) / S(now - d) (S the
-        survival function of decode times, conditioned on its having run until now); a request in
-        prefill finishing at f <= at_s with probability S(at_s - f). No capacity limit applied."""
-        return self.simulator.expected_decode_tokens(at_s, output_tokens)
-
-    def decode_survival(self, x_s: float) -> float:
-        """P(decode time > ``x_s``) over the workload."""
-        return self.simulator.decode_survival(x_s)
+    def preset(self, cost: CostModel | None = None) -> ClusterPreset:
+        """This admission problem as a cluster: the ``lecture`` preset with these pools, SLO and
+        ``tbt_s``, no prefix cache, every instance ``cost``'s (default ``CostModel()``)."""
+        cm = cost if cost is not None else CostModel()
+        return PRESETS["lecture"].with_(prefill_cost=cm, decode_cost=cm, n_prefill=self.n_prefill,
+                                        n_decode=self.n_decode, cache_blocks=0, ttft_slo_s=self.ttft_slo_s,
+                                        decode_capacity_tokens=self.decode_capacity_tokens, tbt_s=self.tbt_s)
 
 
 @dataclass
@@ -268,15 +163,6 @@ def check_load_samples(name: str, span_s: float, config: OverloadConfig) -> None
     check_bound(name, span_s / config.sample_period_s + 1, MAX_LOAD_SAMPLES,
                 f"load-series samples (a span of {span_s:.3g} s / sample_period_s {config.sample_period_s:g})",
                 "raise sample_period_s, or use a shorter workload (a higher rate or load, fewer requests)")
-
-
-def load_correlation(prefill_load, decode_load) -> float:
-    """Pearson correlation of two load series (NaN when one is constant or too short)."""
-    p = np.asarray(prefill_load, dtype=np.float64)
-    d = np.asarray(decode_load, dtype=np.float64)
-    if len(p) < 3 or p.std() == 0 or d.std() == 0:
-        return float("nan")
-    return float(np.corrcoef(p, d)[0, 1])
 
 
 class OverloadSimulator:
@@ -612,19 +498,11 @@ class OverloadSimulator:
         return uniform, expected
 
     def _quantile_table(self, quantile: float) -> list[int]:
-        """``table[k]``: the ``quantile`` of the output length among the workload's requests whose
-        output exceeds k tokens (a request that has decoded k tokens ends there with probability
-        ``quantile``); k + 1 where no request in the statistics is longer than k."""
+        """:func:`mooncake_gym.sim.metrics.quantile_table` of the workload, cached per quantile."""
         table = self._quantile_tables.get(quantile)
         if table is None:
-            out = np.sort(np.asarray(self._output, dtype=np.int64))
-            n = len(out)
-            k = np.arange(int(out[-1]) + 1 if n else 1)
-            first = np.searchsorted(out, k, side="right")  # index of the first output > k
-            longer = n - first
-            pos = first + np.minimum(np.floor(quantile * longer).astype(np.int64), np.maximum(longer - 1, 0))
-            table = np.where(longer > 0, out[np.minimum(pos, max(n - 1, 0))], k + 1).tolist()
-            self._quantile_tables[quantile] = table
+            table = self._quantile_tables[quantile] = quantile_table(np.sort(np.asarray(self._output, dtype=np.int64)),
+                                                                     quantile)
         return table
 
     def project_decode(self, at_s: float, decode_s: float | None = None, quantile: float | None = None,
@@ -761,55 +639,3 @@ def simulate(trace: Trace, policy: Callable, config: OverloadConfig | None = Non
     while view is not None:
         view = step(policy(view))  # step checks the answer (check_admit)
     return sim.result(policy_name(policy))
-
-
-# ------------------------------------------------------------------------------------------------
-# Demo 3's workload: i.i.d. requests from a base trace at a multiple of the decode pool's capacity
-# ------------------------------------------------------------------------------------------------
-def decode_capacity_rate(trace: Trace, config: OverloadConfig | None = None, cost: CostModel | None = None) -> float:
-    """Requests/s the decode pool completes on ``trace``'s requests: n_decode x capacity / mean
-    occupancy, the occupancy of one request being (input + output) x its decode time (token-seconds)."""
-    c = config or OverloadConfig()
-    cm = cost if cost is not None else CostModel()
-    if len(trace) == 0:
-        raise ValueError("trace: the base trace has no requests")
-    occ = np.mean([(i + o) * cm.decode_s(o, c.tbt_s)
-                   for i, o in zip(trace.input_tokens.tolist(), trace.output_tokens.tolist())])
-    if not occ > 0:
-        raise ValueError("trace: the base trace's requests occupy no decode capacity (all outputs are 0)")
-    return c.pool_capacity_tokens / float(occ)
-
-
-DEMO3_BASE_RATE = 4.0  # sessions/s of the synthetic base trace (lecture demo 3)
-DEMO3_REQUESTS = 6000
-DEMO3_LOAD = 2.0
-
-
-def overload_workload(base: Trace | None = None, n_requests: int = DEMO3_REQUESTS, load: float = DEMO3_LOAD,
-                      seed: int = 0, config: OverloadConfig | None = None,
-                      cost: CostModel | None = None) -> tuple[Trace, float]:
-    """Demo 3's workload: ``n_requests`` drawn i.i.d. from ``base`` (default: the synthetic trace with
-    seed ``seed`` at 4 sessions/s) with stationary Poisson arrivals at ``load`` x the decode pool's
-    capacity rate. Returns (trace, capacity rate in requests/s)."""
-    check("load", load)  # a multiple of the decode capacity rate
-    check("requests", n_requests)
-    if base is None:
-        base = synthetic_trace(seed, rate=DEMO3_BASE_RATE)
-    capacity = decode_capacity_rate(base, config, cost)
-    return resample_iid(base, n_requests, load * capacity, seed), capacity
-
-
-# ------------------------------------------------------------------------------------------------
-# Running the baselines
-# ------------------------------------------------------------------------------------------------
-def run_admission_baselines(trace: Trace, names=None, config: OverloadConfig | None = None,
-                            cost: CostModel | None = None, seed: int = 0) -> dict[str, OverloadResult]:
-    """Run the named admission baselines (default all, in registry order) on ``trace``."""
-    from mooncake_gym.baselines.admission import ADMISSION_POLICIES
-
-    names = list(ADMISSION_POLICIES) if names is None else list(names)
-    for name in names:
-        if name not in ADMISSION_POLICIES:
-            raise ValueError(f"policy: unknown admission policy {name!r}; expected one of "
-                             f"{sorted(ADMISSION_POLICIES)} or 'all'")
-    return {name: simulate(trace, ADMISSION_POLICIES[name](), config, cost, seed) for name in names}

@@ -57,29 +57,23 @@ import numpy as np
 from mooncake_gym._native import mypyc_attr
 from mooncake_gym.sim.decode import BatchingDecodeInstance, Completion, ReservingDecodeInstance, fastest_accepting, tail_means
 from mooncake_gym.sim.observation import as_observation, observation_rng
-from mooncake_gym.sim.admission import load_correlation
+from mooncake_gym.sim.metrics import (COMPLETED, LENGTH_CLASSES, OUTCOME_NAMES, PENDING, PREEMPTED, REFUSED_TOO_LONG,
+                                      REJECTED_AFTER_PREFILL, REJECTED_AT_ARRIVAL, length_class_of, load_correlation,
+                                      quantile_table)
+from mooncake_gym.sim.policies import KVCentric
 from mooncake_gym.sim.policy import policy_name, reset_policy
 from mooncake_gym.model.presets import ClusterPreset, get_preset
-from mooncake_gym.sim.routing import Route, RoutingSimulator, RoutingView
-from mooncake_gym.model.workload import Trace
+from mooncake_gym.sim.routing import RoutingSimulator
+from mooncake_gym.sim.views import ClusterAction, ClusterView, Route, RoutingView
+from mooncake_gym.model.limits import check
+from mooncake_gym.model.workload import Trace, resample_iid, synthetic_trace
+
+DEMO3_BASE_RATE = 4.0  # sessions/s of the synthetic base trace (lecture demo 3)
+DEMO3_REQUESTS = 6000
+DEMO3_LOAD = 2.0
 
 #: A decode instance of either model (the preset's ``decode_model``).
 DecodeInstance = Union[BatchingDecodeInstance, ReservingDecodeInstance]
-
-# Outcomes of a request
-PENDING = -1
-COMPLETED = 0
-REJECTED_AT_ARRIVAL = 1
-REJECTED_AFTER_PREFILL = 2
-PREEMPTED = 3
-REFUSED_TOO_LONG = 4
-
-#: Output-length classes of the per-class acceptance: (name, smallest, largest output tokens). On the
-#: synthetic base mix (seed 0, 4 sessions/s) they hold about 45 %, 45 % and 10 % of the requests.
-LENGTH_CLASSES = (("short", 1, 100), ("medium", 101, 400), ("long", 401, None))
-OUTCOME_NAMES = {PENDING: "pending", COMPLETED: "completed", REJECTED_AT_ARRIVAL: "rejected_at_arrival",
-                 REJECTED_AFTER_PREFILL: "rejected_after_prefill", PREEMPTED: "preempted",
-                 REFUSED_TOO_LONG: "refused_too_long"}
 
 # Event kinds; at equal times: decode events, then prefill ends, then KV arrivals at decode
 _DECODE = 0
@@ -87,155 +81,6 @@ _PREFILL_DONE = 1
 _JOIN = 2
 
 DECODE_CHECKS = ("tbt", "kv")
-
-
-class ClusterAction(NamedTuple):
-    """The three decisions for one arriving request: admit it; the prefill ``route``
-    (``Route(instance, pull)``, or None for the default router's); the ``decode`` instance (or None:
-    the default rule at the prefill's end)."""
-
-    admit: bool = True
-    route: Route | None = None
-    decode: int | None = None
-
-
-class ClusterView:
-    """What the Conductor sees at one arrival (read-only by convention).
-
-    The request: ``now``, ``index``, ``input_tokens``, ``output_tokens`` (only with ``oracle``,
-    else None), ``predicted_output_tokens`` (a predictor's estimate of it, only when the simulator
-    was given ``predicted_output``, else None; :mod:`mooncake_gym.model.prediction`). Prefill: ``routing``
-    (the prefill pool's :class:`RoutingView`), ``default_route`` (what the default router would
-    choose), and, on that route, ``prefill_instance``,
-    ``predicted_ttft_s`` and ``predicted_prefill_finish`` (exact: FIFO and deterministic). Decode
-    (per instance): ``decode_batch`` (running requests), ``decode_used_per_instance`` (KV tokens
-    now), ``decode_capacity_per_instance`` (tokens), ``decode_step_s`` (the time of the iteration
-    running now, i.e. the current TBT; 0 when idle), ``decode_step_with_s`` (predicted iteration
-    time with this request added). SLOs: ``ttft_slo_s``, ``tbt_slo_s``. Workload statistics a
-    deployment keeps: ``mean_output_tokens``, ``mean_decode_s`` (mean output x the mean token
-    interval seen so far). Counts: ``requests_in_prefill``, ``requests_in_decode``.
-
-    The field names shared with ``overload.AdmissionView`` mean the same, so the admission
-    baselines run on both.
-    """
-
-    __slots__ = ("now", "index", "input_tokens", "output_tokens", "predicted_output_tokens", "routing",
-                 "decode_capacity_per_instance", "ttft_slo_s", "tbt_slo_s", "mean_output_tokens", "requests_in_prefill", "requests_in_decode",
-                 "_sim", "_decode", "_route")
-    # the slots' types (set by ClusterSimulator._make_view)
-    now: float
-    index: int
-    input_tokens: int
-    output_tokens: int | None
-    predicted_output_tokens: float | None
-    routing: RoutingView
-    decode_capacity_per_instance: int
-    ttft_slo_s: float
-    tbt_slo_s: float
-    mean_output_tokens: float
-    requests_in_prefill: int
-    requests_in_decode: int
-    _sim: ClusterSimulator
-    _decode: tuple | None
-    _route: tuple | None
-
-    def _default(self) -> tuple:
-        """(route, prefill instance, prefill time, predicted prefill finish) of the default router,
-        computed on first use."""
-        if self._route is None:
-            rv = self.routing
-            route = self._sim.router(rv)
-            if not isinstance(route, tuple):
-                route = Route(int(route))
-            k = route[0]
-            pull = route[1] and rv.best_hit_tokens > rv.hit_tokens[k]
-            prefill_s = rv.transfer_s[k] + rv.pull_prefill_s[k] if pull else rv.prefill_s[k]
-            self._route = (route, k, prefill_s, self.now + rv.queue_s[k] + prefill_s)
-        return self._route
-
-    @property
-    def default_route(self) -> Route:
-        return self._default()[0]
-
-    @property
-    def prefill_instance(self) -> int:
-        return self._default()[1]
-
-    @property
-    def prefill_s(self) -> float:
-        return self._default()[2]
-
-    @property
-    def predicted_prefill_finish(self) -> float:
-        return self._default()[3]
-
-    @property
-    def predicted_ttft_s(self) -> float:
-        return self._default()[3] - self.now
-
-    def _decode_side(self) -> tuple:
-        if self._decode is None:
-            if self._sim.view is not self:
-                raise RuntimeError("view: the decode side of a view is readable only until the next step")
-            self._decode = self._sim.decode_fields()
-        return self._decode
-
-    @property
-    def decode_batch(self) -> tuple:
-        return self._decode_side()[0]
-
-    @property
-    def decode_used_per_instance(self) -> tuple:
-        return self._decode_side()[1]
-
-    @property
-    def decode_step_s(self) -> tuple:
-        return self._decode_side()[2]
-
-    @property
-    def decode_step_with_s(self) -> tuple:
-        return self._decode_side()[3]
-
-    @property
-    def mean_decode_s(self) -> float:
-        return self._decode_side()[4]
-
-    @property
-    def n_prefill(self) -> int:
-        return self.routing.n_instances
-
-    @property
-    def n_decode(self) -> int:
-        return len(self.decode_batch)
-
-    @property
-    def decode_used_tokens(self) -> int:
-        return sum(self.decode_used_per_instance)
-
-    @property
-    def decode_capacity_tokens(self) -> int:
-        return self.decode_capacity_per_instance * len(self.decode_used_per_instance)
-
-    @property
-    def decode_load(self) -> float:
-        """Decode pool KV occupancy now (used / capacity)."""
-        return self.decode_used_tokens / self.decode_capacity_tokens
-
-    @property
-    def prefill_load(self) -> float:
-        """Prefill load as in Mooncake §7: the predicted TTFT over the TTFT SLO."""
-        return self.predicted_ttft_s / self.ttft_slo_s
-
-    def project_decode(self, at_s: float, decode_s: float | None = None, quantile: float | None = None,
-                       output_tokens: float | None = None) -> list:
-        """Projected KV tokens of each decode instance at ``at_s`` (this request not included), as
-        ``overload.AdmissionView.project_decode``: requests decoding now leave at their assumed end
-        (uniform: start + ``decode_s``, default ``mean_decode_s``; ``quantile=q``: after the
-        q-quantile of the workload's output lengths longer than what they have produced, at the
-        instance's current step time), keeping their current tokens until then; requests in
-        prefill join at their known prefill end with ``input + output_tokens`` (default the mean
-        output) on the emptiest instance if they fit. Individual output lengths are never used."""
-        return self._sim.project_decode(at_s, decode_s, quantile, output_tokens)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # compiled (setup.py), it can still be subclassed in Python
@@ -319,10 +164,7 @@ class ClusterSimulator:
         self.warmup_s = float(warmup_s)
         self.seed = seed
         self.observation = as_observation(observation)
-        if router is None:
-            from mooncake_gym.baselines.routing import KVCentric
-            router = KVCentric()
-        self.router = router
+        self.router = KVCentric() if router is None else router
         self.capacity_tokens = p.capacity_tokens
         self.reserve = p.decode_model == "reserve"
         self._arrival, self._input, self._output, _ = trace.columns()
@@ -669,17 +511,10 @@ class ClusterSimulator:
         return batch, used, step, step_with, self._mean_decode_s()
 
     def _quantile_table(self, quantile: float) -> list[int]:
-        """``table[k]``: the ``quantile`` of the output lengths longer than k (k + 1 if none)."""
+        """:func:`mooncake_gym.sim.metrics.quantile_table` of the workload, cached per quantile."""
         table = self._quantile_tables.get(quantile)
         if table is None:
-            out = self._output_sorted
-            n = len(out)
-            k = np.arange(int(out[-1]) + 1)
-            first = np.searchsorted(out, k, side="right")
-            longer = n - first
-            pos = first + np.minimum(np.floor(quantile * longer).astype(np.int64), np.maximum(longer - 1, 0))
-            table = np.where(longer > 0, out[np.minimum(pos, n - 1)], k + 1).tolist()
-            self._quantile_tables[quantile] = table
+            table = self._quantile_tables[quantile] = quantile_table(self._output_sorted, quantile)
         return table
 
     def project_decode(self, at_s: float, decode_s: float | None = None, quantile: float | None = None,
@@ -838,12 +673,6 @@ class ClusterResult:
             self.metrics[f"accepted_{name}"] = float(credited[members].sum() / n) if n else float("nan")
 
 
-def length_class_of(output_tokens) -> np.ndarray:
-    """The index in :data:`LENGTH_CLASSES` of each output length (an array of ints)."""
-    upper = [hi for _, _, hi in LENGTH_CLASSES[:-1]]
-    return np.searchsorted(np.asarray(upper), np.asarray(output_tokens), side="left").astype(np.int64)
-
-
 def simulate(trace: Trace, preset: str | ClusterPreset = "mooncake", admission: Callable | None = None,
              routing: Callable | None = None, decode: Callable | None = None, seed: int = 0,
              **options) -> ClusterResult:
@@ -894,7 +723,8 @@ def saturation(trace: Trace, preset: str | ClusterPreset = "mooncake", decode_ch
     - Decode: the decode pool alone fed from an infinite backlog of the requests (in trace order,
       repeated up to ``n_requests``): whenever an instance accepts the next request (its own check,
       ``decode_check``) it joins; the rate is the completions per second between the first and the
-      last quarter of them. Under the ``reserve`` model this is the lecture's pool exactly.
+      last quarter of them. Under the ``reserve`` model (the lecture's pool) the rate is its closed
+      form, :func:`decode_capacity_rate` (over every request of the mix, as lecture demo 3 defines it).
     """
     p = get_preset(preset)
     key = (id(trace), len(trace), float(trace.arrival_s[-1]), p, decode_check, n_requests)
@@ -905,7 +735,6 @@ def saturation(trace: Trace, preset: str | ClusterPreset = "mooncake", decode_ch
     outputs = trace.output_tokens.tolist()
     # prefill: every request of the mix queued at once, routed by Algorithm 1 (prefix caches and
     # pulls included): the pool's rate is the requests over the time the last one finishes
-    from mooncake_gym.baselines.routing import KVCentric
     backlog = trace.take(range(len(trace)), arrival_s=np.zeros(len(trace)))
     pool_sim = RoutingSimulator(backlog, p.routing_config(), p.prefill_cost)
     router = KVCentric()
@@ -917,13 +746,20 @@ def saturation(trace: Trace, preset: str | ClusterPreset = "mooncake", decode_ch
     mix = [(i, o) for i, o in zip(inputs, outputs) if i + o <= cap]
     if not mix:
         raise ValueError("trace: no request fits in one decode instance")
-    reserve = p.decode_model == "reserve"
-    check = decode_check == "tbt"
-    pool: list[DecodeInstance]
-    if reserve:
-        pool = [ReservingDecodeInstance(j, cap, p.tbt_s) for j in range(p.n_decode)]
+    if p.decode_model == "reserve":  # the lecture's pool: its closed form (demo 3's, over every request)
+        decode_rate = decode_capacity_rate(trace, p)
     else:
-        pool = [BatchingDecodeInstance(j, p.decode_cost, cap, p.tbt_slo_s) for j in range(p.n_decode)]
+        decode_rate = _batching_decode_rate(p, mix, decode_check == "tbt", n_requests)
+    result = Saturation(prefill_rate, decode_rate, min(prefill_rate, decode_rate),
+                        "prefill" if prefill_rate < decode_rate else "decode")
+    _SATURATION_CACHE[key] = result
+    return result
+
+
+def _batching_decode_rate(p: ClusterPreset, mix: list, check_tbt: bool, n_requests: int) -> float:
+    """Completions per second of ``p``'s batching decode pool fed from an infinite backlog of ``mix``
+    ((input, output) pairs, repeated up to ``n_requests``), between the first and the last quarter."""
+    pool = [BatchingDecodeInstance(j, p.decode_cost, p.capacity_tokens, p.tbt_slo_s) for j in range(p.n_decode)]
     ends: list[float] = []
     heap: list = []
     nxt = 0
@@ -933,11 +769,10 @@ def saturation(trace: Trace, preset: str | ClusterPreset = "mooncake", decode_ch
         nonlocal nxt
         while nxt < n_requests:
             i, o = mix[nxt % len(mix)]
-            tokens = i + o if reserve else i
-            if not inst.accepts(tokens, now, check):
+            if not inst.accepts(i, now, check_tbt):
                 break
             nxt += 1
-            ends.extend(c.end_s for c in inst.join(nxt, now, tokens, o, now))
+            ends.extend(c.end_s for c in inst.join(nxt, now, i, o, now))
         if inst.next_event_s < math.inf:
             heapq.heappush(heap, (inst.next_event_s, inst.index, inst.version))
 
@@ -954,24 +789,45 @@ def saturation(trace: Trace, preset: str | ClusterPreset = "mooncake", decode_ch
     q1, q3 = len(ends) // 4, 3 * len(ends) // 4
     if q3 - q1 < 10 or ends[q3] <= ends[q1]:
         raise ValueError(f"n_requests: {n_requests} requests are too few to measure the decode pool's rate")
-    decode_rate = (q3 - q1) / (ends[q3] - ends[q1])
-    result = Saturation(prefill_rate, decode_rate, min(prefill_rate, decode_rate),
-                        "prefill" if prefill_rate < decode_rate else "decode")
-    _SATURATION_CACHE[key] = result
-    return result
+    return (q3 - q1) / (ends[q3] - ends[q1])
 
 
-def overload_workload(base: Trace, load: float, n_requests: int, seed: int = 0,
-                      preset: str | ClusterPreset = "mooncake", fresh_blocks: bool = False) -> tuple[Trace, Saturation]:
+def decode_capacity_rate(trace: Trace, preset: str | ClusterPreset = "lecture") -> float:
+    """Requests/s the ``reserve`` decode pool of ``preset`` completes on ``trace``'s requests, in
+    closed form (lecture demo 3): n_decode x capacity / the mean occupancy of a request, (input +
+    output) tokens held for its decode time (output x ``tbt_s``), in token-seconds. It is
+    :func:`saturation`'s decode rate under that model."""
+    p = get_preset(preset)
+    if p.decode_model != "reserve":
+        raise ValueError(f"preset: the closed form holds for the 'reserve' decode model, not {p.decode_model!r}")
+    if len(trace) == 0:
+        raise ValueError("trace: the base trace has no requests")
+    decode_s, tbt_s = p.decode_cost.decode_s, p.tbt_s
+    occ = np.mean([(i + o) * decode_s(o, tbt_s) for i, o in zip(trace.input_tokens.tolist(), trace.output_tokens.tolist())])
+    if not occ > 0:
+        raise ValueError("trace: the base trace's requests occupy no decode capacity (all outputs are 0)")
+    return p.n_decode * p.capacity_tokens / float(occ)
+
+
+def overload_workload(base: Trace | None = None, load: float = DEMO3_LOAD, n_requests: int = DEMO3_REQUESTS,
+                      seed: int = 0, preset: str | ClusterPreset = "lecture", fresh_blocks: bool = False,
+                      pool: str = "cluster") -> tuple[Trace, Saturation]:
     """``n_requests`` drawn i.i.d. from ``base`` with Poisson arrivals at ``load`` x the cluster's
-    measured saturation throughput (:func:`saturation`); returns (trace, saturation).
+    saturation throughput (:func:`saturation`; ``pool="decode"``: x the decode pool's alone, lecture
+    demo 3's definition of load); returns (trace, saturation). The defaults are demo 3's workload:
+    6,000 requests from the synthetic trace of seed ``seed`` at 4 sessions/s, at twice the
+    ``lecture`` decode pool's capacity rate (:func:`decode_capacity_rate`, its closed form).
 
     ``fresh_blocks=True`` (opt-in) gives each re-drawn copy of a request fresh ids for the blocks it
     brought into ``base``, those no earlier request of ``base`` holds (``workload.redrawn_block_ids``):
     without it a long draw repeats prompts whose blocks are already cached, and its prefix-hit
     ratio climbs with its length."""
-    from mooncake_gym.model.workload import resample_iid
-    if not (isinstance(load, (int, float)) and 0.01 <= load <= 100):
-        raise ValueError(f"load: expected a multiple of the saturation throughput in [0.01, 100], got {load!r}")
+    check("load", load)  # a multiple of the saturation throughput
+    check("requests", n_requests)
+    if pool not in ("cluster", "decode"):
+        raise ValueError(f"pool: expected 'cluster' or 'decode', got {pool!r}")
+    if base is None:
+        base = synthetic_trace(seed, rate=DEMO3_BASE_RATE)
     sat = saturation(base, preset)
-    return resample_iid(base, n_requests, load * sat.cluster_per_s, seed, fresh_blocks=fresh_blocks), sat
+    rate = sat.cluster_per_s if pool == "cluster" else sat.decode_per_s
+    return resample_iid(base, n_requests, load * rate, seed, fresh_blocks=fresh_blocks), sat

@@ -32,9 +32,8 @@ prefix index, noisy estimates), while every dispatched request is still served e
 from __future__ import annotations
 
 import re
-from collections import namedtuple
 from dataclasses import dataclass, replace
-from typing import Any, Callable, NamedTuple, Sequence, cast
+from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 
@@ -45,6 +44,7 @@ from mooncake_gym.model.limits import check
 from mooncake_gym.sim.observation import Observer, as_observation, observation_rng
 from mooncake_gym.sim.policy import policy_name, reset_policy
 from mooncake_gym.sim.prefixcache import PrefixCache, match_all
+from mooncake_gym.sim.views import ROUTING_VIEW_FIELDS, Route, RoutingView, check_route
 from mooncake_gym.model.workload import Trace
 
 
@@ -142,91 +142,6 @@ def parse_instances(instances) -> tuple[InstanceSpec, ...]:
         else:
             raise ValueError(f"instances[{i}]: expected a GPU name or an InstanceSpec, got {item!r}")
     return tuple(specs)
-
-
-class Route(NamedTuple):
-    """A routing action: the prefill instance, and whether to pull the best prefix there first."""
-
-    instance: int
-    pull: bool = False
-
-
-def check_route(action, n_instances: int) -> tuple[int, bool]:
-    """The one check of a routing answer (simulator, ``evaluate`` and the env alike): an instance
-    ``0 <= i < n_instances`` (a Python or numpy integer, not a bool) or ``Route(i, pull)`` / a pair
-    ``(i, pull)`` with ``pull`` a bool, numpy bool or the integer 0 or 1. Returns ``(i, pull)``;
-    ``TypeError`` for a wrong type, ``ValueError`` for a value out of range. Nothing is coerced:
-    ``Route(1, 'no')`` is an error, not a pull."""
-    inst: Any  # (not typed by the first unpacking: compiled, that would type-check the later ones)
-    pull: Any
-    if type(action) is Route:  # what the baselines return: checked without conversions
-        inst, pull = action
-        if type(inst) is int and type(pull) is bool and 0 <= inst < n_instances:
-            return action
-    if isinstance(action, tuple):  # Route or (instance, pull)
-        if len(action) != 2:
-            raise ValueError(f"action: expected an instance or (instance, pull), got {action!r}")
-        inst, pull = action
-        if isinstance(pull, (bool, np.bool_)):
-            pull = bool(pull)
-        elif isinstance(pull, (int, np.integer)) and (pull == 0 or pull == 1):
-            pull = bool(pull == 1)
-        else:
-            raise TypeError(f"action: pull must be True or False (or 0 or 1), got {type(pull).__name__} {pull!r}")
-    else:
-        inst, pull = action, False
-    if isinstance(inst, (bool, np.bool_)) or not isinstance(inst, (int, np.integer)):
-        raise TypeError(f"action: instance must be an integer, got {type(inst).__name__} {inst!r}")
-    if not 0 <= inst < n_instances:
-        raise ValueError(f"action: instance must be in 0..{n_instances - 1}, got {inst}")
-    return int(inst), pull
-
-
-RoutingViewFields = namedtuple("RoutingViewFields", [  # the fields written out: mypy (and mypyc) read them
-    "now", "index", "input_tokens", "output_tokens", "block_ids", "n_instances", "queue_s", "queued_requests",
-    "hit_tokens", "prefill_s", "best_hit_tokens", "best_instance", "transfer_s", "pull_prefill_s", "queued_tokens",
-    "cache_blocks", "hit_blocks"])
-#: The fields of :class:`RoutingView`, in order.
-ROUTING_VIEW_FIELDS: tuple[str, ...] = RoutingViewFields._fields
-
-
-@mypyc_attr(native_class=False)  # a named tuple
-class RoutingView(RoutingViewFields):
-    """What a routing policy sees at one arrival (read-only; tuples are indexed by instance).
-
-    A named tuple: a policy cannot change what the simulator recorded (setting a field raises
-    ``AttributeError``), and building one is a single tuple allocation on the hot path.
-
-    now: current time (s), the request's arrival.
-    index: the request's position in the trace.
-    input_tokens, output_tokens, block_ids: the request.
-    queue_s: work queued on each instance (s), Algorithm 1's T_queue.
-    queued_requests: requests dispatched to each instance and not finished (including the one in service).
-    queued_tokens: computed (uncached) prompt tokens of those requests (Dynamo's "active prefill tokens").
-    cache_blocks: each instance's prefix-cache capacity in blocks.
-    hit_tokens: each instance's local prefix hit for this request (tokens).
-    hit_blocks: each instance's local prefix hit in blocks (leading blocks of ``block_ids`` it holds).
-    prefill_s: estimated prefill time on each instance given its local hit.
-    best_hit_tokens, best_instance: the longest prefix held anywhere and who holds it (-1 if none).
-    transfer_s: time to pull the part of the best prefix each instance lacks (0 where none is missing).
-    pull_prefill_s: prefill time on each instance after such a pull (with the best hit).
-
-    With the default exact observation every field is the simulator's truth; an observation mode
-    (``mooncake_gym.sim.observation``) changes what the load, hit and time fields say, never the class
-    or the fields.
-    """
-
-    __slots__ = ()
-
-    def ttft_s(self, instance: int, pull: bool = False) -> float:
-        """Estimated TTFT on ``instance`` (exact with the exact observation): queue + transfer + prefill."""
-        if pull:
-            return self.queue_s[instance] + self.transfer_s[instance] + self.pull_prefill_s[instance]
-        return self.queue_s[instance] + self.prefill_s[instance]
-
-    def __repr__(self) -> str:
-        return (f"RoutingView(now={self.now:.3f}, index={self.index}, input={self.input_tokens}, "
-                f"hits={self.hit_tokens}, queue_s={tuple(round(q, 3) for q in self.queue_s)})")
 
 
 _new_tuple = tuple.__new__
@@ -501,21 +416,3 @@ def simulate(trace: Trace, policy: Callable, config: RoutingConfig | None = None
     while view is not None:
         view = sim.step(policy(view))
     return sim.result(policy_name(policy))
-
-
-def run_routing_baselines(trace: Trace, names=None, config: RoutingConfig | None = None,
-                          cost: CostModel | None = None, seed: int = 0, threshold: float | None = None,
-                          observation=None) -> dict:
-    """Run routing baselines (all by default) on the same trace: ``{name: RoutingResult}``.
-
-    ``threshold`` sets kvcentric's ``kvcache_balancing_threshold`` (its default otherwise);
-    ``observation`` what the baselines see (default exact).
-    """
-    from mooncake_gym.baselines import ROUTING_POLICIES, make_policy
-
-    names = list(ROUTING_POLICIES) if names is None else list(names)
-    results = {}
-    for name in names:
-        kwargs = {"threshold": threshold} if name == "kvcentric" and threshold is not None else {}
-        results[name] = simulate(trace, make_policy("routing", name, **kwargs), config, cost, seed, observation)
-    return results
