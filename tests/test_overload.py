@@ -149,7 +149,7 @@ def test_one_request_exact_times():
     assert r.decode_start_s[0] == 1.0 + ps
     assert r.decode_end_s[0] == 1.0 + ps + COST.decode_s(20, cfg.tbt_s)
     assert r.metrics["goodput"] == 1 and r.metrics["wasted_prefill_s"] == 0.0
-    assert sim._used_total == 0 and sim._decode_used == [0, 0]  # freed at its decode end
+    assert sim.decode_used_per_instance == [0, 0] and sim.cluster.granted == 1  # freed at its decode end
 
 
 def test_oracle_shows_output_length():

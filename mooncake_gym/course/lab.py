@@ -148,10 +148,10 @@ def _routing_views(n: int = 300, seed: int = 12, rate: float = 8.0):
 def _admission_views(n: int = 400, seed: int = 13):
     """The first ``n`` decision views of demo 3's overload workload driven by ``baseline`` (a full decode pool)."""
     from mooncake_gym.baselines import make_policy
-    from mooncake_gym.sim.admission import OverloadSimulator, overload_workload
+    from mooncake_gym.sim.admission import LectureAdmission, overload_workload
 
     trace, _ = overload_workload(seed=seed)
-    sim = OverloadSimulator(trace)
+    sim = LectureAdmission(trace)
     baseline = make_policy("admission", "baseline")
     view = sim.reset()
     while view is not None and view.index < n:

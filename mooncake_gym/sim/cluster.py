@@ -23,9 +23,10 @@ the trace's output length plays the role of the request's ``max_tokens``, which 
 
 The routing and admission problems are this simulator with two decisions left to defaults
 (``mooncake_gym/PrefillRouting-v1`` owns the prefill instance, ``OverloadAdmission-v1`` the
-admission); ``mooncake_gym/Conductor-v1`` owns all three. Under the ``lecture`` preset with
-``refuse_never_fit=False, kv_transfer=False`` and least-queue routing it reproduces
-``mooncake_gym.sim.admission``'s numbers exactly (tested).
+admission); ``mooncake_gym/Conductor-v1`` owns all three. The lecture's admission problem
+(:mod:`mooncake_gym.sim.admission`, ``OverloadAdmission-v0``) is this simulator under the ``lecture``
+preset (``cache_blocks=0``) with ``refuse_never_fit=False, kv_transfer=False``, least-queue routing
+and the lecture's load series (``load_series="lecture"``).
 
 SLOs and goodput: TTFT = prefill end - arrival (the first token comes from the prefill); TBT = the
 mean of the slowest 10 % of a request's token intervals (FAST'25). A request is *good* if it
@@ -81,6 +82,10 @@ _PREFILL_DONE = 1
 _JOIN = 2
 
 DECODE_CHECKS = ("tbt", "kv")
+#: The load series' definitions: ``"slo"``, Mooncake §7's SLO satisfaction (:class:`ClusterResult`);
+#: ``"lecture"``, the lecture's (demo 3): the share of prefill instances busy and the decode pool's
+#: KV use (used / capacity).
+LOAD_SERIES = ("slo", "lecture")
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # compiled (setup.py), it can still be subclassed in Python
@@ -111,7 +116,8 @@ class ClusterSimulator:
       ``predicted_output_tokens``; None: no prediction.
     - ``sample_period_s``, ``warmup_s``: the load series (every period up to the last arrival) and
       the samples / completions before ``warmup_s`` left out of the correlation and steady rate.
-      The loads are Mooncake §7's, SLO satisfaction (:class:`ClusterResult`).
+    - ``load_series``: ``"slo"``, Mooncake §7's loads as SLO satisfaction (:class:`ClusterResult`),
+      or ``"lecture"``, the lecture's (:data:`LOAD_SERIES`).
     - ``seed``: seeds the default router's tie-breaks (and the observation's noise).
     - ``observation``: what the policies see of the prefill pool (``mooncake_gym.sim.observation``; None
       or ``"exact"``: the exact state). It is the prefill pool's ``RoutingSimulator(observation=,
@@ -124,7 +130,7 @@ class ClusterSimulator:
     def __init__(self, trace: Any, preset: str | ClusterPreset = "mooncake", router: Callable | None = None,
                  decode_check: Any = "tbt", refuse_never_fit: Any = True, kv_transfer: Any = True,
                  oracle: Any = False, sample_period_s: Any = 1.0, warmup_s: Any = 30.0, seed: int = 0,
-                 observation=None, predicted_output=None, tbt_headroom: Any = 0.0):
+                 observation=None, predicted_output=None, tbt_headroom: Any = 0.0, load_series: Any = "slo"):
         if not isinstance(trace, Trace):
             raise ValueError(f"trace: expected a mooncake_gym.model.workload.Trace, got {type(trace).__name__}")
         if len(trace) == 0:
@@ -161,6 +167,10 @@ class ClusterSimulator:
             predicted_output = predicted_output.tolist()
         self.predicted_output = predicted_output
         self.sample_period_s = float(sample_period_s)
+        if load_series not in LOAD_SERIES:
+            raise ValueError(f"load_series: expected one of {LOAD_SERIES}, got {load_series!r}")
+        self.load_series = load_series
+        self._lecture_loads = load_series == "lecture"
         self.warmup_s = float(warmup_s)
         self.seed = seed
         self.observation = as_observation(observation)
@@ -182,6 +192,7 @@ class ClusterSimulator:
         self.mean_output_tokens = float(out.mean())
         self._output_sorted = np.sort(out)
         self._quantile_tables: dict[float, list[int]] = {}
+        self._survival: list[float] | None = None
         self.reset()
 
     # -- state ------------------------------------------------------------------------------------
@@ -221,6 +232,8 @@ class ClusterSimulator:
         self._tbt_done: dict[int, int] = {}
         self.rejected_at_arrival = self.rejected_after_prefill = self.preempted = self.refused_too_long = 0
         self.wasted_prefill_s = 0.0
+        self.granted = self.granted_in_ttft_slo = 0  # requests given a decode slot (with TTFT <= SLO)
+        self.rejections: list[tuple[float, float | None]] = []  # (time, wasted prefill s, or None at arrival)
         self._samples_t: list[float] = []
         self._samples_p: list[float] = []
         self._samples_d: list[float] = []
@@ -255,6 +268,7 @@ class ClusterSimulator:
         if not admit:
             self.outcome[i] = REJECTED_AT_ARRIVAL
             self.rejected_at_arrival += 1
+            self.rejections.append((self._arrival[i], None))
             self.prefill.skip()
         else:
             if route is None:  # the default router's answer, checked by the prefill pool's step
@@ -370,6 +384,9 @@ class ClusterSimulator:
         inst = self.decode[j]
         self._decode_of[r] = (j, t)
         self.decode_start_s[r] = t
+        self.granted += 1
+        if self.ttft_s[r] <= self.preset.ttft_slo_s:
+            self.granted_in_ttft_slo += 1
         first_token_s = self._arrival[r] + self.ttft_s[r]
         ended = inst.join(r, t, self._footprint[r], self._output[r], first_token_s, self._reserved.pop(r, 0))
         if ended:
@@ -389,6 +406,7 @@ class ClusterSimulator:
             self.outcome[r] = REJECTED_AFTER_PREFILL
             self.rejected_after_prefill += 1
             self.wasted_prefill_s += self.prefill_s[r]
+            self.rejections.append((t, self.prefill_s[r]))
             return
         self.decode_instance[r] = target
         if self.kv_transfer and not self.reserve:
@@ -461,6 +479,19 @@ class ClusterSimulator:
         cap = self.capacity_tokens * len(self.decode)
         ttft_slo, tbt_slo, per_instance = self.preset.ttft_slo_s, self.preset.tbt_slo_s, self.capacity_tokens
         n_d = len(self.decode)
+        if self._lecture_loads:  # the lecture's: share of prefill instances busy, decode KV use
+            while s < t and s <= horizon:
+                busy = 0
+                for q in prefill:
+                    if q.busy_until > s:
+                        busy += 1
+                kv = sum([d.used_tokens(s) for d in self.decode]) / cap
+                self._samples_t.append(s)
+                self._samples_p.append(busy / n_p)
+                self._samples_d.append(kv)
+                self._samples_kv.append(kv)
+                self._k_sample += 1
+                s = self._k_sample * period
         while s < t and s <= horizon:
             # Mooncake §7's loads, as SLO satisfaction: an instance's queued prefill (the wait a request
             # arriving now would face there) over the TTFT SLO; a decode instance's KV use or its
@@ -517,45 +548,123 @@ class ClusterSimulator:
             table = self._quantile_tables[quantile] = quantile_table(self._output_sorted, quantile)
         return table
 
+    def _prefill_fifos(self) -> list[list[tuple[float, int]]]:
+        """The requests in prefill as each prefill instance's FIFO of (prefill end, request)."""
+        fifos: list[list[tuple[float, int]]] = [[] for _ in range(self.preset.n_prefill)]
+        instance = self.prefill_instance
+        for r, finish in self._in_prefill.items():  # admission order = FIFO order on each instance
+            fifos[instance[r]].append((finish, r))
+        return fifos
+
     def project_decode(self, at_s: float, decode_s: float | None = None, quantile: float | None = None,
                        output_tokens: float | None = None) -> list:
-        """See :meth:`ClusterView.project_decode`."""
+        """See :meth:`ClusterView.project_decode`. Under the ``reserve`` model a request's tokens
+        come every ``tbt_s`` from its decode start, so its assumed end is start + the quantile's
+        length x ``tbt_s``; under batching it is extrapolated from now at its instance's step time."""
         now = self.now
         td = self._mean_decode_s() if decode_s is None else decode_s
         out = self.mean_output_tokens if output_tokens is None else output_tokens
         decode = self.decode
         used: list[Any] = [d.used_tokens(now) for d in decode]  # ints, then + float outputs
-        step = [d.step_s(now) or self.preset.tbt_slo_s for d in decode]
         table = self._quantile_table(quantile) if quantile is not None else None
+        n_t = 0 if table is None else len(table)
+        tbt = self.preset.tbt_s
+        inv_tbt = 1.0 / tbt
+        step = [d.step_s(now) or self.preset.tbt_slo_s for d in decode]
+        footprint, inputs = self._footprint, self._input
         departures: list[tuple[float, Any, int]] = []  # (end, tokens held: int, or with a float output, instance)
         tokens: Any
         for r, (j, start) in self._decode_of.items():
             if table is None:
                 end = start + td
+            elif self.reserve:
+                k = int((now - start) * inv_tbt)
+                end = start + (table[k] if k < n_t else k + 1) * tbt
             else:
                 k = int((now - start) / step[j]) if step[j] > 0 else 0
-                remaining = (table[k] if k < len(table) else k + 1) - k
-                end = now + remaining * step[j]
+                end = now + ((table[k] if k < n_t else k + 1) - k) * step[j]
             if end <= at_s:
-                held = self._footprint[r] if self.reserve else self._input[r] + max(0, int((now - start) / step[j]))
+                held = footprint[r] if self.reserve else inputs[r] + max(0, int((now - start) / step[j]))
                 departures.append((end, held, j))
         heapq.heapify(departures)
         arrivals = sorted((f, r) for r, f in self._in_prefill.items() if f <= at_s)
         cap = self.capacity_tokens
+        pop, push = heapq.heappop, heapq.heappush
         for finish, r in arrivals:
             while departures and departures[0][0] <= finish:
-                _, tokens, j = heapq.heappop(departures)
+                _, tokens, j = pop(departures)
                 used[j] -= tokens
-            tokens = self._input[r] + out
+            tokens = inputs[r] + out
             best = min(range(len(used)), key=used.__getitem__)
             if used[best] + tokens <= cap:
                 used[best] += tokens
                 if finish + td <= at_s:
-                    heapq.heappush(departures, (finish + td, tokens, best))
+                    push(departures, (finish + td, tokens, best))
         while departures and departures[0][0] <= at_s:
-            _, tokens, j = heapq.heappop(departures)
+            _, tokens, j = pop(departures)
             used[j] -= tokens
         return used
+
+    # -- the reserve model's projections of the decode pool's tokens (the lecture's observation) -----
+    def _survival_table(self) -> list[float]:
+        """``table[k]`` = P(output > k) over the workload, k = 0..max output (built on first use)."""
+        if self._survival is None:
+            counts = np.bincount(np.asarray(self._output, dtype=np.int64))
+            self._survival = (1.0 - np.cumsum(counts) / len(self._output)).tolist()
+        return self._survival
+
+    def decode_survival(self, x_s: float) -> float:
+        """P(decode time > ``x_s``) over the workload's output lengths (the reserve model's times)."""
+        if x_s < 0:
+            return 1.0
+        k = int(x_s / self.preset.tbt_s)
+        s = self._survival_table()
+        return s[k] if k < len(s) else 0.0
+
+    def decode_token_projections(self, at_s: float, decode_s: float, output_tokens: float | None = None
+                                 ) -> tuple[float, float]:
+        """Two projections of the decode pool's tokens at ``at_s`` under the ``reserve`` model, no
+        capacity limit applied, in one pass (:meth:`AdmissionView.project_decode_tokens` and
+        :meth:`AdmissionView.expected_decode_tokens`): every request decoding ``decode_s`` seconds
+        (Mooncake v3 §7.4), and the expectation under the workload's decode-time distribution."""
+        # ``x.__trunc__()`` is ``int(x)`` for a float (truncation toward zero) at a third of the
+        # cost, and the terms that add nothing or exactly ``tokens`` skip the multiplication; each
+        # sum is the same, term for term, in order, as its own loop would make it.
+        td = decode_s
+        out = self.mean_output_tokens if output_tokens is None else output_tokens
+        now = self.now
+        surv = self._survival_table()
+        n_s = len(surv)
+        inv_tbt = 1.0 / self.preset.tbt_s
+        footprint = self._footprint
+        uniform = expected = 0.0
+        for r, (_, start) in self._decode_of.items():
+            tokens = footprint[r]
+            if start + td > at_s:  # Mooncake v3 §7.4: still decoding at at_s if it decodes td seconds
+                uniform += tokens
+            k_now = ((now - start) * inv_tbt).__trunc__()
+            s_now = surv[k_now] if k_now < n_s else 0.0
+            if s_now <= 0.0:  # has outlived every decode in the statistics: it is still here
+                expected += tokens
+                continue
+            k_at = ((at_s - start) * inv_tbt).__trunc__()
+            if k_at < 0:  # S = 1 before its start: still here
+                expected += tokens
+            elif k_at < n_s:
+                s_at = surv[k_at]
+                expected += tokens * (s_at / s_now) if s_at < s_now else tokens
+            # else S(at_s - start) = 0: it adds 0.0
+        inputs = self._input
+        for fifo in self._prefill_fifos():
+            for finish, r in fifo:
+                if finish > at_s:
+                    break
+                if finish + td > at_s:
+                    uniform += inputs[r] + out
+                k = ((at_s - finish) * inv_tbt).__trunc__()
+                if k < n_s:
+                    expected += (inputs[r] + out) * surv[k]
+        return uniform, expected
 
     # -- results ------------------------------------------------------------------------------------
     def result(self, policy: str = "policy") -> "ClusterResult":
