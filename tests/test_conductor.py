@@ -247,3 +247,19 @@ def test_calibration_table_matches_the_docs_and_most_points_are_within_25_percen
     assert sum(within) >= len(rows) - 2
     page = (Path(__file__).resolve().parents[1] / "docs" / "calibration.md").read_text()
     assert calibration.markdown() in page
+
+
+def test_one_parser_per_action_type():
+    from mooncake_gym.sim.views import check_cluster_action
+
+    assert check_cluster_action(ClusterAction(True, Route(1, True), 0), 2, 2) == (True, Route(1, True), 0)
+    assert check_cluster_action(np.bool_(False), 2, 2) == (False, None, None)  # a bare admission answer
+    assert check_cluster_action((1, (np.int64(1), 0), np.int64(1)), 2, 2) == (True, Route(1, False), 1)
+    for action, part in (((2, None, None), "action.admit"), (("yes", None, None), "action.admit"),
+                         ((True, 2, None), "action.route"), ((True, (0, "no"), None), "action.route"),
+                         ((True, None, 2), "action.decode"), ((True, None), "action:")):
+        with pytest.raises(ValueError, match=part):
+            check_cluster_action(action, 2, 2)
+    # simulate checks the admission answers with the same parser (a wrong type is a TypeError there)
+    with pytest.raises(TypeError, match="admit"):
+        simulate(trace_of((0.0, 10, 2)), "lecture", admission=lambda view: "yes")

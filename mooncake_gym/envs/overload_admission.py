@@ -239,12 +239,11 @@ class OverloadAdmissionEnv(gym.Env):
         v = self._view
         if v is None:
             return np.zeros(self.observation_space.shape, np.float32)
-        sim = self.sim  # the view's projection methods are the simulator's
         cap = v.decode_capacity_tokens
         per = v.decode_capacity_per_instance
         finish = v.predicted_prefill_finish
         ttft_den, rejected_den, wasted_den, in_prefill_den = self._denominators
-        uniform, expected = sim.decode_token_projections(finish)
+        uniform, expected = v.simulator.decode_token_projections(finish, v.mean_decode_s)  # the cluster's
         vals = [
             v.decode_used_tokens / cap,
             uniform / cap,

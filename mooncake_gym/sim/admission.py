@@ -318,36 +318,9 @@ class LectureAdmission:
             queues, best, ps, finish, finish - now, c.ttft_slo_s,
             len(rej), len(waste), self._recent_waste_sum,
             cv.requests_in_prefill, cv.requests_in_decode,
-            self.mean_decode_s, self.mean_output_tokens, self,
+            self.mean_decode_s, self.mean_output_tokens, sim,
         ))
         return v
-
-    # -- projections used by the predictive policies (read-only): the cluster's, with the lecture's t_d
-    def decode_survival(self, x_s: float) -> float:
-        """P(decode time > ``x_s``) over the workload's output lengths."""
-        return 1.0 if x_s < 0 or self.cluster is None else self.cluster.decode_survival(x_s)
-
-    def project_decode_tokens(self, at_s: float, decode_s: float | None = None,
-                              output_tokens: float | None = None) -> float:
-        """See :meth:`AdmissionView.project_decode_tokens`."""
-        return self.decode_token_projections(at_s, decode_s, output_tokens)[0]
-
-    def expected_decode_tokens(self, at_s: float, output_tokens: float | None = None) -> float:
-        """See :meth:`AdmissionView.expected_decode_tokens`."""
-        return self.decode_token_projections(at_s, None, output_tokens)[1]
-
-    def decode_token_projections(self, at_s: float, decode_s: float | None = None,
-                                 output_tokens: float | None = None) -> tuple[float, float]:
-        """``(project_decode_tokens, expected_decode_tokens)`` in one pass (the v0 env's observation
-        needs both at every step): :meth:`ClusterSimulator.decode_token_projections`."""
-        return cast(ClusterSimulator, self.cluster).decode_token_projections(
-            at_s, self.mean_decode_s if decode_s is None else decode_s, output_tokens)
-
-    def project_decode(self, at_s: float, decode_s: float | None = None, quantile: float | None = None,
-                       output_tokens: float | None = None) -> list:
-        """Projected used tokens of each decode instance at ``at_s`` (see AdmissionView)."""
-        return cast(ClusterSimulator, self.cluster).project_decode(
-            at_s, self.mean_decode_s if decode_s is None else decode_s, quantile, output_tokens)
 
     # -- results ----------------------------------------------------------------------------------
     def _mean_occupancy(self, starts: np.ndarray, ends: np.ndarray, tokens: np.ndarray) -> float:
@@ -360,10 +333,11 @@ class LectureAdmission:
         for s, e, k in zip(starts.tolist(), ends.tolist(), tokens.tolist()):
             change[s] = change.get(s, 0) + k
             change[e] = change.get(e, 0) - k
-        until = h if self.done else self.now
-        times = sorted(t for t in change if t < until)
-        if self.done:
-            times.append(h)
+        if self.done:  # every change before the horizon, then the horizon
+            times = sorted(t for t in change if t < h) + [h]
+        else:  # the changes so far (at or before the pending arrival)
+            now = self.now
+            times = sorted(t for t in change if t <= now)
         area, level, t0 = 0.0, 0, 0.0
         for t in times:
             if t > t0:

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from typing import Any, Callable, NamedTuple, Union, cast
 
 import numpy as np
@@ -65,7 +66,7 @@ from mooncake_gym.sim.policies import KVCentric
 from mooncake_gym.sim.policy import policy_name, reset_policy
 from mooncake_gym.model.presets import ClusterPreset, get_preset
 from mooncake_gym.sim.routing import RoutingSimulator
-from mooncake_gym.sim.views import ClusterAction, ClusterView, Route, RoutingView
+from mooncake_gym.sim.views import ClusterAction, ClusterView, Route, RoutingView, check_admit, check_cluster_action
 from mooncake_gym.model.limits import check
 from mooncake_gym.model.workload import Trace, resample_iid, synthetic_trace
 
@@ -216,7 +217,8 @@ class ClusterSimulator:
         self._done = False
         self._target: dict[int, int | None] = {}
         self._in_prefill: dict[int, float] = {}  # request -> prefill end
-        self._decode_of: dict[int, tuple[int, float]] = {}  # request in decode -> (instance, join time)
+        self._decode_of: dict[int, tuple[int, float, int]] = {}  # request in decode -> (instance, join time, footprint)
+        self._prefill_fifo: list[deque] = [deque() for _ in range(p.n_prefill)]  # (prefill end, request) per instance
         self._reserved: dict[int, int] = {}
         self.outcome = [PENDING] * n
         self.ttft_s = [math.nan] * n
@@ -286,6 +288,7 @@ class ClusterSimulator:
             self.prefill_s[i] = last["transfer_s"] + last["prefill_s"]
             self._target[i] = decode
             self._in_prefill[i] = finish
+            self._prefill_fifo[k].append((finish, i))
             self._push(finish, _PREFILL_DONE, i)
         self._i = i + 1
         self._view = self._advance()
@@ -302,28 +305,7 @@ class ClusterSimulator:
                                            and 0 <= route[0] < self.preset.n_prefill and type(route[1]) is bool)) \
                     and (decode is None or (type(decode) is int and 0 <= decode < self.preset.n_decode)):
                 return action
-        if isinstance(action, (bool, np.bool_)):
-            return bool(action), None, None
-        if not isinstance(action, tuple) or len(action) != 3:
-            raise ValueError(f"action: expected a ClusterAction(admit, route, decode) or a bool, got {action!r}")
-        admit, route, decode = action
-        if not isinstance(admit, (bool, np.bool_)):
-            raise ValueError(f"action.admit: expected True or False, got {admit!r}")
-        if route is not None:
-            inst, pull = route if isinstance(route, tuple) else (route, False)
-            if isinstance(inst, (bool, np.bool_)) or not isinstance(inst, (int, np.integer)) \
-                    or not 0 <= inst < self.preset.n_prefill:
-                raise ValueError(f"action.route: expected an instance in 0..{self.preset.n_prefill - 1}, got {inst!r}")
-            if not isinstance(pull, (bool, np.bool_)):
-                raise ValueError(f"action.route: pull must be True or False, got {pull!r}")
-            route = Route(int(inst), bool(pull))
-        if decode is not None:
-            if isinstance(decode, (bool, np.bool_)) or not isinstance(decode, (int, np.integer)) \
-                    or not 0 <= decode < self.preset.n_decode:
-                raise ValueError(f"action.decode: expected None or an instance in 0..{self.preset.n_decode - 1}, "
-                                 f"got {decode!r}")
-            decode = int(decode)
-        return bool(admit), route, decode
+        return check_cluster_action(action, self.preset.n_prefill, self.preset.n_decode)
 
     def _push(self, t: float, kind: int, payload) -> None:
         self._seq += 1
@@ -382,7 +364,7 @@ class ClusterSimulator:
     def _join(self, r: int, j: int, t: float) -> None:
         """Request ``r``'s KV is on decode instance ``j`` at ``t``: it joins the batch."""
         inst = self.decode[j]
-        self._decode_of[r] = (j, t)
+        self._decode_of[r] = (j, t, self._footprint[r])
         self.decode_start_s[r] = t
         self.granted += 1
         if self.ttft_s[r] <= self.preset.ttft_slo_s:
@@ -395,6 +377,7 @@ class ClusterSimulator:
 
     def _prefill_done(self, t: float, r: int) -> None:
         del self._in_prefill[r]
+        self._prefill_fifo[self.prefill_instance[r]].popleft()
         tokens = self._footprint[r]
         target = self._target.pop(r)
         decode = self.decode
@@ -548,14 +531,6 @@ class ClusterSimulator:
             table = self._quantile_tables[quantile] = quantile_table(self._output_sorted, quantile)
         return table
 
-    def _prefill_fifos(self) -> list[list[tuple[float, int]]]:
-        """The requests in prefill as each prefill instance's FIFO of (prefill end, request)."""
-        fifos: list[list[tuple[float, int]]] = [[] for _ in range(self.preset.n_prefill)]
-        instance = self.prefill_instance
-        for r, finish in self._in_prefill.items():  # admission order = FIFO order on each instance
-            fifos[instance[r]].append((finish, r))
-        return fifos
-
     def project_decode(self, at_s: float, decode_s: float | None = None, quantile: float | None = None,
                        output_tokens: float | None = None) -> list:
         """See :meth:`ClusterView.project_decode`. Under the ``reserve`` model a request's tokens
@@ -571,10 +546,10 @@ class ClusterSimulator:
         tbt = self.preset.tbt_s
         inv_tbt = 1.0 / tbt
         step = [d.step_s(now) or self.preset.tbt_slo_s for d in decode]
-        footprint, inputs = self._footprint, self._input
+        inputs = self._input
         departures: list[tuple[float, Any, int]] = []  # (end, tokens held: int, or with a float output, instance)
         tokens: Any
-        for r, (j, start) in self._decode_of.items():
+        for r, (j, start, held) in self._decode_of.items():
             if table is None:
                 end = start + td
             elif self.reserve:
@@ -584,7 +559,8 @@ class ClusterSimulator:
                 k = int((now - start) / step[j]) if step[j] > 0 else 0
                 end = now + ((table[k] if k < n_t else k + 1) - k) * step[j]
             if end <= at_s:
-                held = footprint[r] if self.reserve else inputs[r] + max(0, int((now - start) / step[j]))
+                if not self.reserve:  # its prompt and the tokens it has made so far
+                    held = inputs[r] + max(0, int((now - start) / step[j]))
                 departures.append((end, held, j))
         heapq.heapify(departures)
         arrivals = sorted((f, r) for r, f in self._in_prefill.items() if f <= at_s)
@@ -636,10 +612,8 @@ class ClusterSimulator:
         surv = self._survival_table()
         n_s = len(surv)
         inv_tbt = 1.0 / self.preset.tbt_s
-        footprint = self._footprint
         uniform = expected = 0.0
-        for r, (_, start) in self._decode_of.items():
-            tokens = footprint[r]
+        for _, start, tokens in self._decode_of.values():
             if start + td > at_s:  # Mooncake v3 §7.4: still decoding at at_s if it decodes td seconds
                 uniform += tokens
             k_now = ((now - start) * inv_tbt).__trunc__()
@@ -655,7 +629,7 @@ class ClusterSimulator:
                 expected += tokens * (s_at / s_now) if s_at < s_now else tokens
             # else S(at_s - start) = 0: it adds 0.0
         inputs = self._input
-        for fifo in self._prefill_fifos():
+        for fifo in self._prefill_fifo:
             for finish, r in fifo:
                 if finish > at_s:
                     break
@@ -797,12 +771,10 @@ def simulate(trace: Trace, preset: str | ClusterPreset = "mooncake", admission: 
     sim = ClusterSimulator(trace, preset, seed=seed, **options)
     view = sim.view
     while view is not None:
-        admit = True if admission is None else admission(view)
-        if not isinstance(admit, (bool, np.bool_)):
-            raise ValueError(f"admission policy: expected True or False, got {admit!r}")
+        admit = True if admission is None else check_admit(admission(view))
         route = None if routing is None or not admit else routing(view.routing)
         target = None if decode is None or not admit else decode(view)
-        view = sim.step(ClusterAction(bool(admit), route, target))
+        view = sim.step(ClusterAction(admit, route, target))
     names = [policy_name(p) for p in (admission, routing, decode) if p is not None]
     return sim.result("+".join(names) or "default")
 

@@ -124,6 +124,56 @@ def check_admit(answer) -> bool:
     raise TypeError(f"admit: expected True or False (or 1 or 0), got {type(answer).__name__} {answer!r}")
 
 
+def check_cluster_action(action, n_prefill: int, n_decode: int) -> tuple[bool, Route | None, int | None]:
+    """The one check of a cluster action (the simulator and the envs alike): a
+    :class:`ClusterAction` or a tuple ``(admit, route, decode)``, or a bare admission answer (admit
+    with the default route and decode rule). ``admit`` is checked by :func:`check_admit`, ``route``
+    (None: the default router's) by :func:`check_route`, ``decode`` is None (the default rule at the
+    prefill's end) or an instance ``0 <= j < n_decode``. Returns ``(admit, route, decode)``;
+    ``ValueError`` naming the part (``action.admit``, ``action.route``, ``action.decode``)."""
+    if not isinstance(action, tuple):
+        action = (action, None, None)
+    elif len(action) != 3:
+        raise ValueError(f"action: expected a ClusterAction(admit, route, decode) or a bool, got {action!r}")
+    admit, route, decode = action
+    try:
+        admit = check_admit(admit)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"action.{e}") from None
+    if route is not None:
+        try:
+            route = Route(*check_route(route, n_prefill))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"action.route{str(e)[len('action'):]}") from None
+    if decode is not None:
+        if isinstance(decode, (bool, np.bool_)) or not isinstance(decode, (int, np.integer)) \
+                or not 0 <= decode < n_decode:
+            raise ValueError(f"action.decode: expected None or an instance in 0..{n_decode - 1}, got {decode!r}")
+        decode = int(decode)
+    return admit, route, decode
+
+
+class _PoolLoads:
+    """The two loads of Mooncake §7 at one arrival, shared by the admission and cluster views."""
+
+    __slots__ = ()
+    decode_used_tokens: int
+    decode_capacity_tokens: int
+    predicted_ttft_s: float
+    ttft_slo_s: float
+
+    @property
+    def decode_load(self) -> float:
+        """Decode pool KV occupancy now, used / capacity of the whole pool (``early`` looks at the
+        emptiest instance instead: see ``baselines.admission.EarlyRejection``)."""
+        return self.decode_used_tokens / self.decode_capacity_tokens
+
+    @property
+    def prefill_load(self) -> float:
+        """Prefill load as in Mooncake §7: the predicted TTFT over the TTFT SLO."""
+        return self.predicted_ttft_s / self.ttft_slo_s
+
+
 #: The fields of :class:`AdmissionView`, in order (then the simulator, whose projections the
 #: view's methods call).
 ADMISSION_VIEW_FIELDS = ("now", "index", "input_tokens", "output_tokens", "decode_used_tokens",
@@ -134,7 +184,7 @@ ADMISSION_VIEW_FIELDS = ("now", "index", "input_tokens", "output_tokens", "decod
                          "mean_output_tokens")
 
 
-class AdmissionView(namedtuple("AdmissionViewFields", ADMISSION_VIEW_FIELDS + ("simulator",))):
+class AdmissionView(namedtuple("AdmissionViewFields", ADMISSION_VIEW_FIELDS + ("simulator",)), _PoolLoads):
     """What an admission policy sees at one arrival: read-only, like ``RoutingView``. A named tuple,
     so a policy cannot change what the simulator recorded (setting a field raises
     ``AttributeError``) and building one costs one tuple allocation (a frozen dataclass of this many
@@ -154,8 +204,9 @@ class AdmissionView(namedtuple("AdmissionViewFields", ADMISSION_VIEW_FIELDS + ("
     - ``requests_in_prefill`` and ``requests_in_decode``: counts.
     - ``mean_decode_s`` and ``mean_output_tokens``: the workload's mean decode time and output
       length (statistics a production system takes from its logs; not this request's).
-    - ``simulator``: the simulator whose projections the methods below compute (left out of the
-      repr; a policy reads the view, it does not drive the simulator).
+    - ``simulator``: the cluster simulator whose projections the methods below compute, with
+      ``mean_decode_s`` as the default decode time (left out of the repr; a policy reads the view,
+      it does not drive the simulator).
 
     The projection methods look at the requests in prefill and in decode without revealing any
     individual output length (except in oracle mode); the predictive baselines use them.
@@ -165,17 +216,6 @@ class AdmissionView(namedtuple("AdmissionViewFields", ADMISSION_VIEW_FIELDS + ("
 
     def __repr__(self) -> str:
         return "AdmissionView(" + ", ".join(f"{k}={v!r}" for k, v in zip(ADMISSION_VIEW_FIELDS, self)) + ")"
-
-    @property
-    def decode_load(self) -> float:
-        """Decode pool occupancy now, used / capacity of the whole pool (``early`` looks at the
-        emptiest instance instead: see ``baselines.admission.EarlyRejection``)."""
-        return self.decode_used_tokens / self.decode_capacity_tokens
-
-    @property
-    def prefill_load(self) -> float:
-        """Prefill load as in Mooncake §7: the predicted TTFT over the TTFT SLO."""
-        return self.predicted_ttft_s / self.ttft_slo_s
 
     def project_decode(self, at_s: float, decode_s: float | None = None, quantile: float | None = None,
                        output_tokens: float | None = None) -> list:
@@ -196,7 +236,8 @@ class AdmissionView(namedtuple("AdmissionViewFields", ADMISSION_VIEW_FIELDS + ("
 
         Individual output lengths are never used (in oracle mode too), only the workload's statistics.
         """
-        return self.simulator.project_decode(at_s, decode_s, quantile, output_tokens)
+        return self.simulator.project_decode(at_s, self.mean_decode_s if decode_s is None else decode_s, quantile,
+                                             output_tokens)
 
     def project_decode_tokens(self, at_s: float, decode_s: float | None = None,
                               output_tokens: float | None = None) -> float:
@@ -206,14 +247,15 @@ class AdmissionView(namedtuple("AdmissionViewFields", ADMISSION_VIEW_FIELDS + ("
         and whose finish + ``decode_s`` is after it (``input + output_tokens`` each, default the mean
         output). No capacity limit is applied (so it can exceed the pool); this request not included.
         """
-        return self.simulator.project_decode_tokens(at_s, decode_s, output_tokens)
+        return self.simulator.decode_token_projections(at_s, self.mean_decode_s if decode_s is None else decode_s,
+                                                       output_tokens)[0]
 
     def expected_decode_tokens(self, at_s: float, output_tokens: float | None = None) -> float:
         """Expected decode-pool tokens at ``at_s`` under the workload's decode-time distribution: a
         request decoding since d is still there with probability S(at_s - d) / S(now - d) (S the
         survival function of decode times, conditioned on its having run until now); a request in
         prefill finishing at f <= at_s with probability S(at_s - f). No capacity limit applied."""
-        return self.simulator.expected_decode_tokens(at_s, output_tokens)
+        return self.simulator.decode_token_projections(at_s, self.mean_decode_s, output_tokens)[1]
 
     def decode_survival(self, x_s: float) -> float:
         """P(decode time > ``x_s``) over the workload."""
@@ -231,7 +273,7 @@ class ClusterAction(NamedTuple):
     decode: int | None = None
 
 
-class ClusterView:
+class ClusterView(_PoolLoads):
     """What the Conductor sees at one arrival (read-only by convention).
 
     The request: ``now``, ``index``, ``input_tokens``, ``output_tokens`` (only with ``oracle``,
@@ -347,16 +389,6 @@ class ClusterView:
     @property
     def decode_capacity_tokens(self) -> int:
         return self.decode_capacity_per_instance * len(self.decode_used_per_instance)
-
-    @property
-    def decode_load(self) -> float:
-        """Decode pool KV occupancy now (used / capacity)."""
-        return self.decode_used_tokens / self.decode_capacity_tokens
-
-    @property
-    def prefill_load(self) -> float:
-        """Prefill load as in Mooncake §7: the predicted TTFT over the TTFT SLO."""
-        return self.predicted_ttft_s / self.ttft_slo_s
 
     def project_decode(self, at_s: float, decode_s: float | None = None, quantile: float | None = None,
                        output_tokens: float | None = None) -> list:
