@@ -36,3 +36,20 @@ def test_current_name_translates_old_dotted_paths_only():
     assert current_name("mooncake_gym.envs.wrappers.X") == "mooncake_gym.envs.wrappers.X"
     assert current_name("mooncake_gym.routingx.Y") == "mooncake_gym.routingx.Y"
     assert current_name("gymnasium.wrappers.TimeLimit") == "gymnasium.wrappers.TimeLimit"
+
+
+@pytest.mark.parametrize("layer, allowed", [("model", {"model", "_native"}), ("sim", {"model", "sim", "_native"})])
+def test_the_core_imports_nothing_above_it(layer, allowed):
+    # every import of the package in model/ and sim/, function-local ones included, points down
+    import ast
+    from pathlib import Path
+
+    import mooncake_gym
+
+    for path in sorted((Path(mooncake_gym.__file__).parent / layer).glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            for name in names:
+                if name.startswith("mooncake_gym."):
+                    assert name.split(".")[1] in allowed, f"{path.name} imports {name}"

@@ -31,117 +31,19 @@ prefix index, noisy estimates), while every dispatched request is still served e
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 
 from mooncake_gym.sim.prefill import PrefillInstance, pool_load
-from mooncake_gym.model.costmodel import CostModel, InstanceSpec
+from mooncake_gym.model.costmodel import CostModel
 from mooncake_gym._native import mypyc_attr
-from mooncake_gym.model.limits import check
 from mooncake_gym.sim.observation import Observer, as_observation, observation_rng
 from mooncake_gym.sim.policy import policy_name, reset_policy
 from mooncake_gym.sim.prefixcache import PrefixCache, match_all
 from mooncake_gym.sim.views import ROUTING_VIEW_FIELDS, Route, RoutingView, check_route
+from mooncake_gym.model.presets import RoutingConfig, parse_instances  # noqa: F401 (the pool's shape: data)
 from mooncake_gym.model.workload import Trace
-
-
-@mypyc_attr(native_class=False)  # a frozen dataclass set in __post_init__
-@dataclass(frozen=True)
-class RoutingConfig:
-    """Cluster shape and SLO of the routing problem.
-
-    n_instances: prefill instances (default 8, as in lecture demo 2 and Mooncake Figure 8; with
-        ``instances``, their number).
-    cache_blocks: capacity of each instance's local prefix cache in 512-token blocks (default 3,000),
-        or one capacity per instance (a heterogeneous pool).
-    ttft_slo_s: TTFT service-level objective for attainment (default 5 s, as in the lecture).
-    instances: None (default: every instance is the cost model's own ``InstanceSpec``) or one
-        :class:`~mooncake_gym.model.costmodel.InstanceSpec` per instance, for a heterogeneous pool: a GPU
-        name (``"H800"``) stands for ``InstanceSpec(gpu=name)`` (8 GPUs at 60 % MFU), and a string
-        such as ``"4xH800+4xA800"`` for that list. Each instance then prefills at its own speed
-        (``CostModel`` with that instance); the served model, block size and RDMA are the cluster's.
-    """
-
-    n_instances: int | None = None
-    cache_blocks: int | tuple[int, ...] = 3000
-    ttft_slo_s: float = 5.0
-    instances: tuple[InstanceSpec, ...] | None = None
-
-    def __post_init__(self):
-        if self.instances is not None:
-            object.__setattr__(self, "instances", parse_instances(self.instances))
-        n = self.n_instances
-        if n is None:
-            n = 8 if self.instances is None else len(self.instances)
-            object.__setattr__(self, "n_instances", n)
-        check("n_instances", n)  # the ranges of mooncake_gym.model.limits
-        if self.instances is not None and len(self.instances) != n:
-            raise ValueError(f"n_instances: expected len(instances) = {len(self.instances)} (or leave it out), got {n}")
-        blocks = self.cache_blocks
-        if isinstance(blocks, (list, tuple, np.ndarray)):
-            blocks = tuple(blocks)
-            if len(blocks) != n:
-                raise ValueError(f"cache_blocks: expected one integer per instance ({n}), got {len(blocks)}")
-            for i, b in enumerate(blocks):
-                check("cache_blocks", b, f"cache_blocks[{i}]")
-            object.__setattr__(self, "cache_blocks", blocks)
-        else:
-            check("cache_blocks", blocks)
-        check("ttft_slo_s", self.ttft_slo_s)
-
-    def instance_cache_blocks(self) -> tuple[int, ...]:
-        """Each instance's prefix-cache capacity in blocks."""
-        b = self.cache_blocks
-        n = self.n_instances
-        assert n is not None  # set by __post_init__
-        return tuple(int(x) for x in b) if isinstance(b, tuple) else (int(b),) * n
-
-    def instance_costs(self, cost: CostModel) -> tuple[CostModel, ...]:
-        """Each instance's cost model: ``cost`` itself, or ``cost`` with that instance's ``InstanceSpec``."""
-        n = self.n_instances
-        assert n is not None  # set by __post_init__
-        if self.instances is None:
-            return (cost,) * n
-        return tuple(replace(cost, instance=spec) for spec in self.instances)
-
-
-_POOL_PART = re.compile(r"^\s*(?:(\d+)\s*[xX*]\s*)?([A-Za-z0-9]+)\s*$")
-
-
-def parse_instances(instances) -> tuple[InstanceSpec, ...]:
-    """One ``InstanceSpec`` per instance from ``"4xH800+4xA800"``, or a sequence of GPU names and
-    ``InstanceSpec`` objects (a GPU name is ``InstanceSpec(gpu=name)``). ``ValueError`` names
-    ``instances`` otherwise."""
-    if isinstance(instances, str):
-        items = []
-        for part in instances.split("+"):
-            m = _POOL_PART.match(part)
-            if not m or (m.group(1) is not None and int(m.group(1)) < 1):
-                raise ValueError(f"instances: expected e.g. '4xH800+4xA800' (COUNTxGPU joined by '+'), "
-                                 f"got {instances!r}")
-            items += [m.group(2).upper()] * int(m.group(1) or 1)
-    elif isinstance(instances, (list, tuple)):
-        items = list(instances)
-    else:
-        raise ValueError(f"instances: expected a string like '4xH800+4xA800' or a list of GPU names / InstanceSpec, "
-                         f"got {type(instances).__name__}")
-    if not items:
-        raise ValueError("instances: expected at least one instance")
-    specs = []
-    for i, item in enumerate(items):
-        if isinstance(item, InstanceSpec):
-            specs.append(item)
-        elif isinstance(item, str):
-            try:
-                specs.append(InstanceSpec(gpu=item.upper()))
-            except ValueError as e:
-                raise ValueError(f"instances[{i}]: {e}") from None
-        else:
-            raise ValueError(f"instances[{i}]: expected a GPU name or an InstanceSpec, got {item!r}")
-    return tuple(specs)
 
 
 _new_tuple = tuple.__new__
