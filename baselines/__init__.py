@@ -1,8 +1,12 @@
 """Hand-coded scheduling policies, installed as ``mooncake_gym.baselines``.
 
 ``ROUTING_POLICIES`` (prefill routing, including the production routers' rules of ``production``) and ``ADMISSION_POLICIES`` (overload admission) map the
-names the command line uses to policy factories; :func:`make_policy` builds one by name.
+names the command line uses to policy factories; :func:`make_policy` builds one by name and
+:func:`run_baselines` runs a problem's baselines on one trace.
 """
+
+from mooncake_gym.sim.admission import simulate as _simulate_admission
+from mooncake_gym.sim.routing import simulate as _simulate_routing
 
 from mooncake_gym.baselines.admission import (ADMISSION_POLICIES, ADMISSION_V1_POLICIES, BaselineAdmission, DistributionPredictiveRejection, EarlyRejection,
                         PredictiveRejection)
@@ -24,6 +28,31 @@ def make_policy(problem: str, name: str, **kwargs):
     return registry[name](**kwargs)
 
 
-__all__ = ["ROUTING_POLICIES", "ADMISSION_POLICIES", "ADMISSION_V1_POLICIES", "POLICIES", "BaselineAdmission", "EarlyRejection",
+def run_baselines(problem: str, trace, names=None, config=None, cost=None, seed: int = 0,
+                  threshold: float | None = None, observation=None) -> dict:
+    """Run ``problem``'s baselines named ``names`` (default all, in registry order) on the same
+    ``trace``: ``{name: result}``.
+
+    - ``"routing"``: the prefill pool of :mod:`mooncake_gym.sim.routing` (``config`` a
+      ``RoutingConfig``); ``threshold`` sets kvcentric's ``kvcache_balancing_threshold``,
+      ``observation`` what the routers see (default exact).
+    - ``"admission"``: the lecture's admission problem (:func:`mooncake_gym.sim.admission.simulate`,
+      ``config`` an ``OverloadConfig``).
+    """
+    if problem not in ("routing", "admission"):
+        raise ValueError(f"problem: expected 'routing' or 'admission', got {problem!r}")
+    registry = POLICIES[problem]
+    names = list(registry) if names is None else list(names)
+    for name in names:
+        if name not in registry:
+            raise ValueError(f"policy: unknown {problem} policy {name!r}; expected one of {sorted(registry)} or 'all'")
+    if problem == "routing":
+        return {name: _simulate_routing(trace, make_policy(problem, name, **(
+                    {"threshold": threshold} if name == "kvcentric" and threshold is not None else {})),
+                    config, cost, seed, observation) for name in names}
+    return {name: _simulate_admission(trace, make_policy(problem, name), config, cost, seed) for name in names}
+
+
+__all__ = ["run_baselines", "ROUTING_POLICIES", "ADMISSION_POLICIES", "ADMISSION_V1_POLICIES", "POLICIES", "BaselineAdmission", "EarlyRejection",
            "PredictiveRejection", "DistributionPredictiveRejection", "make_policy", "RandomRouting", "LoadBalancing", "CacheAware",
            "KVCentric"]

@@ -1,4 +1,4 @@
-"""Admission baselines for the overload simulator (Mooncake v3 §7): ``view -> admit?``.
+"""Admission baselines for the lecture's admission problem and the cluster (Mooncake v3 §7): ``view -> admit?``.
 
 Every policy first applies Algorithm 1's prefill check at arrival: reject when the predicted TTFT
 (queue + prefill on the least loaded prefill instance, exact in the simulator) exceeds the TTFT SLO

@@ -126,9 +126,30 @@ def test_lecture_preset_reproduces_the_overload_simulator(name):
     lecture = PRESETS["lecture"].with_(cache_blocks=0)  # the admission problem models no prefix cache
     new = simulate(tr, lecture, admission=make_policy("admission", name), router=_least_queue,
                    refuse_never_fit=False, kv_transfer=False).metrics
-    for key in ("completed", "goodput", "rejected_at_arrival", "rejected_after_prefill"):
+    for key in ("completed", "goodput", "rejected_at_arrival", "rejected_after_prefill", "wasted_prefill_s"):
         assert new[key] == old[key], key
-    assert new["wasted_prefill_s"] == pytest.approx(old["wasted_prefill_s"], rel=1e-12)
+
+
+def test_the_lecture_load_series_and_occupancy_by_hand():
+    # r0 at 0 s (1000 + 100 tokens) decodes 5 s from its prefill end p0; r1 arrives at 50 s
+    tr = Trace([0.0, 50.0], [1000, 1000], [100, 10], [[0, 1], [2, 3]])
+    p0 = CostModel().prefill_s(1000, 0)
+    sim = overload.OverloadSimulator(tr, overload.OverloadConfig(sample_period_s=1.0, warmup_s=0.0))
+    view = sim.reset()
+    while view is not None:
+        view = sim.step(True)
+    assert sim.cluster.load_series == "lecture" and sim.cluster.preset.cache_blocks == 0
+    r = sim.result()
+    # samples at 0, 1, ..., 50 s: one of 8 prefill instances busy until p0, 1100 of 480,000 tokens
+    # held from p0 to p0 + 5; the sample at the horizon (50 s, the last arrival) is taken after the
+    # last decision, so it sees r1 in prefill
+    assert r.sample_times_s.tolist() == [float(k) for k in range(51)]
+    assert r.prefill_load.tolist() == [1 / 8 if k < p0 or k == 50 else 0.0 for k in range(51)]
+    assert r.decode_load.tolist() == [1100 / 480_000 if p0 <= k < p0 + 5 else 0.0 for k in range(51)]
+    assert r.metrics["mean_decode_occupancy"] == 1100 * ((p0 + 5) - p0) / 50.0 / 480_000
+    assert r.metrics["completed"] == 2 and r.metrics["goodput"] == 2
+    with pytest.raises(ValueError, match="load_series"):
+        ClusterSimulator(tr, "lecture", load_series="mooncake")
 
 
 def test_routing_decisions_give_the_routing_simulators_ttfts():
@@ -226,3 +247,19 @@ def test_calibration_table_matches_the_docs_and_most_points_are_within_25_percen
     assert sum(within) >= len(rows) - 2
     page = (Path(__file__).resolve().parents[1] / "docs" / "calibration.md").read_text()
     assert calibration.markdown() in page
+
+
+def test_one_parser_per_action_type():
+    from mooncake_gym.sim.views import check_cluster_action
+
+    assert check_cluster_action(ClusterAction(True, Route(1, True), 0), 2, 2) == (True, Route(1, True), 0)
+    assert check_cluster_action(np.bool_(False), 2, 2) == (False, None, None)  # a bare admission answer
+    assert check_cluster_action((1, (np.int64(1), 0), np.int64(1)), 2, 2) == (True, Route(1, False), 1)
+    for action, part in (((2, None, None), "action.admit"), (("yes", None, None), "action.admit"),
+                         ((True, 2, None), "action.route"), ((True, (0, "no"), None), "action.route"),
+                         ((True, None, 2), "action.decode"), ((True, None), "action:")):
+        with pytest.raises(ValueError, match=part):
+            check_cluster_action(action, 2, 2)
+    # simulate checks the admission answers with the same parser (a wrong type is a TypeError there)
+    with pytest.raises(TypeError, match="admit"):
+        simulate(trace_of((0.0, 10, 2)), "lecture", admission=lambda view: "yes")

@@ -488,7 +488,7 @@ def test_trace_path_and_speed(tmp_path):
 ADMISSION_SMALL = {"episode_requests": 300}
 #: 1,500 demo-3 requests at twice the decode capacity (a base trace other than the env's own): long
 #: enough to pass the 30-s warm-up, and the admission baselines differ on it
-ADMISSION_TRACE = overload_workload(None, 1500, 2.0, seed=5)[0]
+ADMISSION_TRACE = overload_workload(None, 2.0, 1500, seed=5)[0]
 
 
 @pytest.mark.filterwarnings("ignore:.*render_mode='video'.*:UserWarning")  # gym.make's own warning

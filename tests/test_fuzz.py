@@ -372,8 +372,10 @@ def admission_run(steps: int, seed: int) -> int:
             rewards += reward
             granted += info["granted"]
             charged += info["doomed_s"] + info["wasted_s"]
-            used = env.sim._decode_used
-            assert max(used) <= cap and min(used) >= 0 and sum(used) == env.sim._used_total
+            used = env.sim.decode_used_per_instance
+            cluster = env.sim.cluster  # the tokens held are those of the requests decoding
+            held = sum(cluster.trace.input_tokens[r] + cluster.trace.output_tokens[r] for r in cluster._decode_of)
+            assert max(used) <= cap and min(used) >= 0 and sum(used) == held
             if terminated:
                 break
         done_steps += len(actions)

@@ -44,7 +44,7 @@ def test_current_name_translates_old_dotted_paths_only():
 ROOT = Path(__file__).resolve().parents[1]
 #: The layers from the bottom up; a module imports only from its own layer and those before it.
 LAYERS = [
-    ("mooncake_gym._moved", "mooncake_gym._native"),
+    ("mooncake_gym._moved", "mooncake_gym._native", "mooncake_gym._files"),
     ("mooncake_gym.model",),
     ("mooncake_gym.sim",),
     ("mooncake_gym.baselines",),

@@ -29,7 +29,9 @@ from mooncake_gym.sim.admission import (
     overload_workload,
     simulate,
 )
+from mooncake_gym.model.presets import PRESETS
 from mooncake_gym.model.workload import Trace
+from mooncake_gym.sim.cluster import saturation
 
 COST = CostModel()
 
@@ -101,9 +103,9 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="trace"):
         OverloadSimulator([1, 2, 3])
     with pytest.raises(ValueError, match="load"):
-        overload_workload(make_trace([(0.0, 1000, 10)]), 10, load=0)
+        overload_workload(make_trace([(0.0, 1000, 10)]), 0, 10)
     with pytest.raises(ValueError, match="requests"):
-        overload_workload(make_trace([(0.0, 1000, 10)]), 0)
+        overload_workload(make_trace([(0.0, 1000, 10)]), 2.0, 0)
     with pytest.raises(ValueError, match="threshold"):
         EarlyRejection(threshold=0)
     with pytest.raises(ValueError, match="policy"):
@@ -147,7 +149,7 @@ def test_one_request_exact_times():
     assert r.decode_start_s[0] == 1.0 + ps
     assert r.decode_end_s[0] == 1.0 + ps + COST.decode_s(20, cfg.tbt_s)
     assert r.metrics["goodput"] == 1 and r.metrics["wasted_prefill_s"] == 0.0
-    assert sim._used_total == 0 and sim._decode_used == [0, 0]  # freed at its decode end
+    assert sim.decode_used_per_instance == [0, 0] and sim.cluster.granted == 1  # freed at its decode end
 
 
 def test_oracle_shows_output_length():
@@ -340,8 +342,8 @@ def test_projection_methods():
 # --------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def demo3():
-    trace, capacity = overload_workload()
-    return trace, capacity, {name: simulate(trace, factory()) for name, factory in ADMISSION_POLICIES.items()}
+    trace, sat = overload_workload()
+    return trace, sat.decode_per_s, {name: simulate(trace, factory()) for name, factory in ADMISSION_POLICIES.items()}
 
 
 def test_demo3_workload(demo3):
@@ -352,6 +354,31 @@ def test_demo3_workload(demo3):
     assert capacity == decode_capacity_rate(base)
     assert len(trace) == 6000
     assert trace.rate == pytest.approx(2 * capacity, rel=0.05)
+
+
+def test_decode_capacity_rate_by_hand_and_as_the_reserve_models_saturation():
+    # two requests: (1000 + 10) x 10 x 0.05 = 505 and (3000 + 30) x 30 x 0.05 = 4545 token-seconds,
+    # mean 2525; the pool holds 8 x 60,000 tokens: 480,000 / 2525 requests/s
+    tr = make_trace([(0.0, 1000, 10), (1.0, 3000, 30)])
+    assert decode_capacity_rate(tr) == 480_000 / 2525.0
+    assert decode_capacity_rate(tr, PRESETS["lecture"].with_(n_decode=2, tbt_s=0.1)) == 120_000 / 5050.0
+    # the closed form is the reserve model's saturation decode rate (these short outputs leave the
+    # lecture prefill-bound: the cluster's rate is the smaller, the prefill pool's)
+    sat = saturation(tr, "lecture")
+    assert sat.decode_per_s == decode_capacity_rate(tr)
+    assert sat.bottleneck == "prefill" and sat.cluster_per_s == sat.prefill_per_s < sat.decode_per_s
+    # demo 3's closed form counts every request of the mix, also one that never fits (70,010 tokens)
+    big = make_trace([(0.0, 1000, 10), (1.0, 3000, 30), (2.0, 70_000, 10)])
+    assert saturation(big, "lecture").decode_per_s == decode_capacity_rate(big) == 480_000 / ((505 + 4545 + 35_005) / 3)
+    with pytest.raises(ValueError, match="reserve"):
+        decode_capacity_rate(tr, "mooncake")
+    # load x the decode pool's rate (demo 3) or x the cluster's (the smaller of the two pools)
+    few = OverloadConfig(n_prefill=1, n_decode=4).preset()
+    base = make_trace([(0.1 * k, 2000 + 100 * k, 50 + k) for k in range(40)])
+    s1 = saturation(base, few)
+    for pool, rate in (("decode", s1.decode_per_s), ("cluster", s1.cluster_per_s)):
+        trace, s2 = overload_workload(base, 2.0, 300, 0, few, pool=pool)
+        assert s2 == s1 and trace.rate == pytest.approx(2 * rate, rel=0.2)
 
 
 def test_demo3_conservation(demo3):

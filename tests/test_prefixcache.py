@@ -196,3 +196,12 @@ def test_ids_that_break_prefix_semantics_can_leave_an_orphan():
     cache.insert([3, 2])   # 1 2 3 -> evicts 1
     assert cache.blocks_lru_first() == [2, 3]
     assert cache.match([1, 2]) == 0  # block 2 as the successor of 1 can no longer be hit
+
+
+@pytest.mark.parametrize("eviction", ["lru", "fifo"])
+def test_a_cache_of_no_blocks_holds_nothing_and_evicts_every_insert(eviction):
+    # the admission problem's prefill pool (cache_blocks=0): what the general path would count
+    cache = PrefixCache(0, eviction=eviction)
+    cache.insert([1, 2, 3])
+    cache.insert([1, 2, 4, 5], n_blocks=3)
+    assert cache.match([1, 2, 3]) == 0 and cache.evictions == 6

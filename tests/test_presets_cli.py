@@ -9,7 +9,7 @@ import pytest
 from mooncake_gym.sim import cluster as conductor
 from mooncake_gym.sim import admission as overload
 from mooncake_gym.sim import routing
-from mooncake_gym.baselines import ADMISSION_POLICIES, ROUTING_POLICIES, make_policy
+from mooncake_gym.baselines import ADMISSION_POLICIES, ROUTING_POLICIES, make_policy, run_baselines
 from mooncake_gym.cli import main
 from mooncake_gym.envs import ADMISSION_V1_ENV_ID, ROUTING_V1_ENV_ID
 from mooncake_gym.model.presets import get_preset
@@ -44,8 +44,9 @@ def test_lecture_preset_is_the_routing_simulator_and_prints_the_same(capsys, sma
 
 def test_lecture_preset_is_the_overload_simulator(capsys):
     doc = run_json(capsys, "overload", "--requests", "800", "--policy", "early", "--preset", "lecture")
-    trace, capacity = overload.overload_workload(synthetic_trace(0, rate=4.0), 800, 2.0, 0)
-    expected = overload.run_admission_baselines(trace, ["early"], overload.OverloadConfig(), seed=0)["early"].metrics
+    trace, sat = overload.overload_workload(synthetic_trace(0, rate=4.0), 2.0, 800, 0, pool="decode")
+    capacity = sat.decode_per_s
+    expected = run_baselines("admission", trace, ["early"], overload.OverloadConfig(), seed=0)["early"].metrics
     assert doc["results"]["early"] == to_jsonable(expected)
     assert doc["decode_capacity_per_s"] == capacity and doc["config"]["ttft_slo_s"] == 30.0
 
@@ -110,8 +111,9 @@ def test_overload_pool_sizes_reach_the_lecture_simulator(capsys):
     doc = run_json(capsys, "overload", "--requests", "500", "--policy", "early", "--decode-instances", "4",
                    "--prefill-instances", "3")
     config = overload.OverloadConfig(n_prefill=3, n_decode=4)
-    trace, capacity = overload.overload_workload(synthetic_trace(0, rate=4.0), 500, 2.0, 0, config)
-    expected = overload.run_admission_baselines(trace, ["early"], config, seed=0)["early"].metrics
+    trace, sat = overload.overload_workload(synthetic_trace(0, rate=4.0), 2.0, 500, 0, config.preset(), pool="decode")
+    capacity = sat.decode_per_s
+    expected = run_baselines("admission", trace, ["early"], config, seed=0)["early"].metrics
     assert doc["config"]["n_prefill"] == 3 and doc["config"]["n_decode"] == 4
     assert doc["decode_capacity_per_s"] == capacity and doc["results"]["early"] == to_jsonable(expected)
 

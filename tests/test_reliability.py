@@ -84,7 +84,7 @@ def test_resampling_and_overload_workload_are_bounded():
     with pytest.raises(ValueError, match="^n_requests:"):
         resample_iid(base, 10**8, 1.0)
     with pytest.raises(ValueError, match="^load:"):
-        overload_workload(base, 100, load=1e-7)
+        overload_workload(base, 1e-7, 100)
 
 
 def test_load_series_is_bounded_before_the_run():
@@ -99,7 +99,7 @@ def test_output_lengths_are_bounded_so_the_decode_tables_are():
     with pytest.raises(ValueError, match="^output_tokens: expected integers in \\[0, 1000000\\]"):
         tiny_trace([512], [10**9])
     sim = OverloadSimulator(tiny_trace([512], [limits.MAX_OUTPUT_TOKENS]))
-    assert len(sim._survival) == limits.MAX_OUTPUT_TOKENS + 1  # the largest table: 8 MB of floats
+    assert len(sim.cluster._survival_table()) == limits.MAX_OUTPUT_TOKENS + 1  # the largest table: 8 MB of floats
 
 
 def test_environment_workloads_are_bounded():

@@ -6,7 +6,8 @@ import pytest
 from mooncake_gym.baselines import make_policy
 from mooncake_gym.baselines.routing import CacheAware, KVCentric, LoadBalancing, RandomRouting
 from mooncake_gym.model.costmodel import CostModel
-from mooncake_gym.sim.routing import Route, RoutingConfig, RoutingSimulator, run_routing_baselines, simulate
+from mooncake_gym.baselines import run_baselines
+from mooncake_gym.sim.routing import Route, RoutingConfig, RoutingSimulator, simulate
 from mooncake_gym.model.workload import Request, Trace, synthetic_trace
 
 COST = CostModel()
@@ -156,7 +157,7 @@ def test_bad_actions_and_config_give_clear_errors():
 @pytest.fixture(scope="module")
 def demo2_rate8():
     trace = synthetic_trace(0, 8.0)
-    return trace, {n: r for n, r in run_routing_baselines(trace, seed=0).items()}
+    return trace, {n: r for n, r in run_baselines("routing", trace, seed=0).items()}
 
 
 def test_conservation(demo2_rate8):
@@ -184,7 +185,7 @@ def test_demo2_conclusions_at_rate_8(demo2_rate8):
 
 
 def test_shared_trace_figure8_ordering(shared_trace):
-    m = {n: r.metrics for n, r in run_routing_baselines(shared_trace.scaled(2.0), seed=0).items()}
+    m = {n: r.metrics for n, r in run_baselines("routing", shared_trace.scaled(2.0), seed=0).items()}
     for name, metrics in m.items():
         assert metrics["hit_ratio"] <= 0.651, name
     for name in ("cache", "kvcentric"):

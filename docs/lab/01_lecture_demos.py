@@ -78,7 +78,7 @@ print(text)
 
 # %% [markdown]
 # **Exercise `cache-hit-share`.** Reproduce one number of the table yourself: the hit share of the
-# `cache` router at 8 sessions/s (trace seed 0). `mooncake_gym.sim.routing.run_routing_baselines` and
+# `cache` router at 8 sessions/s (trace seed 0). `mooncake_gym.baselines.run_baselines("routing", ...)` and
 # `mooncake_gym.model.workload.synthetic_trace` are what demo 2 uses.
 
 # %%
@@ -100,8 +100,8 @@ print(text)
 
 # %% [markdown]
 # **Exercise `early-waste-cut`.** By what share does `early` cut `baseline`'s wasted prefill
-# seconds (1 − early's / baseline's)? Compute it from `run_admission_baselines(overload_workload()[0])`
-# (module `mooncake_gym.sim.admission`). And look at the correlation column: what does a negative
+# seconds (1 − early's / baseline's)? Compute it from `run_baselines("admission", overload_workload()[0])`
+# (modules `mooncake_gym.baselines` and `mooncake_gym.sim.cluster`). And look at the correlation column: what does a negative
 # prefill/decode load correlation mean for the cluster?
 
 # %%

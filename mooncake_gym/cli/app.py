@@ -42,7 +42,8 @@ def _cmd_replay(args) -> int:
     from dataclasses import asdict
 
     from mooncake_gym.sim.observation import as_observation
-    from mooncake_gym.sim.routing import RoutingConfig, run_routing_baselines
+    from mooncake_gym.baselines import run_baselines
+    from mooncake_gym.sim.routing import RoutingConfig
     from mooncake_gym.model.workload import load_workload
 
     if args.preset != "lecture":  # the whole cluster of a realistic preset (mooncake_gym.experiments.clusterrun)
@@ -54,8 +55,8 @@ def _cmd_replay(args) -> int:
     modes = args.observation or ["exact"]
     observations = [as_observation(m) for m in modes]
     names = None if args.policy == "all" else [args.policy]
-    by_mode = {mode: run_routing_baselines(trace, names, config, seed=args.seed, threshold=args.threshold,
-                                           observation=observation)
+    by_mode = {mode: run_baselines("routing", trace, names, config, seed=args.seed, threshold=args.threshold,
+                                   observation=observation)
                for mode, observation in zip(modes, observations)}
     if args.tuned:  # each tuned baseline right after its default row, under every observation mode
         from mooncake_gym.experiments.compare import with_tuned
@@ -94,7 +95,8 @@ def _cmd_replay(args) -> int:
 
 def _cmd_overload(args) -> int:
     """``mooncake-gym overload``: admission baselines on demo 3's workload (or another base trace)."""
-    from mooncake_gym.sim.admission import OverloadConfig, overload_workload, run_admission_baselines
+    from mooncake_gym.baselines import run_baselines
+    from mooncake_gym.sim.admission import OverloadConfig, overload_workload
     from mooncake_gym.model.workload import load_workload
 
     if args.preset != "lecture":  # the whole cluster of a realistic preset (mooncake_gym.experiments.clusterrun)
@@ -104,9 +106,10 @@ def _cmd_overload(args) -> int:
              if v is not None}
     config = OverloadConfig(ttft_slo_s=args.ttft_slo, **pools)
     base = load_workload(args.trace, rate=args.rate, seed=args.seed)
-    trace, capacity = overload_workload(base, args.requests, args.load, args.seed, config)
+    trace, sat = overload_workload(base, args.load, args.requests, args.seed, config.preset(), pool="decode")
+    capacity = sat.decode_per_s
     names = None if args.policy == "all" else [args.policy]
-    results = run_admission_baselines(trace, names, config, seed=args.seed)
+    results = run_baselines("admission", trace, names, config, seed=args.seed)
     if args.plot:
         from mooncake_gym.reporting.plots import plot_load_series
 

@@ -150,10 +150,10 @@ def _routing_views(n: int = 300, seed: int = 12, rate: float = 8.0):
 def _admission_views(n: int = 400, seed: int = 13):
     """The first ``n`` decision views of demo 3's overload workload driven by ``baseline`` (a full decode pool)."""
     from mooncake_gym.baselines import make_policy
-    from mooncake_gym.sim.admission import OverloadSimulator, overload_workload
+    from mooncake_gym.sim.admission import LectureAdmission, overload_workload
 
     trace, _ = overload_workload(seed=seed)
-    sim = OverloadSimulator(trace)
+    sim = LectureAdmission(trace)
     baseline = make_policy("admission", "baseline")
     view = sim.reset()
     while view is not None and view.index < n:
@@ -207,7 +207,7 @@ def _ssd_loses(answer):
 
 @_exercise("cache-hit-share", "01_lecture_demos",
            "demo 2: the hit share (hit_ratio) of the `cache` router at 8 sessions/s, seed 0",
-           "run_routing_baselines(synthetic_trace(0, 8.0)) returns a result per router; read metrics['hit_ratio'] "
+           "run_baselines('routing', synthetic_trace(0, 8.0)) returns a result per router; read metrics['hit_ratio'] "
            "of 'cache' (a share between 0 and 1, not a percentage).")
 def _cache_hit_share(answer):
     from mooncake_gym.sim.routing import simulate
@@ -220,7 +220,7 @@ def _cache_hit_share(answer):
 @_exercise("early-waste-cut", "01_lecture_demos",
            "demo 3: by what share early rejection cuts the wasted prefill seconds of `baseline` "
            "(1 - early's / baseline's)",
-           "run_admission_baselines(overload_workload()[0]) gives both; read metrics['wasted_prefill_s'] "
+           "run_baselines('admission', overload_workload()[0]) gives both; read metrics['wasted_prefill_s'] "
            "(a share between 0 and 1, not a percentage).")
 def _early_waste_cut(answer):
     from mooncake_gym.sim.admission import overload_workload, simulate

@@ -84,7 +84,8 @@ DEMO2_RATES = (4.0, 8.0)
 
 def demo2():
     """Demo 2: which prefill instance gets the request — Mooncake Algorithm 1 versus simpler routers."""
-    from mooncake_gym.sim.routing import RoutingConfig, run_routing_baselines
+    from mooncake_gym.baselines import run_baselines
+    from mooncake_gym.sim.routing import RoutingConfig
     from mooncake_gym.model.workload import synthetic_trace
 
     config = RoutingConfig()
@@ -92,7 +93,7 @@ def demo2():
                              "ttft_slo_s": config.ttft_slo_s}, "rates": []}, []
     for rate in DEMO2_RATES:
         trace = synthetic_trace(0, rate)
-        results = run_routing_baselines(trace, config=config, seed=0)
+        results = run_baselines("routing", trace, config=config, seed=0)
         rows = [report.routing_row(name, r.metrics) for name, r in results.items()]
         data["rates"].append({"session_rate": rate, "requests": len(trace), "request_rate_per_s": trace.rate,
                               "results": {n: r.metrics for n, r in results.items()}})
@@ -125,8 +126,8 @@ def demo3(plot: str | None = None, seed: int = 0):
 
     With ``plot`` also writes the load series of baseline and early (the picture of Figure 9).
     """
-    from mooncake_gym.sim.admission import (DEMO3_BASE_RATE, DEMO3_LOAD, DEMO3_REQUESTS, OverloadConfig, overload_workload,
-                           run_admission_baselines)
+    from mooncake_gym.baselines import run_baselines
+    from mooncake_gym.sim.admission import DEMO3_BASE_RATE, DEMO3_LOAD, DEMO3_REQUESTS, OverloadConfig, overload_workload
     from mooncake_gym.model.workload import synthetic_trace
 
     config = OverloadConfig()
@@ -134,8 +135,9 @@ def demo3(plot: str | None = None, seed: int = 0):
     base = synthetic_trace(seed, rate=DEMO3_BASE_RATE)
     occ = float(np.mean([(i + o) * cost.decode_s(o, config.tbt_s)
                          for i, o in zip(base.input_tokens.tolist(), base.output_tokens.tolist())]))
-    trace, capacity = overload_workload(base, DEMO3_REQUESTS, DEMO3_LOAD, seed, config, cost)
-    results = run_admission_baselines(trace, None, config, cost, seed)
+    trace, sat = overload_workload(base, DEMO3_LOAD, DEMO3_REQUESTS, seed, config.preset(cost), pool="decode")
+    capacity = sat.decode_per_s
+    results = run_baselines("admission", trace, None, config, cost, seed)
     m = {name: r.metrics for name, r in results.items()}
     b, e, p, pd = m["baseline"], m["early"], m["predict"], m["predict_dist"]
     series = {name: results[name].series(DEMO3_SERIES_S) for name in ("baseline", "early")}

@@ -10,8 +10,8 @@ import numpy as np
 from gymnasium import spaces
 
 from mooncake_gym.model.costmodel import CostModel
-from mooncake_gym.sim.admission import (DEMO3_BASE_RATE, REJECTED_AFTER_PREFILL, REJECTED_AT_ARRIVAL, OverloadConfig,
-                        OverloadSimulator, check_admit, check_load_samples, decode_capacity_rate)
+from mooncake_gym.sim.admission import (DEMO3_BASE_RATE, REJECTED_AFTER_PREFILL, REJECTED_AT_ARRIVAL, LectureAdmission,
+                                        OverloadConfig, check_admit, check_load_samples, decode_capacity_rate)
 from mooncake_gym.model.workload import synthetic_trace
 from mooncake_gym.envs.common import (INTEGER_TYPES, RENDER_MODES, ValueOrRange, as_clipped_float32, as_trace, check,
                      check_render_mode, episode_workload)
@@ -38,8 +38,10 @@ class OverloadAdmissionEnv(gym.Env):
     or rejects it. An admitted request is prefilled (FIFO, least-loaded prefill instance); when its
     prefill finishes it needs a decode instance with room for input + output tokens for
     output x ``tbt_s`` seconds, and if none has room it is rejected after prefill and its prefill is
-    wasted. The simulation is ``mooncake_gym.sim.admission.OverloadSimulator``, the same object that
-    runs the hand-coded admission baselines; every time comes from ``mooncake_gym.model.costmodel``.
+    wasted. The simulation is the cluster simulator under the ``lecture`` preset
+    (``mooncake_gym.sim.admission.LectureAdmission`` over ``mooncake_gym.sim.cluster.ClusterSimulator``),
+    the same object that runs the hand-coded admission baselines; every time comes from
+    ``mooncake_gym.model.costmodel``.
 
     ## Action Space
 
@@ -127,7 +129,7 @@ class OverloadAdmissionEnv(gym.Env):
 
     ``terminated`` after the decision on the last request (the remaining prefills and decodes are
     then drained and rewarded in that step); ``truncated`` only from a ``max_episode_steps`` given to
-    ``gym.make``. The final step's ``info["metrics"]`` holds the overload simulator's metrics
+    ``gym.make``. The final step's ``info["metrics"]`` holds the admission problem's metrics
     (among them completed, goodput, rejected at arrival and after prefill, wasted prefill seconds,
     mean decode occupancy, load correlation): exactly what ``mooncake_gym.sim.admission.simulate``
     returns for the same trace and decisions.
@@ -189,7 +191,7 @@ class OverloadAdmissionEnv(gym.Env):
         self.base = as_trace("base_trace", base_trace) if base_trace is not None else \
             synthetic_trace(0, DEMO3_BASE_RATE)
         self.trace = as_trace("trace", trace) if trace is not None else None
-        self.capacity_rate = decode_capacity_rate(self.base, self.config, self.cost)
+        self.capacity_rate = decode_capacity_rate(self.base, self.config.preset(self.cost))
         self.mean_prefill_s = float(np.mean([self.cost.prefill_s(n, 0) for n in self.base.input_tokens.tolist()]))
         # degenerate base traces, refused here rather than failing at every step: the waste penalty
         # is in units of the mean prefill time, and resampling draws at load x the capacity rate
@@ -213,7 +215,7 @@ class OverloadAdmissionEnv(gym.Env):
         self.render_mode = render_mode
         self.action_space = spaces.Discrete(2)
         self.observation_space = spaces.Box(0.0, 1.0, (12 if oracle else 11,), np.float32)
-        self.sim: OverloadSimulator | None = None
+        self.sim: LectureAdmission | None = None
         self._view = None
         self._viewer: AdmissionViewer | None = None
         c = self.config
@@ -237,12 +239,11 @@ class OverloadAdmissionEnv(gym.Env):
         v = self._view
         if v is None:
             return np.zeros(self.observation_space.shape, np.float32)
-        sim = self.sim  # the view's projection methods are the simulator's
         cap = v.decode_capacity_tokens
         per = v.decode_capacity_per_instance
         finish = v.predicted_prefill_finish
         ttft_den, rejected_den, wasted_den, in_prefill_den = self._denominators
-        uniform, expected = sim.decode_token_projections(finish)
+        uniform, expected = v.simulator.decode_token_projections(finish, v.mean_decode_s)  # the cluster's
         vals = [
             v.decode_used_tokens / cap,
             uniform / cap,
@@ -265,7 +266,7 @@ class OverloadAdmissionEnv(gym.Env):
         super().reset(seed=seed)
         trace, load = episode_workload(self.np_random, options, self.trace, self.speed, self.base,
                                        self.episode_requests, self.load, self.capacity_rate)
-        self.sim = OverloadSimulator(trace, self.config, self.cost)
+        self.sim = LectureAdmission(trace, self.config, self.cost)
         self._view = self.sim.reset()
         self._granted = 0
         self._wasted = 0.0

@@ -6,15 +6,120 @@ constants, under which the lecture's demos and the v0 environments run; ``moonca
 paper's testbed (Mooncake v3 §8: 8x A800-SXM4-80GB nodes, dummy LLaMA2-70B, 8 prefill + 8 decode
 instances, TTFT SLO 30 s, TBT SLO 100 ms); ``h100`` the same cluster of H100 nodes serving
 LLaMA3-70B. Every figure of the cost model is in ``mooncake_gym.model.costmodel`` with its source.
+
+:class:`RoutingConfig` (and :func:`parse_instances`) is the prefill pool's shape alone, the routing
+problem's cluster: data of the model layer, which ``mooncake_gym.sim.routing`` re-exports.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 
-from mooncake_gym.model.costmodel import CostModel
+import numpy as np
+
+from mooncake_gym._native import mypyc_attr
+from mooncake_gym.model.costmodel import CostModel, InstanceSpec
+from mooncake_gym.model.limits import check
 
 DECODE_MODELS = ("batching", "reserve")
+
+
+@mypyc_attr(native_class=False)  # a frozen dataclass set in __post_init__
+@dataclass(frozen=True)
+class RoutingConfig:
+    """The prefill pool's shape and SLO (the routing problem's cluster).
+
+    n_instances: prefill instances (default 8, as in lecture demo 2 and Mooncake Figure 8; with
+        ``instances``, their number).
+    cache_blocks: capacity of each instance's local prefix cache in 512-token blocks (default 3,000),
+        or one capacity per instance (a heterogeneous pool).
+    ttft_slo_s: TTFT service-level objective for attainment (default 5 s, as in the lecture).
+    instances: None (default: every instance is the cost model's own ``InstanceSpec``) or one
+        :class:`~mooncake_gym.model.costmodel.InstanceSpec` per instance, for a heterogeneous pool: a GPU
+        name (``"H800"``) stands for ``InstanceSpec(gpu=name)`` (8 GPUs at 60 % MFU), and a string
+        such as ``"4xH800+4xA800"`` for that list. Each instance then prefills at its own speed
+        (``CostModel`` with that instance); the served model, block size and RDMA are the cluster's.
+    """
+
+    n_instances: int | None = None
+    cache_blocks: int | tuple[int, ...] = 3000
+    ttft_slo_s: float = 5.0
+    instances: tuple[InstanceSpec, ...] | None = None
+
+    def __post_init__(self):
+        if self.instances is not None:
+            object.__setattr__(self, "instances", parse_instances(self.instances))
+        n = self.n_instances
+        if n is None:
+            n = 8 if self.instances is None else len(self.instances)
+            object.__setattr__(self, "n_instances", n)
+        check("n_instances", n)  # the ranges of mooncake_gym.model.limits
+        if self.instances is not None and len(self.instances) != n:
+            raise ValueError(f"n_instances: expected len(instances) = {len(self.instances)} (or leave it out), got {n}")
+        blocks = self.cache_blocks
+        if isinstance(blocks, (list, tuple, np.ndarray)):
+            blocks = tuple(blocks)
+            if len(blocks) != n:
+                raise ValueError(f"cache_blocks: expected one integer per instance ({n}), got {len(blocks)}")
+            for i, b in enumerate(blocks):
+                check("cache_blocks", b, f"cache_blocks[{i}]")
+            object.__setattr__(self, "cache_blocks", blocks)
+        else:
+            check("cache_blocks", blocks)
+        check("ttft_slo_s", self.ttft_slo_s)
+
+    def instance_cache_blocks(self) -> tuple[int, ...]:
+        """Each instance's prefix-cache capacity in blocks."""
+        b = self.cache_blocks
+        n = self.n_instances
+        assert n is not None  # set by __post_init__
+        return tuple(int(x) for x in b) if isinstance(b, tuple) else (int(b),) * n
+
+    def instance_costs(self, cost: CostModel) -> tuple[CostModel, ...]:
+        """Each instance's cost model: ``cost`` itself, or ``cost`` with that instance's ``InstanceSpec``."""
+        n = self.n_instances
+        assert n is not None  # set by __post_init__
+        if self.instances is None:
+            return (cost,) * n
+        return tuple(replace(cost, instance=spec) for spec in self.instances)
+
+
+_POOL_PART = re.compile(r"^\s*(?:(\d+)\s*[xX*]\s*)?([A-Za-z0-9]+)\s*$")
+
+
+def parse_instances(instances) -> tuple[InstanceSpec, ...]:
+    """One ``InstanceSpec`` per instance from ``"4xH800+4xA800"``, or a sequence of GPU names and
+    ``InstanceSpec`` objects (a GPU name is ``InstanceSpec(gpu=name)``). ``ValueError`` names
+    ``instances`` otherwise."""
+    if isinstance(instances, str):
+        items = []
+        for part in instances.split("+"):
+            m = _POOL_PART.match(part)
+            if not m or (m.group(1) is not None and int(m.group(1)) < 1):
+                raise ValueError(f"instances: expected e.g. '4xH800+4xA800' (COUNTxGPU joined by '+'), "
+                                 f"got {instances!r}")
+            items += [m.group(2).upper()] * int(m.group(1) or 1)
+    elif isinstance(instances, (list, tuple)):
+        items = list(instances)
+    else:
+        raise ValueError(f"instances: expected a string like '4xH800+4xA800' or a list of GPU names / InstanceSpec, "
+                         f"got {type(instances).__name__}")
+    if not items:
+        raise ValueError("instances: expected at least one instance")
+    specs = []
+    for i, item in enumerate(items):
+        if isinstance(item, InstanceSpec):
+            specs.append(item)
+        elif isinstance(item, str):
+            try:
+                specs.append(InstanceSpec(gpu=item.upper()))
+            except ValueError as e:
+                raise ValueError(f"instances[{i}]: {e}") from None
+        else:
+            raise ValueError(f"instances[{i}]: expected a GPU name or an InstanceSpec, got {item!r}")
+    return tuple(specs)
+
 
 
 @dataclass(frozen=True)
@@ -53,8 +158,6 @@ class ClusterPreset:
 
     def __post_init__(self):
         if self.prefill_gpus is not None:
-            from mooncake_gym.sim.routing import parse_instances
-
             try:
                 gpus = tuple(spec.gpu for spec in parse_instances(self.prefill_gpus))
             except ValueError as e:
@@ -94,8 +197,6 @@ class ClusterPreset:
     def routing_config(self):
         """The prefill pool as the routing simulator's ``RoutingConfig`` (instances, caches, TTFT
         SLO; with ``prefill_gpus``, one ``InstanceSpec`` per instance)."""
-        from mooncake_gym.sim.routing import RoutingConfig
-
         instances = None if self.prefill_gpus is None else tuple(
             replace(self.prefill_cost.instance, gpu=gpu) for gpu in self.prefill_gpus)
         return RoutingConfig(self.n_prefill, self.cache_blocks, self.ttft_slo_s, instances=instances)

@@ -1,42 +1,38 @@
-"""The admission problem: a prefill pool and a decode pool under overload (Mooncake v3 §7).
+"""The admission problem of the lecture: a prefill pool and a decode pool under overload (Mooncake v3 §7).
 
-One step-able simulator, :class:`OverloadSimulator`, pauses at every arrival and asks for one
-decision, admit or reject; :func:`simulate` is a loop over it and the Gym environment is a thin
-adapter over the same object, so a policy gives identical numbers whichever way it is run.
+Not a simulator of its own: :class:`LectureAdmission` runs the one cluster simulator
+(:class:`mooncake_gym.sim.cluster.ClusterSimulator`) under the ``lecture`` preset and pauses at every
+arrival for one decision, admit or reject; :func:`simulate` is a loop over it and the Gym environment
+``mooncake_gym/OverloadAdmission-v0`` is a thin adapter over the same object, so a policy gives
+identical numbers whichever way it is run. What it adds to the cluster is the lecture's view
+(:class:`~mooncake_gym.sim.views.AdmissionView`) and its metrics (:class:`OverloadResult`).
 
-The system
-----------
-- **Prefill pool**: ``n_prefill`` FIFO instances (:class:`~mooncake_gym.sim.prefill.PrefillInstance`,
-  the routing simulator's). An admitted request goes to the instance with the least queued work
-  (ties: the lowest index) and takes ``CostModel.prefill_s(input_tokens, 0)`` seconds there.
-  Prefix caching is *not* modelled here (every prompt is computed in full; the instances are built
-  with ``cached=False``): the admission problem is about the two pools' loads, and leaving the
-  cache out keeps the prefill times a function of the request alone.
-- **Decode pool**: ``n_decode`` instances holding ``decode_capacity_tokens`` tokens of KV each.
-  When a request's prefill finishes it needs one decode instance with room for
-  ``input + output`` tokens. It goes to the instance with the most free room, which it occupies for
-  ``CostModel.decode_s(output, tbt_s)`` seconds and frees at exactly its decode end. If no instance
-  has room the request is *rejected after prefill* and its prefill time is wasted (the paper's
-  baseline, where the decode side checks its SLO only after prefill).
-- **TTFT** is the prefill finish minus the arrival (queue + prefill; the KV transfer to decode is
-  not modelled). Queues are FIFO and prefill times deterministic, so the TTFT predicted at arrival
-  is exactly the TTFT the request gets.
-
-Events and determinism
-----------------------
-Arrivals come from the trace in order; prefill and decode completions sit in one heap ordered by
-(time, kind, sequence number) with decode completions before prefill completions at equal times,
-so a decode slot freed at time t is available to a prefill finishing at t. The decision at an
-arrival at time t sees the state after every completion at or before t. No randomness is used.
+The cluster under the lecture's settings
+----------------------------------------
+- **Prefill pool**: ``n_prefill`` FIFO instances. An admitted request goes to the instance with the
+  least queued work (ties: the lowest index; :class:`~mooncake_gym.sim.policies.LeastQueue`) and
+  takes ``CostModel.prefill_s(input_tokens, 0)`` seconds there. Prefix caching is *not* modelled
+  (``cache_blocks=0``): the admission problem is about the two pools' loads, and leaving the cache
+  out keeps the prefill times a function of the request alone.
+- **Decode pool**: the ``reserve`` decode model, ``n_decode`` instances holding
+  ``decode_capacity_tokens`` tokens of KV each. When a request's prefill finishes it needs one
+  decode instance with room for ``input + output`` tokens. It goes to the instance with the most
+  free room, which it occupies for ``output x tbt_s`` seconds and frees at exactly its decode end.
+  If no instance has room the request is *rejected after prefill* and its prefill time is wasted
+  (the paper's baseline, where the decode side checks its SLO only after prefill). No KV transfer,
+  and nothing is refused at arrival without asking the policy.
+- **TTFT** is the prefill finish minus the arrival (queue + prefill). Queues are FIFO and prefill
+  times deterministic, so the TTFT predicted at arrival is exactly the TTFT the request gets.
 
 Load series
 -----------
-Every ``sample_period_s`` seconds from 0 up to the last arrival (the drain after the last arrival
-is left out, as it would add a common downward trend): the prefill load (share of prefill
-instances busy) and the decode load (used / total decode tokens), each the state after all events
-at or before the sample time; then the Pearson correlation of the two over the samples from
-``warmup_s`` on (Mooncake v3 Figure 9). It is NaN when a series is constant in that window, e.g.
-when prefill never idles, as under the baseline policy at twice the decode capacity.
+The lecture's definition (the cluster's ``load_series="lecture"``): every ``sample_period_s`` seconds
+from 0 up to the last arrival (the drain after the last arrival is left out, as it would add a
+common downward trend), the prefill load (share of prefill instances busy) and the decode load
+(used / total decode tokens), each the state after all events at or before the sample time; then the
+Pearson correlation of the two over the samples from ``warmup_s`` on (Mooncake v3 Figure 9). It is NaN
+when a series is constant in that window, e.g. when prefill never idles, as under the baseline policy
+at twice the decode capacity.
 
 Finite workloads
 ----------------
@@ -48,31 +44,25 @@ then, which counts in ``completed``; ``steady_completed_per_s`` (decode starts p
 
 from __future__ import annotations
 
-import heapq
 import math
-from collections import deque, namedtuple
+from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 
-from mooncake_gym.sim.prefill import PrefillInstance
 from mooncake_gym.model.limits import MAX_LOAD_SAMPLES, check, check_bound
 from mooncake_gym.model.costmodel import CostModel
 from mooncake_gym.sim.policy import policy_name, reset_policy
-from mooncake_gym.model.workload import Trace, resample_iid, synthetic_trace
-
-# Outcomes of a request (``OverloadResult.outcome``).
-PENDING = -1
-COMPLETED = 0
-REJECTED_AT_ARRIVAL = 1
-REJECTED_AFTER_PREFILL = 2
-OUTCOME_NAMES = {PENDING: "pending", COMPLETED: "completed", REJECTED_AT_ARRIVAL: "rejected_at_arrival",
-                 REJECTED_AFTER_PREFILL: "rejected_after_prefill"}
-
-# Heap event kinds: at equal times decode completions are handled before prefill completions.
-_DECODE_DONE = 0
-_PREFILL_DONE = 1
+from mooncake_gym.model.presets import PRESETS, ClusterPreset
+from mooncake_gym.model.workload import Trace
+# demo 3's workload and the closed-form capacity rate, re-exported for the lecture's users
+from mooncake_gym.sim.cluster import (DEMO3_BASE_RATE, DEMO3_LOAD, DEMO3_REQUESTS, ClusterSimulator,  # noqa: F401
+                                      decode_capacity_rate, overload_workload)
+from mooncake_gym.sim.metrics import (COMPLETED, OUTCOME_NAMES, PENDING, REJECTED_AFTER_PREFILL,  # noqa: F401
+                                      REJECTED_AT_ARRIVAL, load_correlation)
+from mooncake_gym.sim.policies import LeastQueue
+from mooncake_gym.sim.views import ADMISSION_VIEW_FIELDS, AdmissionView, ClusterAction, ClusterView, Route, check_admit
 
 
 def _check(name: str, ok: bool, expected: str, value: Any) -> None:
@@ -80,25 +70,9 @@ def _check(name: str, ok: bool, expected: str, value: Any) -> None:
         raise ValueError(f"{name}: expected {expected}, got {value!r}")
 
 
-def check_admit(answer) -> bool:
-    """The one check of an admission answer (simulator, ``evaluate`` and the env alike): ``True``
-    / ``False`` (or numpy bools) or the integer 1 / 0 (Python or numpy). ``TypeError`` for any other
-    type (a string such as ``'reject'``, a float, NaN, None), ``ValueError`` for another integer
-    (``-1``). Nothing is coerced with ``bool()``."""
-    if answer is True or answer is False:
-        return answer
-    if isinstance(answer, np.bool_):
-        return bool(answer)
-    if isinstance(answer, (int, np.integer)):
-        if answer == 0 or answer == 1:
-            return bool(answer == 1)
-        raise ValueError(f"admit: expected True or False (or 1 or 0), got {answer!r}")
-    raise TypeError(f"admit: expected True or False (or 1 or 0), got {type(answer).__name__} {answer!r}")
-
-
 @dataclass(frozen=True)
 class OverloadConfig:
-    """Parameters of the overload simulator (defaults: lecture demo 3 / Mooncake v3 §7-8).
+    """Parameters of the lecture's admission problem (defaults: lecture demo 3 / Mooncake v3 §7-8).
 
     - ``n_prefill``, ``n_decode``: instances in each pool (8 + 8 as in the paper's Table 3).
     - ``decode_capacity_tokens``: KV tokens one decode instance holds (lecture: 60,000).
@@ -133,101 +107,13 @@ class OverloadConfig:
     def pool_capacity_tokens(self) -> int:
         return self.n_decode * self.decode_capacity_tokens
 
-
-#: The fields of :class:`AdmissionView`, in order (then the simulator, whose projections the
-#: view's methods call).
-ADMISSION_VIEW_FIELDS = ("now", "index", "input_tokens", "output_tokens", "decode_used_tokens",
-                         "decode_capacity_tokens", "decode_used_per_instance", "decode_capacity_per_instance",
-                         "prefill_queue_s", "prefill_instance", "prefill_s", "predicted_prefill_finish",
-                         "predicted_ttft_s", "ttft_slo_s", "recent_rejected", "recent_rejected_after_prefill",
-                         "recent_wasted_s", "requests_in_prefill", "requests_in_decode", "mean_decode_s",
-                         "mean_output_tokens")
-
-
-class AdmissionView(namedtuple("AdmissionViewFields", ADMISSION_VIEW_FIELDS + ("simulator",))):
-    """What an admission policy sees at one arrival: read-only, like ``RoutingView``. A named tuple,
-    so a policy cannot change what the simulator recorded (setting a field raises
-    ``AttributeError``) and building one costs one tuple allocation (a frozen dataclass of this many
-    fields costs about 2 us, a tenth of the Gym environment's step).
-
-    Fields:
-    - ``now``: the arrival time (s); ``index``: the request's position in the trace.
-    - ``input_tokens``; ``output_tokens``: the output length only with ``config.oracle``, else None.
-    - ``decode_used_tokens`` / ``decode_capacity_tokens``: the decode pool's used and total KV
-      tokens; ``decode_used_per_instance`` and ``decode_capacity_per_instance``: per instance.
-    - ``prefill_queue_s``: queued prefill work (s) per prefill instance; ``prefill_instance``: the
-      least loaded one, where this request would go; ``prefill_s``: its prefill time there;
-      ``predicted_prefill_finish`` (absolute time) and ``predicted_ttft_s`` (= finish - now, exact).
-    - ``ttft_slo_s``: the SLO of the run; ``recent_rejected`` (at arrival or after prefill),
-      ``recent_rejected_after_prefill`` and ``recent_wasted_s``: within the last
-      ``config.recent_window_s`` seconds.
-    - ``requests_in_prefill`` and ``requests_in_decode``: counts.
-    - ``mean_decode_s`` and ``mean_output_tokens``: the workload's mean decode time and output
-      length (statistics a production system takes from its logs; not this request's).
-    - ``simulator``: the simulator whose projections the methods below compute (left out of the
-      repr; a policy reads the view, it does not drive the simulator).
-
-    The projection methods look at the requests in prefill and in decode without revealing any
-    individual output length (except in oracle mode); the predictive baselines use them.
-    """
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "AdmissionView(" + ", ".join(f"{k}={v!r}" for k, v in zip(ADMISSION_VIEW_FIELDS, self)) + ")"
-
-    @property
-    def decode_load(self) -> float:
-        """Decode pool occupancy now, used / capacity of the whole pool (``early`` looks at the
-        emptiest instance instead: see ``baselines.admission.EarlyRejection``)."""
-        return self.decode_used_tokens / self.decode_capacity_tokens
-
-    @property
-    def prefill_load(self) -> float:
-        """Prefill load as in Mooncake §7: the predicted TTFT over the TTFT SLO."""
-        return self.predicted_ttft_s / self.ttft_slo_s
-
-    def project_decode(self, at_s: float, decode_s: float | None = None, quantile: float | None = None,
-                       output_tokens: float | None = None) -> list:
-        """Projected used tokens of each decode instance at time ``at_s`` (this request not included).
-
-        Replays the decode pool forward from now to ``at_s`` under assumed decode times, the way the
-        simulator would run it: requests in prefill enter decode at their (known) prefill finish on
-        the instance with the most room, if they fit, with ``input + output_tokens`` tokens (default
-        the workload's mean output); requests leave at their assumed decode end.
-
-        - Uniform (``quantile=None``, Mooncake v3 §7.4): every request decodes ``decode_s`` seconds
-          (default ``mean_decode_s``), counted from its decode start — so a request already decoding
-          for longer than that is assumed gone.
-        - Distribution (``quantile=q``): a request that has decoded k tokens so far is assumed to end
-          at the q-quantile of the workload's output lengths *longer than k* (long-running requests
-          of a long-tailed distribution are expected to run on); a request still in prefill decodes
-          ``decode_s`` (default the mean: its expected share of decode token-seconds).
-
-        Individual output lengths are never used (in oracle mode too), only the workload's statistics.
-        """
-        return self.simulator.project_decode(at_s, decode_s, quantile, output_tokens)
-
-    def project_decode_tokens(self, at_s: float, decode_s: float | None = None,
-                              output_tokens: float | None = None) -> float:
-        """Decode-pool tokens at ``at_s`` by Mooncake v3 §7.4's sum, every request decoding ``decode_s``
-        seconds (default ``mean_decode_s``): the requests in decode whose start + ``decode_s`` is
-        after ``at_s`` (their reserved tokens), plus the requests in prefill that finish by ``at_s``
-        and whose finish + ``decode_s`` is after it (``input + output_tokens`` each, default the mean
-        output). No capacity limit is applied (so it can exceed the pool); this request not included.
-        """
-        return self.simulator.project_decode_tokens(at_s, decode_s, output_tokens)
-
-    def expected_decode_tokens(self, at_s: float, output_tokens: float | None = None) -> float:
-        """Expected decode-pool tokens at ``at_s`` under the workload's decode-time distribution: a
-        request decoding since d is still there with probability S(at_s - d) / S(now - d) (S the
-        survival function of decode times, conditioned on its having run until now); a request in
-        prefill finishing at f <= at_s with probability S(at_s - f). No capacity limit applied."""
-        return self.simulator.expected_decode_tokens(at_s, output_tokens)
-
-    def decode_survival(self, x_s: float) -> float:
-        """P(decode time > ``x_s``) over the workload."""
-        return self.simulator.decode_survival(x_s)
+    def preset(self, cost: CostModel | None = None) -> ClusterPreset:
+        """This admission problem as a cluster: the ``lecture`` preset with these pools, SLO and
+        ``tbt_s``, no prefix cache, every instance ``cost``'s (default ``CostModel()``)."""
+        cm = cost if cost is not None else CostModel()
+        return PRESETS["lecture"].with_(prefill_cost=cm, decode_cost=cm, n_prefill=self.n_prefill,
+                                        n_decode=self.n_decode, cache_blocks=0, ttft_slo_s=self.ttft_slo_s,
+                                        decode_capacity_tokens=self.decode_capacity_tokens, tbt_s=self.tbt_s)
 
 
 @dataclass
@@ -270,30 +156,29 @@ def check_load_samples(name: str, span_s: float, config: OverloadConfig) -> None
                 "raise sample_period_s, or use a shorter workload (a higher rate or load, fewer requests)")
 
 
-def load_correlation(prefill_load, decode_load) -> float:
-    """Pearson correlation of two load series (NaN when one is constant or too short)."""
-    p = np.asarray(prefill_load, dtype=np.float64)
-    d = np.asarray(decode_load, dtype=np.float64)
-    if len(p) < 3 or p.std() == 0 or d.std() == 0:
-        return float("nan")
-    return float(np.corrcoef(p, d)[0, 1])
-
-
-class OverloadSimulator:
-    """Prefill + decode pools under overload; pauses at each arrival for an admit/reject decision.
+class LectureAdmission:
+    """The lecture's admission problem on the one cluster: pauses at each arrival for admit / reject.
 
     ::
 
-        sim = OverloadSimulator(trace)
+        sim = LectureAdmission(trace)
         view = sim.reset()
         while view is not None:
             view = sim.step(view.predicted_ttft_s <= view.ttft_slo_s)
         sim.result().metrics["completed"]
 
+    Not a simulator of its own: ``self.cluster`` is a
+    :class:`~mooncake_gym.sim.cluster.ClusterSimulator` of ``config.preset(cost)`` (the ``lecture``
+    preset: reserve-up-front decode at ``tbt_s`` per token, no prefix cache) with the lecture's
+    least-queue prefill rule, no KV transfer, nothing refused at arrival and the lecture's load
+    series. This class adds what the lecture's policies see (:class:`AdmissionView`: the recent
+    rejection window and the workload's decode-time statistics) and its metrics
+    (:class:`OverloadResult`).
+
     Counters an environment can diff between steps: ``completed_in_slo`` (admitted requests that
-    got a decode slot with TTFT <= SLO), ``completed``, ``rejected_at_arrival``,
-    ``rejected_after_prefill`` and ``wasted_prefill_s``. They change when the simulator advances to
-    the next arrival (completions happen between arrivals).
+    got a decode slot with TTFT <= SLO), ``completed`` (got a decode slot: under the reserve model
+    it then completes for sure), ``rejected_at_arrival``, ``rejected_after_prefill`` and
+    ``wasted_prefill_s``. They change when the simulator advances to the next arrival.
     """
 
     def __init__(self, trace: Trace, config: OverloadConfig | None = None, cost: CostModel | None = None):
@@ -304,90 +189,83 @@ class OverloadSimulator:
         if not isinstance(config, OverloadConfig):
             raise ValueError(f"config: expected an OverloadConfig, got {type(config).__name__}")
         self.trace = trace
-        self.config = config
+        self.config = c = config
         self.cost = cost if cost is not None else CostModel()
-        c = config
-        self._arrival = trace.arrival_s.tolist()
         self._input = trace.input_tokens.tolist()
         self._output = trace.output_tokens.tolist()
-        prefill_s, decode_s = self.cost.prefill_s, self.cost.decode_s
-        memo: dict[int, float] = {}  # i.i.d. resampled traces repeat prompt lengths
-        self._prefill_s = [memo[n] if n in memo else memo.setdefault(n, prefill_s(n, 0)) for n in self._input]
-        self._decode_s = [decode_s(o, c.tbt_s) for o in self._output]
-        self._need = [i + o for i, o in zip(self._input, self._output)]
-        # The workload's decode-time statistics (what a deployment knows from its logs).
         n = len(trace)
+        # The workload's decode-time statistics (what a deployment knows from its logs).
         self.mean_output_tokens = float(np.mean(self._output)) if n else 0.0
-        self.mean_decode_s = decode_s(self.mean_output_tokens, c.tbt_s)
-        if n:
-            counts = np.bincount(np.asarray(self._output, dtype=np.int64))
-            # _survival[k] = P(output > k) for k = 0..max_output
-            self._survival = (1.0 - np.cumsum(counts) / n).tolist()
-        else:
-            self._survival = [0.0]
-        self._quantile_tables: dict[float, list[int]] = {}
-        self._horizon = self._arrival[-1] if n else 0.0
+        self.mean_decode_s = self.cost.decode_s(self.mean_output_tokens, c.tbt_s)
+        self._horizon = float(trace.arrival_s[-1]) if n else 0.0
         # the load series has one sample per sample_period_s up to the last arrival: bound it
         # before the run (the decode-time tables above are bounded by the output-length limit)
         check_load_samples("trace", self._horizon, c)
-        self._reset_state()
-
-    # -- state ----------------------------------------------------------------------------------
-    def _reset_state(self) -> None:
-        c = self.config
-        n = len(self._arrival)
-        self._prefill = [PrefillInstance(i, cached=False) for i in range(c.n_prefill)]
-        self._prefill_fifo = [deque() for _ in range(c.n_prefill)]  # (finish, request) per instance
-        self._decode_used = [0] * c.n_decode
-        self._used_total = 0
-        self._in_decode: dict[int, tuple[float, int]] = {}  # request -> (decode start, tokens)
-        self._heap: list = []
-        self._seq = 0
-        self._i = 0  # the request awaiting a decision
-        self._done = n == 0
+        self.cluster: ClusterSimulator | None = None
+        if n:
+            self.cluster = ClusterSimulator(trace, c.preset(self.cost), router=LeastQueue(), refuse_never_fit=False,
+                                            kv_transfer=False, oracle=c.oracle, sample_period_s=c.sample_period_s,
+                                            warmup_s=c.warmup_s, load_series="lecture")
         self._started = False
-        self._pending_instance = 0
-        self.outcome = [PENDING] * n
-        self.ttft_s = [math.nan] * n
-        self.prefill_instance = [-1] * n
-        self.decode_instance = [-1] * n
-        self.decode_start_s = [math.nan] * n
-        self.decode_end_s = [math.nan] * n
-        # cumulative counters
-        self.completed = 0
-        self.completed_in_slo = 0
-        self.rejected_at_arrival = 0
-        self.rejected_after_prefill = 0
-        self.wasted_prefill_s = 0.0
-        self.admitted = 0
-        # recent window
+        self._reset_window()
+
+    def _reset_window(self) -> None:
         self._recent_rejections: deque = deque()  # times
         self._recent_waste: deque = deque()  # (time, seconds)
         self._recent_waste_sum = 0.0
-        # load series and time-weighted decode occupancy over [0, horizon]
-        self._samples_t: list[float] = []
-        self._samples_p: list[float] = []
-        self._samples_d: list[float] = []
-        self._k_sample = 0
-        self._next_sample = 0.0
-        self._occ_area = 0.0
-        self._occ_last_t = 0.0
+        self._seen_rejections = self._seen_waste = 0
+        self._pending: AdmissionView | None = None
 
+    # -- the cluster's state under the lecture's names ---------------------------------------------
     @property
     def done(self) -> bool:
-        return self._done
+        return self.cluster is None or self.cluster.done
 
     @property
     def now(self) -> float:
-        return self._arrival[self._i] if self._i < len(self._arrival) else self._horizon
+        return self._horizon if self.cluster is None else self.cluster.now
 
+    @property
+    def completed(self) -> int:
+        return 0 if self.cluster is None else self.cluster.granted
+
+    @property
+    def completed_in_slo(self) -> int:
+        return 0 if self.cluster is None else self.cluster.granted_in_ttft_slo
+
+    @property
+    def rejected_at_arrival(self) -> int:
+        return 0 if self.cluster is None else self.cluster.rejected_at_arrival
+
+    @property
+    def rejected_after_prefill(self) -> int:
+        return 0 if self.cluster is None else self.cluster.rejected_after_prefill
+
+    @property
+    def wasted_prefill_s(self) -> float:
+        return 0.0 if self.cluster is None else self.cluster.wasted_prefill_s
+
+    @property
+    def admitted(self) -> int:
+        return 0 if self.cluster is None else self.cluster.admitted
+
+    @property
+    def outcome(self) -> list:
+        return [] if self.cluster is None else self.cluster.outcome
+
+    @property
+    def decode_used_per_instance(self) -> list[int]:
+        return [] if self.cluster is None else [d.used for d in self.cluster.decode]
+
+    # -- stepping -----------------------------------------------------------------------------------
     def reset(self) -> AdmissionView | None:
         """Start over; the view of the first arrival (None for an empty trace)."""
-        self._reset_state()
         self._started = True
-        if self._done:
+        self._reset_window()
+        if self.cluster is None:
             return None
-        return self._advance_to_arrival()
+        self.cluster.reset()
+        return self._view()
 
     def step(self, admit: bool) -> AdmissionView | None:
         """Admit (True) or reject (False) the current request; the view of the next arrival, or
@@ -395,320 +273,111 @@ class OverloadSimulator:
         checked by :func:`check_admit` (1 and 0 are accepted; ``'no'``, -1 or NaN are errors)."""
         if not self._started:
             raise RuntimeError("step() before reset()")
-        if self._done:
+        if self.done:
             raise RuntimeError("step() after the workload is exhausted; call reset()")
         if admit is not True and admit is not False:
             admit = check_admit(admit)
-        i = self._i
-        now = self._arrival[i]
-        if admit:
-            k = self._pending_instance
-            _, finish = self._prefill[k].dispatch(now, self._prefill_s[i])
-            self._prefill_fifo[k].append((finish, i))
-            self.prefill_instance[i] = k
-            self.ttft_s[i] = finish - now
-            self.admitted += 1
-            self._seq += 1
-            heapq.heappush(self._heap, (finish, _PREFILL_DONE, self._seq, i))
-        else:
-            self.outcome[i] = REJECTED_AT_ARRIVAL
-            self.rejected_at_arrival += 1
-            self._recent_rejections.append(now)
-        self._i = i + 1
-        if self._i < len(self._arrival):
-            return self._advance_to_arrival()
-        # the last decision: finish the load series and the occupancy integral at the horizon, then drain
-        self._sample_until(math.inf)
-        self._occupancy_changes(self._horizon)
-        heap = self._heap
-        while heap:
-            t, kind, _, r = heapq.heappop(heap)
-            if kind == _DECODE_DONE:
-                self._decode_done(t, r)
-            else:
-                self._prefill_done(t, r)
-        self._done = True
-        return None
+        v = self._pending
+        assert v is not None and self.cluster is not None
+        self.cluster.step(ClusterAction(admit, Route(v.prefill_instance) if admit else None, None))
+        return None if self.cluster.done else self._view()
 
-    # -- event handling ---------------------------------------------------------------------------
-    def _sample_until(self, t: float) -> None:
-        """Record the samples at times s < t (and s <= horizon): the state after events <= s."""
-        s = self._next_sample
-        horizon = self._horizon
-        if s >= t or s > horizon:
-            return
-        period = self.config.sample_period_s
-        n_p = len(self._prefill)
-        occ = self._used_total / self.config.pool_capacity_tokens
-        while s < t and s <= horizon:
-            busy = 0
-            for p in self._prefill:
-                if p.busy_until > s:
-                    busy += 1
-            self._samples_t.append(s)
-            self._samples_p.append(busy / n_p)
-            self._samples_d.append(occ)
-            self._k_sample += 1
-            s = self._k_sample * period
-        self._next_sample = s if s <= horizon else math.inf  # past the horizon: no more samples, no more calls
-
-    def _occupancy_changes(self, t: float) -> None:
-        """Accumulate the used-tokens area up to ``t`` (clipped to the horizon) before a change."""
-        h = self._horizon
-        t1 = t if t < h else h
-        t0 = self._occ_last_t
-        if t1 > t0:
-            self._occ_area += self._used_total * (t1 - t0)
-            self._occ_last_t = t1
-
-    def _advance_to_arrival(self) -> AdmissionView:
-        i = self._i
-        now = self._arrival[i]
-        heap = self._heap
-        while heap and heap[0][0] <= now:
-            t, kind, _, r = heapq.heappop(heap)
-            if self._next_sample < t:
-                self._sample_until(t)
-            if kind == _DECODE_DONE:
-                self._decode_done(t, r)
-            else:
-                self._prefill_done(t, r)
-        if self._next_sample < now:
-            self._sample_until(now)
-        return self._view(i, now)
-
-    def _prefill_done(self, t: float, r: int) -> None:
-        k = self.prefill_instance[r]
-        self._prefill_fifo[k].popleft()
-        need = self._need[r]
-        used = self._decode_used
-        best, best_used = 0, used[0]
-        for j in range(1, len(used)):
-            if used[j] < best_used:
-                best, best_used = j, used[j]
-        if best_used + need <= self.config.decode_capacity_tokens:
-            self._occupancy_changes(t)
-            used[best] = best_used + need
-            self._used_total += need
-            self._in_decode[r] = (t, need)
-            end = t + self._decode_s[r]
-            self.outcome[r] = COMPLETED
-            self.decode_instance[r] = best
-            self.decode_start_s[r] = t
-            self.decode_end_s[r] = end
-            self.completed += 1
-            if self.ttft_s[r] <= self.config.ttft_slo_s:
-                self.completed_in_slo += 1
-            self._seq += 1
-            heapq.heappush(self._heap, (end, _DECODE_DONE, self._seq, r))
-        else:
-            self.outcome[r] = REJECTED_AFTER_PREFILL
-            self.rejected_after_prefill += 1
-            w = self._prefill_s[r]
-            self.wasted_prefill_s += w
-            self._recent_rejections.append(t)
-            self._recent_waste.append((t, w))
-            self._recent_waste_sum += w
-
-    def _decode_done(self, t: float, r: int) -> None:
-        self._occupancy_changes(t)
-        need = self._need[r]
-        self._decode_used[self.decode_instance[r]] -= need
-        self._used_total -= need
-        del self._in_decode[r]
-
-    def _view(self, i: int, now: float) -> AdmissionView:
-        # least queued prefill instance (ties: lowest index)
-        queues = []
-        best, best_q = 0, math.inf
-        for k, p in enumerate(self._prefill):
-            q = p.busy_until - now
-            if q < 0.0:
-                q = 0.0
-            queues.append(q)
+    def _view(self) -> AdmissionView:
+        sim = cast(ClusterSimulator, self.cluster)
+        cv = cast(ClusterView, sim.view)
+        rv = cv.routing
+        queues = rv.queue_s
+        now, i = cv.now, cv.index
+        best, best_q = 0, math.inf  # the least queued prefill instance (ties: the lowest index)
+        for k, q in enumerate(queues):
             if q < best_q:
                 best, best_q = k, q
-        ps = self._prefill_s[i]
+        ps = rv.prefill_s[best]
         finish = now + best_q + ps
-        self._pending_instance = best
-        # recent window
+        # the recent window: the cluster's rejections since the last view, then the old ones out
+        rej, waste = self._recent_rejections, self._recent_waste
+        for k in range(self._seen_rejections, len(sim.rejections)):
+            t, w = sim.rejections[k]
+            rej.append(t)
+            if w is not None:
+                waste.append((t, w))
+                self._recent_waste_sum += w
+        self._seen_rejections = len(sim.rejections)
         cutoff = now - self.config.recent_window_s
-        rej = self._recent_rejections
         while rej and rej[0] < cutoff:
             rej.popleft()
-        waste = self._recent_waste
         while waste and waste[0][0] < cutoff:
             self._recent_waste_sum -= waste.popleft()[1]
         if not waste:
             self._recent_waste_sum = 0.0
         c = self.config
-        return _new_tuple(AdmissionView, (
-            now, i, self._input[i], self._output[i] if c.oracle else None,
-            self._used_total, c.pool_capacity_tokens, tuple(self._decode_used), c.decode_capacity_tokens,
-            tuple(queues), best, ps, finish, finish - now, c.ttft_slo_s,
+        used = tuple([d.used for d in sim.decode])
+        v = self._pending = _new_tuple(AdmissionView, (
+            now, i, self._input[i], cv.output_tokens,
+            sum(used), c.pool_capacity_tokens, used, c.decode_capacity_tokens,
+            queues, best, ps, finish, finish - now, c.ttft_slo_s,
             len(rej), len(waste), self._recent_waste_sum,
-            self.admitted - self.completed - self.rejected_after_prefill, len(self._in_decode),
-            self.mean_decode_s, self.mean_output_tokens, self,
+            cv.requests_in_prefill, cv.requests_in_decode,
+            self.mean_decode_s, self.mean_output_tokens, sim,
         ))
-
-    # -- projections used by the predictive policies (read-only) --------------------------------
-    def decode_survival(self, x_s: float) -> float:
-        """P(decode time > ``x_s``) over the workload's output lengths."""
-        if x_s < 0:
-            return 1.0
-        k = int(x_s / self.config.tbt_s)
-        s = self._survival
-        return s[k] if k < len(s) else 0.0
-
-    def project_decode_tokens(self, at_s: float, decode_s: float | None = None,
-                              output_tokens: float | None = None) -> float:
-        """See :meth:`AdmissionView.project_decode_tokens`."""
-        return self.decode_token_projections(at_s, decode_s, output_tokens)[0]
-
-    def expected_decode_tokens(self, at_s: float, output_tokens: float | None = None) -> float:
-        """See :meth:`AdmissionView.expected_decode_tokens`."""
-        return self.decode_token_projections(at_s, None, output_tokens)[1]
-
-    def decode_token_projections(self, at_s: float, decode_s: float | None = None,
-                                 output_tokens: float | None = None) -> tuple[float, float]:
-        """``(project_decode_tokens(at_s, decode_s, output_tokens), expected_decode_tokens(at_s,
-        output_tokens))`` in one pass over the requests in decode and in prefill: the Gym env's
-        observation needs both at every step."""
-        # ``x.__trunc__()`` is ``int(x)`` for a float (truncation toward zero) at a third of the
-        # cost, and the terms that add nothing or exactly ``tokens`` skip the multiplication; each
-        # sum is the same, term for term, in order, as its own loop would make it.
-        td = self.mean_decode_s if decode_s is None else decode_s
-        out = self.mean_output_tokens if output_tokens is None else output_tokens
-        now = self.now
-        surv = self._survival
-        n_s = len(surv)
-        inv_tbt = 1.0 / self.config.tbt_s
-        uniform = expected = 0.0
-        for start, tokens in self._in_decode.values():
-            if start + td > at_s:  # Mooncake v3 §7.4: still decoding at at_s if it decodes td seconds
-                uniform += tokens
-            k_now = ((now - start) * inv_tbt).__trunc__()
-            s_now = surv[k_now] if k_now < n_s else 0.0
-            if s_now <= 0.0:  # has outlived every decode in the statistics: it is still here
-                expected += tokens
-                continue
-            k_at = ((at_s - start) * inv_tbt).__trunc__()
-            if k_at < 0:  # S = 1 before its start: still here
-                expected += tokens
-            elif k_at < n_s:
-                s_at = surv[k_at]
-                expected += tokens * (s_at / s_now) if s_at < s_now else tokens
-            # else S(at_s - start) = 0: it adds 0.0
-        inputs = self._input
-        for fifo in self._prefill_fifo:
-            for finish, r in fifo:
-                if finish > at_s:
-                    break
-                if finish + td > at_s:
-                    uniform += inputs[r] + out
-                k = ((at_s - finish) * inv_tbt).__trunc__()
-                if k < n_s:
-                    expected += (inputs[r] + out) * surv[k]
-        return uniform, expected
-
-    def _quantile_table(self, quantile: float) -> list[int]:
-        """``table[k]``: the ``quantile`` of the output length among the workload's requests whose
-        output exceeds k tokens (a request that has decoded k tokens ends there with probability
-        ``quantile``); k + 1 where no request in the statistics is longer than k."""
-        table = self._quantile_tables.get(quantile)
-        if table is None:
-            out = np.sort(np.asarray(self._output, dtype=np.int64))
-            n = len(out)
-            k = np.arange(int(out[-1]) + 1 if n else 1)
-            first = np.searchsorted(out, k, side="right")  # index of the first output > k
-            longer = n - first
-            pos = first + np.minimum(np.floor(quantile * longer).astype(np.int64), np.maximum(longer - 1, 0))
-            table = np.where(longer > 0, out[np.minimum(pos, max(n - 1, 0))], k + 1).tolist()
-            self._quantile_tables[quantile] = table
-        return table
-
-    def project_decode(self, at_s: float, decode_s: float | None = None, quantile: float | None = None,
-                       output_tokens: float | None = None) -> list:
-        """Projected used tokens of each decode instance at time ``at_s`` (see AdmissionView)."""
-        c = self.config
-        now = self.now
-        cap = c.decode_capacity_tokens
-        out = self.mean_output_tokens if output_tokens is None else output_tokens
-        used = list(self._decode_used)
-        n_decode = len(used)
-        instance = self.decode_instance
-        departures = []  # (estimated decode end, tokens, decode instance), those ending by at_s
-        if quantile is None:
-            td = self.mean_decode_s if decode_s is None else decode_s
-            for r, (start, tokens) in self._in_decode.items():
-                end = start + td
-                if end <= at_s:
-                    departures.append((end, tokens, instance[r]))
-            new_decode_s = td
-        else:
-            table = self._quantile_table(quantile)
-            n_t = len(table)
-            tbt = c.tbt_s
-            inv_tbt = 1.0 / tbt
-            for r, (start, tokens) in self._in_decode.items():
-                k = int((now - start) * inv_tbt)
-                end = start + (table[k] if k < n_t else k + 1) * tbt
-                if end <= at_s:
-                    departures.append((end, tokens, instance[r]))
-            new_decode_s = self.mean_decode_s if decode_s is None else decode_s
-        heapq.heapify(departures)
-        arrivals = []
-        for fifo in self._prefill_fifo:
-            for finish, r in fifo:
-                if finish > at_s:
-                    break
-                arrivals.append((finish, r))
-        arrivals.sort()
-        inputs = self._input
-        pop, push = heapq.heappop, heapq.heappush
-        for finish, r in arrivals:
-            while departures and departures[0][0] <= finish:
-                _, tokens, j = pop(departures)
-                used[j] -= tokens
-            tokens = inputs[r] + out
-            best, best_used = 0, used[0]
-            for j in range(1, n_decode):
-                if used[j] < best_used:
-                    best, best_used = j, used[j]
-            if best_used + tokens <= cap:
-                used[best] = best_used + tokens
-                end = finish + new_decode_s
-                if end <= at_s:
-                    push(departures, (end, tokens, best))
-        while departures and departures[0][0] <= at_s:
-            _, tokens, j = pop(departures)
-            used[j] -= tokens
-        return used
+        return v
 
     # -- results ----------------------------------------------------------------------------------
+    def _mean_occupancy(self, starts: np.ndarray, ends: np.ndarray, tokens: np.ndarray) -> float:
+        """The decode pool's occupancy averaged over time on [0, horizon] (before the run is done,
+        over [0, the last change]): the used tokens integrated between the times they change."""
+        h = self._horizon
+        if not h > 0:
+            return float("nan")
+        change: dict[float, int] = {}
+        for s, e, k in zip(starts.tolist(), ends.tolist(), tokens.tolist()):
+            change[s] = change.get(s, 0) + k
+            change[e] = change.get(e, 0) - k
+        if self.done:  # every change before the horizon, then the horizon
+            times = sorted(t for t in change if t < h) + [h]
+        else:  # the changes so far (at or before the pending arrival)
+            now = self.now
+            times = sorted(t for t in change if t <= now)
+        area, level, t0 = 0.0, 0, 0.0
+        for t in times:
+            if t > t0:
+                area += level * (t - t0)
+                t0 = t
+            level += change.get(t, 0)
+        span = h if self.done else max(t0, 1e-300)
+        return area / span / self.config.pool_capacity_tokens
+
     def result(self, policy: str = "policy") -> OverloadResult:
         """Metrics, outcomes and load series (complete once ``done``)."""
         c = self.config
-        n = len(self._arrival)
-        outcome = np.asarray(self.outcome, dtype=np.int8)
+        sim = self.cluster
+        n = len(self._input)
         horizon = self._horizon
-        ttft = np.asarray(self.ttft_s, dtype=np.float64)
+        output = np.asarray(self._output, dtype=np.int64)
+        if sim is None:
+            nan = np.full(0, np.nan)
+            outcome, ttft, starts, instance = np.zeros(0, np.int8), nan, nan, np.zeros(0, np.int64)
+            decode_instance, times, prefill_load, decode_load = instance, nan, nan, nan
+        else:
+            outcome = np.asarray(sim.outcome, dtype=np.int8)
+            ttft = np.asarray(sim.ttft_s, dtype=np.float64)
+            starts = np.asarray(sim.decode_start_s, dtype=np.float64)
+            instance = np.asarray(sim.prefill_instance, dtype=np.int64)
+            decode_instance = np.asarray(sim.decode_instance, dtype=np.int64)
+            times = np.asarray(sim._samples_t, dtype=np.float64)
+            prefill_load = np.asarray(sim._samples_p, dtype=np.float64)
+            decode_load = np.asarray(sim._samples_d, dtype=np.float64)
+        started = ~np.isnan(starts)
+        outcome[started] = COMPLETED  # a request that got its decode slot completes for sure
+        ends = np.where(started, starts + output * c.tbt_s, np.nan)
         completed_ttft = ttft[outcome == COMPLETED]
-        prefill_load = np.asarray(self._samples_p, dtype=np.float64)
-        decode_load = np.asarray(self._samples_d, dtype=np.float64)
-        times = np.asarray(self._samples_t, dtype=np.float64)
         steady = times >= c.warmup_s
         corr = load_correlation(prefill_load[steady], decode_load[steady])
-        starts = np.asarray(self.decode_start_s, dtype=np.float64)
         span = horizon - c.warmup_s
         steady_rate = (float(np.count_nonzero((starts >= c.warmup_s) & (starts <= horizon))) / span
                        if span > 0 else float("nan"))
-        if horizon > 0:
-            # time-weighted over [0, horizon]; before the run is done, over [0, the last change]
-            span = horizon if self._done else max(self._occ_last_t, 1e-300)
-            mean_occ = self._occ_area / span / c.pool_capacity_tokens
-        else:
-            mean_occ = float("nan")
+        need = np.asarray(self._input, dtype=np.int64) + output
+        mean_occ = self._mean_occupancy(starts[started], ends[started], need[started])
         rejected = self.rejected_at_arrival + self.rejected_after_prefill
         metrics = {
             "policy": policy,
@@ -731,22 +400,29 @@ class OverloadSimulator:
             "steady_completed_per_s": steady_rate,
             "completed_after_last_arrival": int(np.count_nonzero(starts > horizon)),
         }
+        memo: dict[int, float] = {}  # i.i.d. resampled traces repeat prompt lengths
+        prefill_s = self.cost.prefill_s
         return OverloadResult(
             policy=policy,
             config=c,
             metrics=metrics,
             outcome=outcome,
             ttft_s=ttft,
-            prefill_s=np.asarray(self._prefill_s, dtype=np.float64),
-            prefill_instance=np.asarray(self.prefill_instance, dtype=np.int64),
-            decode_instance=np.asarray(self.decode_instance, dtype=np.int64),
-            decode_start_s=np.asarray(self.decode_start_s, dtype=np.float64),
-            decode_end_s=np.asarray(self.decode_end_s, dtype=np.float64),
-            sample_times_s=np.asarray(self._samples_t, dtype=np.float64),
+            prefill_s=np.asarray([memo[k] if k in memo else memo.setdefault(k, prefill_s(k, 0)) for k in self._input],
+                                 dtype=np.float64),
+            prefill_instance=instance,
+            decode_instance=decode_instance,
+            decode_start_s=starts,
+            decode_end_s=ends,
+            sample_times_s=times,
             prefill_load=prefill_load,
             decode_load=decode_load,
             correlation=corr,
         )
+
+
+#: The old name (0.1): the lecture's admission problem is this view of the one cluster now.
+OverloadSimulator = LectureAdmission
 
 
 def simulate(trace: Trace, policy: Callable, config: OverloadConfig | None = None, cost: CostModel | None = None,
@@ -754,62 +430,10 @@ def simulate(trace: Trace, policy: Callable, config: OverloadConfig | None = Non
     """Run ``policy`` (``view -> bool``, admit) over ``trace``; ``policy.reset(rng)`` is called first."""
     if not callable(policy):
         raise ValueError(f"policy: expected a callable view -> bool, got {type(policy).__name__}")
-    sim = OverloadSimulator(trace, config, cost)
+    sim = LectureAdmission(trace, config, cost)
     reset_policy(policy, seed)
     view = sim.reset()
     step = sim.step
     while view is not None:
         view = step(policy(view))  # step checks the answer (check_admit)
     return sim.result(policy_name(policy))
-
-
-# ------------------------------------------------------------------------------------------------
-# Demo 3's workload: i.i.d. requests from a base trace at a multiple of the decode pool's capacity
-# ------------------------------------------------------------------------------------------------
-def decode_capacity_rate(trace: Trace, config: OverloadConfig | None = None, cost: CostModel | None = None) -> float:
-    """Requests/s the decode pool completes on ``trace``'s requests: n_decode x capacity / mean
-    occupancy, the occupancy of one request being (input + output) x its decode time (token-seconds)."""
-    c = config or OverloadConfig()
-    cm = cost if cost is not None else CostModel()
-    if len(trace) == 0:
-        raise ValueError("trace: the base trace has no requests")
-    occ = np.mean([(i + o) * cm.decode_s(o, c.tbt_s)
-                   for i, o in zip(trace.input_tokens.tolist(), trace.output_tokens.tolist())])
-    if not occ > 0:
-        raise ValueError("trace: the base trace's requests occupy no decode capacity (all outputs are 0)")
-    return c.pool_capacity_tokens / float(occ)
-
-
-DEMO3_BASE_RATE = 4.0  # sessions/s of the synthetic base trace (lecture demo 3)
-DEMO3_REQUESTS = 6000
-DEMO3_LOAD = 2.0
-
-
-def overload_workload(base: Trace | None = None, n_requests: int = DEMO3_REQUESTS, load: float = DEMO3_LOAD,
-                      seed: int = 0, config: OverloadConfig | None = None,
-                      cost: CostModel | None = None) -> tuple[Trace, float]:
-    """Demo 3's workload: ``n_requests`` drawn i.i.d. from ``base`` (default: the synthetic trace with
-    seed ``seed`` at 4 sessions/s) with stationary Poisson arrivals at ``load`` x the decode pool's
-    capacity rate. Returns (trace, capacity rate in requests/s)."""
-    check("load", load)  # a multiple of the decode capacity rate
-    check("requests", n_requests)
-    if base is None:
-        base = synthetic_trace(seed, rate=DEMO3_BASE_RATE)
-    capacity = decode_capacity_rate(base, config, cost)
-    return resample_iid(base, n_requests, load * capacity, seed), capacity
-
-
-# ------------------------------------------------------------------------------------------------
-# Running the baselines
-# ------------------------------------------------------------------------------------------------
-def run_admission_baselines(trace: Trace, names=None, config: OverloadConfig | None = None,
-                            cost: CostModel | None = None, seed: int = 0) -> dict[str, OverloadResult]:
-    """Run the named admission baselines (default all, in registry order) on ``trace``."""
-    from mooncake_gym.baselines.admission import ADMISSION_POLICIES
-
-    names = list(ADMISSION_POLICIES) if names is None else list(names)
-    for name in names:
-        if name not in ADMISSION_POLICIES:
-            raise ValueError(f"policy: unknown admission policy {name!r}; expected one of "
-                             f"{sorted(ADMISSION_POLICIES)} or 'all'")
-    return {name: simulate(trace, ADMISSION_POLICIES[name](), config, cost, seed) for name in names}

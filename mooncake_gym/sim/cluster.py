@@ -23,9 +23,10 @@ the trace's output length plays the role of the request's ``max_tokens``, which 
 
 The routing and admission problems are this simulator with two decisions left to defaults
 (``mooncake_gym/PrefillRouting-v1`` owns the prefill instance, ``OverloadAdmission-v1`` the
-admission); ``mooncake_gym/Conductor-v1`` owns all three. Under the ``lecture`` preset with
-``refuse_never_fit=False, kv_transfer=False`` and least-queue routing it reproduces
-``mooncake_gym.sim.admission``'s numbers exactly (tested).
+admission); ``mooncake_gym/Conductor-v1`` owns all three. The lecture's admission problem
+(:mod:`mooncake_gym.sim.admission`, ``OverloadAdmission-v0``) is this simulator under the ``lecture``
+preset (``cache_blocks=0``) with ``refuse_never_fit=False, kv_transfer=False``, least-queue routing
+and the lecture's load series (``load_series="lecture"``).
 
 SLOs and goodput: TTFT = prefill end - arrival (the first token comes from the prefill); TBT = the
 mean of the slowest 10 % of a request's token intervals (FAST'25). A request is *good* if it
@@ -50,6 +51,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from typing import Any, Callable, NamedTuple, Union, cast
 
 import numpy as np
@@ -57,29 +59,23 @@ import numpy as np
 from mooncake_gym._native import mypyc_attr
 from mooncake_gym.sim.decode import BatchingDecodeInstance, Completion, ReservingDecodeInstance, fastest_accepting, tail_means
 from mooncake_gym.sim.observation import as_observation, observation_rng
-from mooncake_gym.sim.admission import load_correlation
+from mooncake_gym.sim.metrics import (COMPLETED, LENGTH_CLASSES, OUTCOME_NAMES, PENDING, PREEMPTED, REFUSED_TOO_LONG,
+                                      REJECTED_AFTER_PREFILL, REJECTED_AT_ARRIVAL, length_class_of, load_correlation,
+                                      quantile_table)
+from mooncake_gym.sim.policies import KVCentric
 from mooncake_gym.sim.policy import policy_name, reset_policy
 from mooncake_gym.model.presets import ClusterPreset, get_preset
-from mooncake_gym.sim.routing import Route, RoutingSimulator, RoutingView
-from mooncake_gym.model.workload import Trace
+from mooncake_gym.sim.routing import RoutingSimulator
+from mooncake_gym.sim.views import ClusterAction, ClusterView, Route, RoutingView, check_admit, check_cluster_action
+from mooncake_gym.model.limits import check
+from mooncake_gym.model.workload import Trace, resample_iid, synthetic_trace
+
+DEMO3_BASE_RATE = 4.0  # sessions/s of the synthetic base trace (lecture demo 3)
+DEMO3_REQUESTS = 6000
+DEMO3_LOAD = 2.0
 
 #: A decode instance of either model (the preset's ``decode_model``).
 DecodeInstance = Union[BatchingDecodeInstance, ReservingDecodeInstance]
-
-# Outcomes of a request
-PENDING = -1
-COMPLETED = 0
-REJECTED_AT_ARRIVAL = 1
-REJECTED_AFTER_PREFILL = 2
-PREEMPTED = 3
-REFUSED_TOO_LONG = 4
-
-#: Output-length classes of the per-class acceptance: (name, smallest, largest output tokens). On the
-#: synthetic base mix (seed 0, 4 sessions/s) they hold about 45 %, 45 % and 10 % of the requests.
-LENGTH_CLASSES = (("short", 1, 100), ("medium", 101, 400), ("long", 401, None))
-OUTCOME_NAMES = {PENDING: "pending", COMPLETED: "completed", REJECTED_AT_ARRIVAL: "rejected_at_arrival",
-                 REJECTED_AFTER_PREFILL: "rejected_after_prefill", PREEMPTED: "preempted",
-                 REFUSED_TOO_LONG: "refused_too_long"}
 
 # Event kinds; at equal times: decode events, then prefill ends, then KV arrivals at decode
 _DECODE = 0
@@ -87,155 +83,10 @@ _PREFILL_DONE = 1
 _JOIN = 2
 
 DECODE_CHECKS = ("tbt", "kv")
-
-
-class ClusterAction(NamedTuple):
-    """The three decisions for one arriving request: admit it; the prefill ``route``
-    (``Route(instance, pull)``, or None for the default router's); the ``decode`` instance (or None:
-    the default rule at the prefill's end)."""
-
-    admit: bool = True
-    route: Route | None = None
-    decode: int | None = None
-
-
-class ClusterView:
-    """What the Conductor sees at one arrival (read-only by convention).
-
-    The request: ``now``, ``index``, ``input_tokens``, ``output_tokens`` (only with ``oracle``,
-    else None), ``predicted_output_tokens`` (a predictor's estimate of it, only when the simulator
-    was given ``predicted_output``, else None; :mod:`mooncake_gym.model.prediction`). Prefill: ``routing``
-    (the prefill pool's :class:`RoutingView`), ``default_route`` (what the default router would
-    choose), and, on that route, ``prefill_instance``,
-    ``predicted_ttft_s`` and ``predicted_prefill_finish`` (exact: FIFO and deterministic). Decode
-    (per instance): ``decode_batch`` (running requests), ``decode_used_per_instance`` (KV tokens
-    now), ``decode_capacity_per_instance`` (tokens), ``decode_step_s`` (the time of the iteration
-    running now, i.e. the current TBT; 0 when idle), ``decode_step_with_s`` (predicted iteration
-    time with this request added). SLOs: ``ttft_slo_s``, ``tbt_slo_s``. Workload statistics a
-    deployment keeps: ``mean_output_tokens``, ``mean_decode_s`` (mean output x the mean token
-    interval seen so far). Counts: ``requests_in_prefill``, ``requests_in_decode``.
-
-    The field names shared with ``overload.AdmissionView`` mean the same, so the admission
-    baselines run on both.
-    """
-
-    __slots__ = ("now", "index", "input_tokens", "output_tokens", "predicted_output_tokens", "routing",
-                 "decode_capacity_per_instance", "ttft_slo_s", "tbt_slo_s", "mean_output_tokens", "requests_in_prefill", "requests_in_decode",
-                 "_sim", "_decode", "_route")
-    # the slots' types (set by ClusterSimulator._make_view)
-    now: float
-    index: int
-    input_tokens: int
-    output_tokens: int | None
-    predicted_output_tokens: float | None
-    routing: RoutingView
-    decode_capacity_per_instance: int
-    ttft_slo_s: float
-    tbt_slo_s: float
-    mean_output_tokens: float
-    requests_in_prefill: int
-    requests_in_decode: int
-    _sim: ClusterSimulator
-    _decode: tuple | None
-    _route: tuple | None
-
-    def _default(self) -> tuple:
-        """(route, prefill instance, prefill time, predicted prefill finish) of the default router,
-        computed on first use."""
-        if self._route is None:
-            rv = self.routing
-            route = self._sim.router(rv)
-            if not isinstance(route, tuple):
-                route = Route(int(route))
-            k = route[0]
-            pull = route[1] and rv.best_hit_tokens > rv.hit_tokens[k]
-            prefill_s = rv.transfer_s[k] + rv.pull_prefill_s[k] if pull else rv.prefill_s[k]
-            self._route = (route, k, prefill_s, self.now + rv.queue_s[k] + prefill_s)
-        return self._route
-
-    @property
-    def default_route(self) -> Route:
-        return self._default()[0]
-
-    @property
-    def prefill_instance(self) -> int:
-        return self._default()[1]
-
-    @property
-    def prefill_s(self) -> float:
-        return self._default()[2]
-
-    @property
-    def predicted_prefill_finish(self) -> float:
-        return self._default()[3]
-
-    @property
-    def predicted_ttft_s(self) -> float:
-        return self._default()[3] - self.now
-
-    def _decode_side(self) -> tuple:
-        if self._decode is None:
-            if self._sim.view is not self:
-                raise RuntimeError("view: the decode side of a view is readable only until the next step")
-            self._decode = self._sim.decode_fields()
-        return self._decode
-
-    @property
-    def decode_batch(self) -> tuple:
-        return self._decode_side()[0]
-
-    @property
-    def decode_used_per_instance(self) -> tuple:
-        return self._decode_side()[1]
-
-    @property
-    def decode_step_s(self) -> tuple:
-        return self._decode_side()[2]
-
-    @property
-    def decode_step_with_s(self) -> tuple:
-        return self._decode_side()[3]
-
-    @property
-    def mean_decode_s(self) -> float:
-        return self._decode_side()[4]
-
-    @property
-    def n_prefill(self) -> int:
-        return self.routing.n_instances
-
-    @property
-    def n_decode(self) -> int:
-        return len(self.decode_batch)
-
-    @property
-    def decode_used_tokens(self) -> int:
-        return sum(self.decode_used_per_instance)
-
-    @property
-    def decode_capacity_tokens(self) -> int:
-        return self.decode_capacity_per_instance * len(self.decode_used_per_instance)
-
-    @property
-    def decode_load(self) -> float:
-        """Decode pool KV occupancy now (used / capacity)."""
-        return self.decode_used_tokens / self.decode_capacity_tokens
-
-    @property
-    def prefill_load(self) -> float:
-        """Prefill load as in Mooncake §7: the predicted TTFT over the TTFT SLO."""
-        return self.predicted_ttft_s / self.ttft_slo_s
-
-    def project_decode(self, at_s: float, decode_s: float | None = None, quantile: float | None = None,
-                       output_tokens: float | None = None) -> list:
-        """Projected KV tokens of each decode instance at ``at_s`` (this request not included), as
-        ``overload.AdmissionView.project_decode``: requests decoding now leave at their assumed end
-        (uniform: start + ``decode_s``, default ``mean_decode_s``; ``quantile=q``: after the
-        q-quantile of the workload's output lengths longer than what they have produced, at the
-        instance's current step time), keeping their current tokens until then; requests in
-        prefill join at their known prefill end with ``input + output_tokens`` (default the mean
-        output) on the emptiest instance if they fit. Individual output lengths are never used."""
-        return self._sim.project_decode(at_s, decode_s, quantile, output_tokens)
+#: The load series' definitions: ``"slo"``, Mooncake §7's SLO satisfaction (:class:`ClusterResult`);
+#: ``"lecture"``, the lecture's (demo 3): the share of prefill instances busy and the decode pool's
+#: KV use (used / capacity).
+LOAD_SERIES = ("slo", "lecture")
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # compiled (setup.py), it can still be subclassed in Python
@@ -266,7 +117,8 @@ class ClusterSimulator:
       ``predicted_output_tokens``; None: no prediction.
     - ``sample_period_s``, ``warmup_s``: the load series (every period up to the last arrival) and
       the samples / completions before ``warmup_s`` left out of the correlation and steady rate.
-      The loads are Mooncake §7's, SLO satisfaction (:class:`ClusterResult`).
+    - ``load_series``: ``"slo"``, Mooncake §7's loads as SLO satisfaction (:class:`ClusterResult`),
+      or ``"lecture"``, the lecture's (:data:`LOAD_SERIES`).
     - ``seed``: seeds the default router's tie-breaks (and the observation's noise).
     - ``observation``: what the policies see of the prefill pool (``mooncake_gym.sim.observation``; None
       or ``"exact"``: the exact state). It is the prefill pool's ``RoutingSimulator(observation=,
@@ -279,7 +131,7 @@ class ClusterSimulator:
     def __init__(self, trace: Any, preset: str | ClusterPreset = "mooncake", router: Callable | None = None,
                  decode_check: Any = "tbt", refuse_never_fit: Any = True, kv_transfer: Any = True,
                  oracle: Any = False, sample_period_s: Any = 1.0, warmup_s: Any = 30.0, seed: int = 0,
-                 observation=None, predicted_output=None, tbt_headroom: Any = 0.0):
+                 observation=None, predicted_output=None, tbt_headroom: Any = 0.0, load_series: Any = "slo"):
         if not isinstance(trace, Trace):
             raise ValueError(f"trace: expected a mooncake_gym.model.workload.Trace, got {type(trace).__name__}")
         if len(trace) == 0:
@@ -316,13 +168,14 @@ class ClusterSimulator:
             predicted_output = predicted_output.tolist()
         self.predicted_output = predicted_output
         self.sample_period_s = float(sample_period_s)
+        if load_series not in LOAD_SERIES:
+            raise ValueError(f"load_series: expected one of {LOAD_SERIES}, got {load_series!r}")
+        self.load_series = load_series
+        self._lecture_loads = load_series == "lecture"
         self.warmup_s = float(warmup_s)
         self.seed = seed
         self.observation = as_observation(observation)
-        if router is None:
-            from mooncake_gym.baselines.routing import KVCentric
-            router = KVCentric()
-        self.router = router
+        self.router = KVCentric() if router is None else router
         self.capacity_tokens = p.capacity_tokens
         self.reserve = p.decode_model == "reserve"
         self._arrival, self._input, self._output, _ = trace.columns()
@@ -340,6 +193,7 @@ class ClusterSimulator:
         self.mean_output_tokens = float(out.mean())
         self._output_sorted = np.sort(out)
         self._quantile_tables: dict[float, list[int]] = {}
+        self._survival: list[float] | None = None
         self.reset()
 
     # -- state ------------------------------------------------------------------------------------
@@ -363,7 +217,8 @@ class ClusterSimulator:
         self._done = False
         self._target: dict[int, int | None] = {}
         self._in_prefill: dict[int, float] = {}  # request -> prefill end
-        self._decode_of: dict[int, tuple[int, float]] = {}  # request in decode -> (instance, join time)
+        self._decode_of: dict[int, tuple[int, float, int]] = {}  # request in decode -> (instance, join time, footprint)
+        self._prefill_fifo: list[deque] = [deque() for _ in range(p.n_prefill)]  # (prefill end, request) per instance
         self._reserved: dict[int, int] = {}
         self.outcome = [PENDING] * n
         self.ttft_s = [math.nan] * n
@@ -379,6 +234,8 @@ class ClusterSimulator:
         self._tbt_done: dict[int, int] = {}
         self.rejected_at_arrival = self.rejected_after_prefill = self.preempted = self.refused_too_long = 0
         self.wasted_prefill_s = 0.0
+        self.granted = self.granted_in_ttft_slo = 0  # requests given a decode slot (with TTFT <= SLO)
+        self.rejections: list[tuple[float, float | None]] = []  # (time, wasted prefill s, or None at arrival)
         self._samples_t: list[float] = []
         self._samples_p: list[float] = []
         self._samples_d: list[float] = []
@@ -413,6 +270,7 @@ class ClusterSimulator:
         if not admit:
             self.outcome[i] = REJECTED_AT_ARRIVAL
             self.rejected_at_arrival += 1
+            self.rejections.append((self._arrival[i], None))
             self.prefill.skip()
         else:
             if route is None:  # the default router's answer, checked by the prefill pool's step
@@ -430,6 +288,7 @@ class ClusterSimulator:
             self.prefill_s[i] = last["transfer_s"] + last["prefill_s"]
             self._target[i] = decode
             self._in_prefill[i] = finish
+            self._prefill_fifo[k].append((finish, i))
             self._push(finish, _PREFILL_DONE, i)
         self._i = i + 1
         self._view = self._advance()
@@ -446,28 +305,7 @@ class ClusterSimulator:
                                            and 0 <= route[0] < self.preset.n_prefill and type(route[1]) is bool)) \
                     and (decode is None or (type(decode) is int and 0 <= decode < self.preset.n_decode)):
                 return action
-        if isinstance(action, (bool, np.bool_)):
-            return bool(action), None, None
-        if not isinstance(action, tuple) or len(action) != 3:
-            raise ValueError(f"action: expected a ClusterAction(admit, route, decode) or a bool, got {action!r}")
-        admit, route, decode = action
-        if not isinstance(admit, (bool, np.bool_)):
-            raise ValueError(f"action.admit: expected True or False, got {admit!r}")
-        if route is not None:
-            inst, pull = route if isinstance(route, tuple) else (route, False)
-            if isinstance(inst, (bool, np.bool_)) or not isinstance(inst, (int, np.integer)) \
-                    or not 0 <= inst < self.preset.n_prefill:
-                raise ValueError(f"action.route: expected an instance in 0..{self.preset.n_prefill - 1}, got {inst!r}")
-            if not isinstance(pull, (bool, np.bool_)):
-                raise ValueError(f"action.route: pull must be True or False, got {pull!r}")
-            route = Route(int(inst), bool(pull))
-        if decode is not None:
-            if isinstance(decode, (bool, np.bool_)) or not isinstance(decode, (int, np.integer)) \
-                    or not 0 <= decode < self.preset.n_decode:
-                raise ValueError(f"action.decode: expected None or an instance in 0..{self.preset.n_decode - 1}, "
-                                 f"got {decode!r}")
-            decode = int(decode)
-        return bool(admit), route, decode
+        return check_cluster_action(action, self.preset.n_prefill, self.preset.n_decode)
 
     def _push(self, t: float, kind: int, payload) -> None:
         self._seq += 1
@@ -526,8 +364,11 @@ class ClusterSimulator:
     def _join(self, r: int, j: int, t: float) -> None:
         """Request ``r``'s KV is on decode instance ``j`` at ``t``: it joins the batch."""
         inst = self.decode[j]
-        self._decode_of[r] = (j, t)
+        self._decode_of[r] = (j, t, self._footprint[r])
         self.decode_start_s[r] = t
+        self.granted += 1
+        if self.ttft_s[r] <= self.preset.ttft_slo_s:
+            self.granted_in_ttft_slo += 1
         first_token_s = self._arrival[r] + self.ttft_s[r]
         ended = inst.join(r, t, self._footprint[r], self._output[r], first_token_s, self._reserved.pop(r, 0))
         if ended:
@@ -536,6 +377,7 @@ class ClusterSimulator:
 
     def _prefill_done(self, t: float, r: int) -> None:
         del self._in_prefill[r]
+        self._prefill_fifo[self.prefill_instance[r]].popleft()
         tokens = self._footprint[r]
         target = self._target.pop(r)
         decode = self.decode
@@ -547,6 +389,7 @@ class ClusterSimulator:
             self.outcome[r] = REJECTED_AFTER_PREFILL
             self.rejected_after_prefill += 1
             self.wasted_prefill_s += self.prefill_s[r]
+            self.rejections.append((t, self.prefill_s[r]))
             return
         self.decode_instance[r] = target
         if self.kv_transfer and not self.reserve:
@@ -619,6 +462,19 @@ class ClusterSimulator:
         cap = self.capacity_tokens * len(self.decode)
         ttft_slo, tbt_slo, per_instance = self.preset.ttft_slo_s, self.preset.tbt_slo_s, self.capacity_tokens
         n_d = len(self.decode)
+        if self._lecture_loads:  # the lecture's: share of prefill instances busy, decode KV use
+            while s < t and s <= horizon:
+                busy = 0
+                for q in prefill:
+                    if q.busy_until > s:
+                        busy += 1
+                kv = sum([d.used_tokens(s) for d in self.decode]) / cap
+                self._samples_t.append(s)
+                self._samples_p.append(busy / n_p)
+                self._samples_d.append(kv)
+                self._samples_kv.append(kv)
+                self._k_sample += 1
+                s = self._k_sample * period
         while s < t and s <= horizon:
             # Mooncake §7's loads, as SLO satisfaction: an instance's queued prefill (the wait a request
             # arriving now would face there) over the TTFT SLO; a decode instance's KV use or its
@@ -669,58 +525,120 @@ class ClusterSimulator:
         return batch, used, step, step_with, self._mean_decode_s()
 
     def _quantile_table(self, quantile: float) -> list[int]:
-        """``table[k]``: the ``quantile`` of the output lengths longer than k (k + 1 if none)."""
+        """:func:`mooncake_gym.sim.metrics.quantile_table` of the workload, cached per quantile."""
         table = self._quantile_tables.get(quantile)
         if table is None:
-            out = self._output_sorted
-            n = len(out)
-            k = np.arange(int(out[-1]) + 1)
-            first = np.searchsorted(out, k, side="right")
-            longer = n - first
-            pos = first + np.minimum(np.floor(quantile * longer).astype(np.int64), np.maximum(longer - 1, 0))
-            table = np.where(longer > 0, out[np.minimum(pos, n - 1)], k + 1).tolist()
-            self._quantile_tables[quantile] = table
+            table = self._quantile_tables[quantile] = quantile_table(self._output_sorted, quantile)
         return table
 
     def project_decode(self, at_s: float, decode_s: float | None = None, quantile: float | None = None,
                        output_tokens: float | None = None) -> list:
-        """See :meth:`ClusterView.project_decode`."""
+        """See :meth:`ClusterView.project_decode`. Under the ``reserve`` model a request's tokens
+        come every ``tbt_s`` from its decode start, so its assumed end is start + the quantile's
+        length x ``tbt_s``; under batching it is extrapolated from now at its instance's step time."""
         now = self.now
         td = self._mean_decode_s() if decode_s is None else decode_s
         out = self.mean_output_tokens if output_tokens is None else output_tokens
         decode = self.decode
         used: list[Any] = [d.used_tokens(now) for d in decode]  # ints, then + float outputs
-        step = [d.step_s(now) or self.preset.tbt_slo_s for d in decode]
         table = self._quantile_table(quantile) if quantile is not None else None
+        n_t = 0 if table is None else len(table)
+        tbt = self.preset.tbt_s
+        inv_tbt = 1.0 / tbt
+        step = [d.step_s(now) or self.preset.tbt_slo_s for d in decode]
+        inputs = self._input
         departures: list[tuple[float, Any, int]] = []  # (end, tokens held: int, or with a float output, instance)
         tokens: Any
-        for r, (j, start) in self._decode_of.items():
+        for r, (j, start, held) in self._decode_of.items():
             if table is None:
                 end = start + td
+            elif self.reserve:
+                k = int((now - start) * inv_tbt)
+                end = start + (table[k] if k < n_t else k + 1) * tbt
             else:
                 k = int((now - start) / step[j]) if step[j] > 0 else 0
-                remaining = (table[k] if k < len(table) else k + 1) - k
-                end = now + remaining * step[j]
+                end = now + ((table[k] if k < n_t else k + 1) - k) * step[j]
             if end <= at_s:
-                held = self._footprint[r] if self.reserve else self._input[r] + max(0, int((now - start) / step[j]))
+                if not self.reserve:  # its prompt and the tokens it has made so far
+                    held = inputs[r] + max(0, int((now - start) / step[j]))
                 departures.append((end, held, j))
         heapq.heapify(departures)
         arrivals = sorted((f, r) for r, f in self._in_prefill.items() if f <= at_s)
         cap = self.capacity_tokens
+        pop, push = heapq.heappop, heapq.heappush
         for finish, r in arrivals:
             while departures and departures[0][0] <= finish:
-                _, tokens, j = heapq.heappop(departures)
+                _, tokens, j = pop(departures)
                 used[j] -= tokens
-            tokens = self._input[r] + out
+            tokens = inputs[r] + out
             best = min(range(len(used)), key=used.__getitem__)
             if used[best] + tokens <= cap:
                 used[best] += tokens
                 if finish + td <= at_s:
-                    heapq.heappush(departures, (finish + td, tokens, best))
+                    push(departures, (finish + td, tokens, best))
         while departures and departures[0][0] <= at_s:
-            _, tokens, j = heapq.heappop(departures)
+            _, tokens, j = pop(departures)
             used[j] -= tokens
         return used
+
+    # -- the reserve model's projections of the decode pool's tokens (the lecture's observation) -----
+    def _survival_table(self) -> list[float]:
+        """``table[k]`` = P(output > k) over the workload, k = 0..max output (built on first use)."""
+        if self._survival is None:
+            counts = np.bincount(np.asarray(self._output, dtype=np.int64))
+            self._survival = (1.0 - np.cumsum(counts) / len(self._output)).tolist()
+        return self._survival
+
+    def decode_survival(self, x_s: float) -> float:
+        """P(decode time > ``x_s``) over the workload's output lengths (the reserve model's times)."""
+        if x_s < 0:
+            return 1.0
+        k = int(x_s / self.preset.tbt_s)
+        s = self._survival_table()
+        return s[k] if k < len(s) else 0.0
+
+    def decode_token_projections(self, at_s: float, decode_s: float, output_tokens: float | None = None
+                                 ) -> tuple[float, float]:
+        """Two projections of the decode pool's tokens at ``at_s`` under the ``reserve`` model, no
+        capacity limit applied, in one pass (:meth:`AdmissionView.project_decode_tokens` and
+        :meth:`AdmissionView.expected_decode_tokens`): every request decoding ``decode_s`` seconds
+        (Mooncake v3 §7.4), and the expectation under the workload's decode-time distribution."""
+        # ``x.__trunc__()`` is ``int(x)`` for a float (truncation toward zero) at a third of the
+        # cost, and the terms that add nothing or exactly ``tokens`` skip the multiplication; each
+        # sum is the same, term for term, in order, as its own loop would make it.
+        td = decode_s
+        out = self.mean_output_tokens if output_tokens is None else output_tokens
+        now = self.now
+        surv = self._survival_table()
+        n_s = len(surv)
+        inv_tbt = 1.0 / self.preset.tbt_s
+        uniform = expected = 0.0
+        for _, start, tokens in self._decode_of.values():
+            if start + td > at_s:  # Mooncake v3 §7.4: still decoding at at_s if it decodes td seconds
+                uniform += tokens
+            k_now = ((now - start) * inv_tbt).__trunc__()
+            s_now = surv[k_now] if k_now < n_s else 0.0
+            if s_now <= 0.0:  # has outlived every decode in the statistics: it is still here
+                expected += tokens
+                continue
+            k_at = ((at_s - start) * inv_tbt).__trunc__()
+            if k_at < 0:  # S = 1 before its start: still here
+                expected += tokens
+            elif k_at < n_s:
+                s_at = surv[k_at]
+                expected += tokens * (s_at / s_now) if s_at < s_now else tokens
+            # else S(at_s - start) = 0: it adds 0.0
+        inputs = self._input
+        for fifo in self._prefill_fifo:
+            for finish, r in fifo:
+                if finish > at_s:
+                    break
+                if finish + td > at_s:
+                    uniform += inputs[r] + out
+                k = ((at_s - finish) * inv_tbt).__trunc__()
+                if k < n_s:
+                    expected += (inputs[r] + out) * surv[k]
+        return uniform, expected
 
     # -- results ------------------------------------------------------------------------------------
     def result(self, policy: str = "policy") -> "ClusterResult":
@@ -838,12 +756,6 @@ class ClusterResult:
             self.metrics[f"accepted_{name}"] = float(credited[members].sum() / n) if n else float("nan")
 
 
-def length_class_of(output_tokens) -> np.ndarray:
-    """The index in :data:`LENGTH_CLASSES` of each output length (an array of ints)."""
-    upper = [hi for _, _, hi in LENGTH_CLASSES[:-1]]
-    return np.searchsorted(np.asarray(upper), np.asarray(output_tokens), side="left").astype(np.int64)
-
-
 def simulate(trace: Trace, preset: str | ClusterPreset = "mooncake", admission: Callable | None = None,
              routing: Callable | None = None, decode: Callable | None = None, seed: int = 0,
              **options) -> ClusterResult:
@@ -859,12 +771,10 @@ def simulate(trace: Trace, preset: str | ClusterPreset = "mooncake", admission: 
     sim = ClusterSimulator(trace, preset, seed=seed, **options)
     view = sim.view
     while view is not None:
-        admit = True if admission is None else admission(view)
-        if not isinstance(admit, (bool, np.bool_)):
-            raise ValueError(f"admission policy: expected True or False, got {admit!r}")
+        admit = True if admission is None else check_admit(admission(view))
         route = None if routing is None or not admit else routing(view.routing)
         target = None if decode is None or not admit else decode(view)
-        view = sim.step(ClusterAction(bool(admit), route, target))
+        view = sim.step(ClusterAction(admit, route, target))
     names = [policy_name(p) for p in (admission, routing, decode) if p is not None]
     return sim.result("+".join(names) or "default")
 
@@ -894,7 +804,8 @@ def saturation(trace: Trace, preset: str | ClusterPreset = "mooncake", decode_ch
     - Decode: the decode pool alone fed from an infinite backlog of the requests (in trace order,
       repeated up to ``n_requests``): whenever an instance accepts the next request (its own check,
       ``decode_check``) it joins; the rate is the completions per second between the first and the
-      last quarter of them. Under the ``reserve`` model this is the lecture's pool exactly.
+      last quarter of them. Under the ``reserve`` model (the lecture's pool) the rate is its closed
+      form, :func:`decode_capacity_rate` (over every request of the mix, as lecture demo 3 defines it).
     """
     p = get_preset(preset)
     key = (id(trace), len(trace), float(trace.arrival_s[-1]), p, decode_check, n_requests)
@@ -905,7 +816,6 @@ def saturation(trace: Trace, preset: str | ClusterPreset = "mooncake", decode_ch
     outputs = trace.output_tokens.tolist()
     # prefill: every request of the mix queued at once, routed by Algorithm 1 (prefix caches and
     # pulls included): the pool's rate is the requests over the time the last one finishes
-    from mooncake_gym.baselines.routing import KVCentric
     backlog = trace.take(range(len(trace)), arrival_s=np.zeros(len(trace)))
     pool_sim = RoutingSimulator(backlog, p.routing_config(), p.prefill_cost)
     router = KVCentric()
@@ -917,13 +827,20 @@ def saturation(trace: Trace, preset: str | ClusterPreset = "mooncake", decode_ch
     mix = [(i, o) for i, o in zip(inputs, outputs) if i + o <= cap]
     if not mix:
         raise ValueError("trace: no request fits in one decode instance")
-    reserve = p.decode_model == "reserve"
-    check = decode_check == "tbt"
-    pool: list[DecodeInstance]
-    if reserve:
-        pool = [ReservingDecodeInstance(j, cap, p.tbt_s) for j in range(p.n_decode)]
+    if p.decode_model == "reserve":  # the lecture's pool: its closed form (demo 3's, over every request)
+        decode_rate = decode_capacity_rate(trace, p)
     else:
-        pool = [BatchingDecodeInstance(j, p.decode_cost, cap, p.tbt_slo_s) for j in range(p.n_decode)]
+        decode_rate = _batching_decode_rate(p, mix, decode_check == "tbt", n_requests)
+    result = Saturation(prefill_rate, decode_rate, min(prefill_rate, decode_rate),
+                        "prefill" if prefill_rate < decode_rate else "decode")
+    _SATURATION_CACHE[key] = result
+    return result
+
+
+def _batching_decode_rate(p: ClusterPreset, mix: list, check_tbt: bool, n_requests: int) -> float:
+    """Completions per second of ``p``'s batching decode pool fed from an infinite backlog of ``mix``
+    ((input, output) pairs, repeated up to ``n_requests``), between the first and the last quarter."""
+    pool = [BatchingDecodeInstance(j, p.decode_cost, p.capacity_tokens, p.tbt_slo_s) for j in range(p.n_decode)]
     ends: list[float] = []
     heap: list = []
     nxt = 0
@@ -933,11 +850,10 @@ def saturation(trace: Trace, preset: str | ClusterPreset = "mooncake", decode_ch
         nonlocal nxt
         while nxt < n_requests:
             i, o = mix[nxt % len(mix)]
-            tokens = i + o if reserve else i
-            if not inst.accepts(tokens, now, check):
+            if not inst.accepts(i, now, check_tbt):
                 break
             nxt += 1
-            ends.extend(c.end_s for c in inst.join(nxt, now, tokens, o, now))
+            ends.extend(c.end_s for c in inst.join(nxt, now, i, o, now))
         if inst.next_event_s < math.inf:
             heapq.heappush(heap, (inst.next_event_s, inst.index, inst.version))
 
@@ -954,24 +870,45 @@ def saturation(trace: Trace, preset: str | ClusterPreset = "mooncake", decode_ch
     q1, q3 = len(ends) // 4, 3 * len(ends) // 4
     if q3 - q1 < 10 or ends[q3] <= ends[q1]:
         raise ValueError(f"n_requests: {n_requests} requests are too few to measure the decode pool's rate")
-    decode_rate = (q3 - q1) / (ends[q3] - ends[q1])
-    result = Saturation(prefill_rate, decode_rate, min(prefill_rate, decode_rate),
-                        "prefill" if prefill_rate < decode_rate else "decode")
-    _SATURATION_CACHE[key] = result
-    return result
+    return (q3 - q1) / (ends[q3] - ends[q1])
 
 
-def overload_workload(base: Trace, load: float, n_requests: int, seed: int = 0,
-                      preset: str | ClusterPreset = "mooncake", fresh_blocks: bool = False) -> tuple[Trace, Saturation]:
+def decode_capacity_rate(trace: Trace, preset: str | ClusterPreset = "lecture") -> float:
+    """Requests/s the ``reserve`` decode pool of ``preset`` completes on ``trace``'s requests, in
+    closed form (lecture demo 3): n_decode x capacity / the mean occupancy of a request, (input +
+    output) tokens held for its decode time (output x ``tbt_s``), in token-seconds. It is
+    :func:`saturation`'s decode rate under that model."""
+    p = get_preset(preset)
+    if p.decode_model != "reserve":
+        raise ValueError(f"preset: the closed form holds for the 'reserve' decode model, not {p.decode_model!r}")
+    if len(trace) == 0:
+        raise ValueError("trace: the base trace has no requests")
+    decode_s, tbt_s = p.decode_cost.decode_s, p.tbt_s
+    occ = np.mean([(i + o) * decode_s(o, tbt_s) for i, o in zip(trace.input_tokens.tolist(), trace.output_tokens.tolist())])
+    if not occ > 0:
+        raise ValueError("trace: the base trace's requests occupy no decode capacity (all outputs are 0)")
+    return p.n_decode * p.capacity_tokens / float(occ)
+
+
+def overload_workload(base: Trace | None = None, load: float = DEMO3_LOAD, n_requests: int = DEMO3_REQUESTS,
+                      seed: int = 0, preset: str | ClusterPreset = "lecture", fresh_blocks: bool = False,
+                      pool: str = "cluster") -> tuple[Trace, Saturation]:
     """``n_requests`` drawn i.i.d. from ``base`` with Poisson arrivals at ``load`` x the cluster's
-    measured saturation throughput (:func:`saturation`); returns (trace, saturation).
+    saturation throughput (:func:`saturation`; ``pool="decode"``: x the decode pool's alone, lecture
+    demo 3's definition of load); returns (trace, saturation). The defaults are demo 3's workload:
+    6,000 requests from the synthetic trace of seed ``seed`` at 4 sessions/s, at twice the
+    ``lecture`` decode pool's capacity rate (:func:`decode_capacity_rate`, its closed form).
 
     ``fresh_blocks=True`` (opt-in) gives each re-drawn copy of a request fresh ids for the blocks it
     brought into ``base``, those no earlier request of ``base`` holds (``workload.redrawn_block_ids``):
     without it a long draw repeats prompts whose blocks are already cached, and its prefix-hit
     ratio climbs with its length."""
-    from mooncake_gym.model.workload import resample_iid
-    if not (isinstance(load, (int, float)) and 0.01 <= load <= 100):
-        raise ValueError(f"load: expected a multiple of the saturation throughput in [0.01, 100], got {load!r}")
+    check("load", load)  # a multiple of the saturation throughput
+    check("requests", n_requests)
+    if pool not in ("cluster", "decode"):
+        raise ValueError(f"pool: expected 'cluster' or 'decode', got {pool!r}")
+    if base is None:
+        base = synthetic_trace(seed, rate=DEMO3_BASE_RATE)
     sat = saturation(base, preset)
-    return resample_iid(base, n_requests, load * sat.cluster_per_s, seed, fresh_blocks=fresh_blocks), sat
+    rate = sat.cluster_per_s if pool == "cluster" else sat.decode_per_s
+    return resample_iid(base, n_requests, load * rate, seed, fresh_blocks=fresh_blocks), sat

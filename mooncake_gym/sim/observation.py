@@ -106,15 +106,13 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from mooncake_gym.sim.prefill import pool_load
 from mooncake_gym.sim.prefixcache import PrefixCache, match_all
-
-if TYPE_CHECKING:
-    from mooncake_gym.sim.routing import RoutingView
+from mooncake_gym.sim.views import RoutingView
 
 #: The parts a mode string may join with "+" ("exact" stands alone).
 MODE_PARTS = ("scraped", "approximate", "precise", "noisy")

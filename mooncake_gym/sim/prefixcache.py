@@ -65,10 +65,13 @@ class PrefixCache:
         each evicting the oldest insertion when the cache is full. The check is made block by block,
         so a block this request found cached but that its own earlier insertions pushed out is
         added again (kvcache-simulator's order; it decides a few hits on small caches)."""
+        ids = block_ids if n_blocks is None else block_ids[:n_blocks]
+        if self.capacity_blocks == 0:  # holds nothing (the admission problem's pool): all evicted at once
+            self.evictions += len(ids) if self._fifo else len(set(ids))
+            return
         if self._fifo:
             return self._insert_fifo(block_ids, n_blocks)
         blocks = self._blocks
-        ids = block_ids if n_blocks is None else block_ids[:n_blocks]
         for b in reversed(ids):
             if b in blocks:
                 blocks.move_to_end(b)

@@ -31,202 +31,19 @@ prefix index, noisy estimates), while every dispatched request is still served e
 
 from __future__ import annotations
 
-import re
-from collections import namedtuple
-from dataclasses import dataclass, replace
-from typing import Any, Callable, NamedTuple, Sequence, cast
+from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 
 from mooncake_gym.sim.prefill import PrefillInstance, pool_load
-from mooncake_gym.model.costmodel import CostModel, InstanceSpec
+from mooncake_gym.model.costmodel import CostModel
 from mooncake_gym._native import mypyc_attr
-from mooncake_gym.model.limits import check
 from mooncake_gym.sim.observation import Observer, as_observation, observation_rng
 from mooncake_gym.sim.policy import policy_name, reset_policy
 from mooncake_gym.sim.prefixcache import PrefixCache, match_all
+from mooncake_gym.sim.views import ROUTING_VIEW_FIELDS, Route, RoutingView, check_route
+from mooncake_gym.model.presets import RoutingConfig, parse_instances  # noqa: F401 (the pool's shape: data)
 from mooncake_gym.model.workload import Trace
-
-
-@mypyc_attr(native_class=False)  # a frozen dataclass set in __post_init__
-@dataclass(frozen=True)
-class RoutingConfig:
-    """Cluster shape and SLO of the routing problem.
-
-    n_instances: prefill instances (default 8, as in lecture demo 2 and Mooncake Figure 8; with
-        ``instances``, their number).
-    cache_blocks: capacity of each instance's local prefix cache in 512-token blocks (default 3,000),
-        or one capacity per instance (a heterogeneous pool).
-    ttft_slo_s: TTFT service-level objective for attainment (default 5 s, as in the lecture).
-    instances: None (default: every instance is the cost model's own ``InstanceSpec``) or one
-        :class:`~mooncake_gym.model.costmodel.InstanceSpec` per instance, for a heterogeneous pool: a GPU
-        name (``"H800"``) stands for ``InstanceSpec(gpu=name)`` (8 GPUs at 60 % MFU), and a string
-        such as ``"4xH800+4xA800"`` for that list. Each instance then prefills at its own speed
-        (``CostModel`` with that instance); the served model, block size and RDMA are the cluster's.
-    """
-
-    n_instances: int | None = None
-    cache_blocks: int | tuple[int, ...] = 3000
-    ttft_slo_s: float = 5.0
-    instances: tuple[InstanceSpec, ...] | None = None
-
-    def __post_init__(self):
-        if self.instances is not None:
-            object.__setattr__(self, "instances", parse_instances(self.instances))
-        n = self.n_instances
-        if n is None:
-            n = 8 if self.instances is None else len(self.instances)
-            object.__setattr__(self, "n_instances", n)
-        check("n_instances", n)  # the ranges of mooncake_gym.model.limits
-        if self.instances is not None and len(self.instances) != n:
-            raise ValueError(f"n_instances: expected len(instances) = {len(self.instances)} (or leave it out), got {n}")
-        blocks = self.cache_blocks
-        if isinstance(blocks, (list, tuple, np.ndarray)):
-            blocks = tuple(blocks)
-            if len(blocks) != n:
-                raise ValueError(f"cache_blocks: expected one integer per instance ({n}), got {len(blocks)}")
-            for i, b in enumerate(blocks):
-                check("cache_blocks", b, f"cache_blocks[{i}]")
-            object.__setattr__(self, "cache_blocks", blocks)
-        else:
-            check("cache_blocks", blocks)
-        check("ttft_slo_s", self.ttft_slo_s)
-
-    def instance_cache_blocks(self) -> tuple[int, ...]:
-        """Each instance's prefix-cache capacity in blocks."""
-        b = self.cache_blocks
-        n = self.n_instances
-        assert n is not None  # set by __post_init__
-        return tuple(int(x) for x in b) if isinstance(b, tuple) else (int(b),) * n
-
-    def instance_costs(self, cost: CostModel) -> tuple[CostModel, ...]:
-        """Each instance's cost model: ``cost`` itself, or ``cost`` with that instance's ``InstanceSpec``."""
-        n = self.n_instances
-        assert n is not None  # set by __post_init__
-        if self.instances is None:
-            return (cost,) * n
-        return tuple(replace(cost, instance=spec) for spec in self.instances)
-
-
-_POOL_PART = re.compile(r"^\s*(?:(\d+)\s*[xX*]\s*)?([A-Za-z0-9]+)\s*$")
-
-
-def parse_instances(instances) -> tuple[InstanceSpec, ...]:
-    """One ``InstanceSpec`` per instance from ``"4xH800+4xA800"``, or a sequence of GPU names and
-    ``InstanceSpec`` objects (a GPU name is ``InstanceSpec(gpu=name)``). ``ValueError`` names
-    ``instances`` otherwise."""
-    if isinstance(instances, str):
-        items = []
-        for part in instances.split("+"):
-            m = _POOL_PART.match(part)
-            if not m or (m.group(1) is not None and int(m.group(1)) < 1):
-                raise ValueError(f"instances: expected e.g. '4xH800+4xA800' (COUNTxGPU joined by '+'), "
-                                 f"got {instances!r}")
-            items += [m.group(2).upper()] * int(m.group(1) or 1)
-    elif isinstance(instances, (list, tuple)):
-        items = list(instances)
-    else:
-        raise ValueError(f"instances: expected a string like '4xH800+4xA800' or a list of GPU names / InstanceSpec, "
-                         f"got {type(instances).__name__}")
-    if not items:
-        raise ValueError("instances: expected at least one instance")
-    specs = []
-    for i, item in enumerate(items):
-        if isinstance(item, InstanceSpec):
-            specs.append(item)
-        elif isinstance(item, str):
-            try:
-                specs.append(InstanceSpec(gpu=item.upper()))
-            except ValueError as e:
-                raise ValueError(f"instances[{i}]: {e}") from None
-        else:
-            raise ValueError(f"instances[{i}]: expected a GPU name or an InstanceSpec, got {item!r}")
-    return tuple(specs)
-
-
-class Route(NamedTuple):
-    """A routing action: the prefill instance, and whether to pull the best prefix there first."""
-
-    instance: int
-    pull: bool = False
-
-
-def check_route(action, n_instances: int) -> tuple[int, bool]:
-    """The one check of a routing answer (simulator, ``evaluate`` and the env alike): an instance
-    ``0 <= i < n_instances`` (a Python or numpy integer, not a bool) or ``Route(i, pull)`` / a pair
-    ``(i, pull)`` with ``pull`` a bool, numpy bool or the integer 0 or 1. Returns ``(i, pull)``;
-    ``TypeError`` for a wrong type, ``ValueError`` for a value out of range. Nothing is coerced:
-    ``Route(1, 'no')`` is an error, not a pull."""
-    inst: Any  # (not typed by the first unpacking: compiled, that would type-check the later ones)
-    pull: Any
-    if type(action) is Route:  # what the baselines return: checked without conversions
-        inst, pull = action
-        if type(inst) is int and type(pull) is bool and 0 <= inst < n_instances:
-            return action
-    if isinstance(action, tuple):  # Route or (instance, pull)
-        if len(action) != 2:
-            raise ValueError(f"action: expected an instance or (instance, pull), got {action!r}")
-        inst, pull = action
-        if isinstance(pull, (bool, np.bool_)):
-            pull = bool(pull)
-        elif isinstance(pull, (int, np.integer)) and (pull == 0 or pull == 1):
-            pull = bool(pull == 1)
-        else:
-            raise TypeError(f"action: pull must be True or False (or 0 or 1), got {type(pull).__name__} {pull!r}")
-    else:
-        inst, pull = action, False
-    if isinstance(inst, (bool, np.bool_)) or not isinstance(inst, (int, np.integer)):
-        raise TypeError(f"action: instance must be an integer, got {type(inst).__name__} {inst!r}")
-    if not 0 <= inst < n_instances:
-        raise ValueError(f"action: instance must be in 0..{n_instances - 1}, got {inst}")
-    return int(inst), pull
-
-
-RoutingViewFields = namedtuple("RoutingViewFields", [  # the fields written out: mypy (and mypyc) read them
-    "now", "index", "input_tokens", "output_tokens", "block_ids", "n_instances", "queue_s", "queued_requests",
-    "hit_tokens", "prefill_s", "best_hit_tokens", "best_instance", "transfer_s", "pull_prefill_s", "queued_tokens",
-    "cache_blocks", "hit_blocks"])
-#: The fields of :class:`RoutingView`, in order.
-ROUTING_VIEW_FIELDS: tuple[str, ...] = RoutingViewFields._fields
-
-
-@mypyc_attr(native_class=False)  # a named tuple
-class RoutingView(RoutingViewFields):
-    """What a routing policy sees at one arrival (read-only; tuples are indexed by instance).
-
-    A named tuple: a policy cannot change what the simulator recorded (setting a field raises
-    ``AttributeError``), and building one is a single tuple allocation on the hot path.
-
-    now: current time (s), the request's arrival.
-    index: the request's position in the trace.
-    input_tokens, output_tokens, block_ids: the request.
-    queue_s: work queued on each instance (s), Algorithm 1's T_queue.
-    queued_requests: requests dispatched to each instance and not finished (including the one in service).
-    queued_tokens: computed (uncached) prompt tokens of those requests (Dynamo's "active prefill tokens").
-    cache_blocks: each instance's prefix-cache capacity in blocks.
-    hit_tokens: each instance's local prefix hit for this request (tokens).
-    hit_blocks: each instance's local prefix hit in blocks (leading blocks of ``block_ids`` it holds).
-    prefill_s: estimated prefill time on each instance given its local hit.
-    best_hit_tokens, best_instance: the longest prefix held anywhere and who holds it (-1 if none).
-    transfer_s: time to pull the part of the best prefix each instance lacks (0 where none is missing).
-    pull_prefill_s: prefill time on each instance after such a pull (with the best hit).
-
-    With the default exact observation every field is the simulator's truth; an observation mode
-    (``mooncake_gym.sim.observation``) changes what the load, hit and time fields say, never the class
-    or the fields.
-    """
-
-    __slots__ = ()
-
-    def ttft_s(self, instance: int, pull: bool = False) -> float:
-        """Estimated TTFT on ``instance`` (exact with the exact observation): queue + transfer + prefill."""
-        if pull:
-            return self.queue_s[instance] + self.transfer_s[instance] + self.pull_prefill_s[instance]
-        return self.queue_s[instance] + self.prefill_s[instance]
-
-    def __repr__(self) -> str:
-        return (f"RoutingView(now={self.now:.3f}, index={self.index}, input={self.input_tokens}, "
-                f"hits={self.hit_tokens}, queue_s={tuple(round(q, 3) for q in self.queue_s)})")
 
 
 _new_tuple = tuple.__new__
@@ -501,21 +318,3 @@ def simulate(trace: Trace, policy: Callable, config: RoutingConfig | None = None
     while view is not None:
         view = sim.step(policy(view))
     return sim.result(policy_name(policy))
-
-
-def run_routing_baselines(trace: Trace, names=None, config: RoutingConfig | None = None,
-                          cost: CostModel | None = None, seed: int = 0, threshold: float | None = None,
-                          observation=None) -> dict:
-    """Run routing baselines (all by default) on the same trace: ``{name: RoutingResult}``.
-
-    ``threshold`` sets kvcentric's ``kvcache_balancing_threshold`` (its default otherwise);
-    ``observation`` what the baselines see (default exact).
-    """
-    from mooncake_gym.baselines import ROUTING_POLICIES, make_policy
-
-    names = list(ROUTING_POLICIES) if names is None else list(names)
-    results = {}
-    for name in names:
-        kwargs = {"threshold": threshold} if name == "kvcentric" and threshold is not None else {}
-        results[name] = simulate(trace, make_policy("routing", name, **kwargs), config, cost, seed, observation)
-    return results

@@ -3,8 +3,8 @@
 from mooncake_gym.course import lab
 from mooncake_gym.model.costmodel import CostModel, get_model
 from mooncake_gym.course.lecture import DEMO1_SETUPS
-from mooncake_gym.sim.admission import overload_workload, run_admission_baselines
-from mooncake_gym.sim.routing import run_routing_baselines
+from mooncake_gym.baselines import run_baselines
+from mooncake_gym.sim.cluster import overload_workload
 from mooncake_gym.model.workload import synthetic_trace
 
 # K and V (2) x layers x KV heads x head dimension x 2 bytes (BF16): GQA keeps 8 KV heads of 64
@@ -21,9 +21,9 @@ ssd_loser = next(model for model, gpu, n in DEMO1_SETUPS
                  if CostModel.preset(model, gpu, n).recompute_s_per_token(8192)
                  < CostModel.preset(model, gpu, n).load_s(1, "ssd"))
 
-hit_share = run_routing_baselines(synthetic_trace(0, 8.0))["cache"].metrics["hit_ratio"]
+hit_share = run_baselines("routing", synthetic_trace(0, 8.0))["cache"].metrics["hit_ratio"]
 
-results = run_admission_baselines(overload_workload()[0])
+results = run_baselines("admission", overload_workload()[0])
 waste_cut = 1 - results["early"].metrics["wasted_prefill_s"] / results["baseline"].metrics["wasted_prefill_s"]
 
 passed = [lab.check("kv-bytes-per-token", kv_bytes), lab.check("dram-speedup", dram_speedup),
