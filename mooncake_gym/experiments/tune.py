@@ -29,18 +29,15 @@ import sys
 
 import numpy as np
 
+from mooncake_gym.evaluation import problems
+
 #: Training seeds start here; there are at most ``MAX_TUNE_SEEDS`` (below every held-out seed).
 TUNE_SEED_BASE = 0
 MAX_TUNE_SEEDS = 1000
-#: The default objective of each problem: (metric of the end-of-episode metrics, "min" or "max").
-TUNE_METRICS = {"routing": ("mean_ttft_s", "min"), "admission": ("goodput", "max"),
-                "admission-v1": ("token_goodput", "max")}
-#: Every metric a search may optimise (``metric=``), with its direction.
-METRIC_GOALS = {"routing": {"mean_ttft_s": "min", "p90_ttft_s": "min", "slo_attainment": "max", "hit_ratio": "max"},
-                "admission": {"goodput": "max", "completed": "max", "wasted_prefill_s": "min",
-                              "rejected_after_prefill": "min", "return": "max"},
-                "admission-v1": {"token_goodput": "max", "goodput_requests": "max", "wasted_prefill_gpu_s": "min",
-                                 "return": "max"}}
+#: The default objective of each problem: (metric of the end-of-episode metrics, "min" or "max"),
+#: and every metric a search may optimise (``metric=``), with its direction (the problem registry's).
+TUNE_METRICS = {p.name: (p.metric, p.goal) for p in problems.PROBLEMS.values()}
+METRIC_GOALS = {p.name: p.metric_goals for p in problems.PROBLEMS.values()}
 #: Requests per episode while tuning (compare's episodes are 3,000 requests long).
 TUNE_EPISODE_REQUESTS = 1000
 #: The PPO hyperparameters ``tune --algo ppo`` searches (RLlib's names), and its objective.
@@ -110,11 +107,7 @@ def workloads(problem: str, rates=(4.0, 8.0), loads=(2.0,), trace=None, speed: f
 
 def metric_goal(problem: str, metric: str | None) -> tuple[str, str]:
     """``(metric, "min" | "max")`` of a search (``metric=None``: the problem's default)."""
-    if metric is None:
-        return TUNE_METRICS[problem]
-    if metric not in METRIC_GOALS[problem]:
-        raise ValueError(f"--metric: expected one of {sorted(METRIC_GOALS[problem])} for {problem}, got {metric!r}")
-    return metric, METRIC_GOALS[problem][metric]
+    return problems.get(problem).metric_goal(metric)
 
 
 def objective(problem: str, name: str, knobs: dict, seeds, settings, metric: str | None = None,
@@ -123,12 +116,11 @@ def objective(problem: str, name: str, knobs: dict, seeds, settings, metric: str
     averaged over every seed of every workload in ``settings`` (``[(label, env kwargs)]``) of
     ``env_id`` (default: the problem's v0 environment; a scenario's base environment with ``--scenario``)."""
     from mooncake_gym.experiments.compare import baseline_policy
-    from mooncake_gym.envs import ADMISSION_ENV_ID, ROUTING_ENV_ID
     from mooncake_gym.evaluation.episodes import evaluate
 
     metric, _ = metric_goal(problem, metric)
     if env_id is None:
-        env_id = ROUTING_ENV_ID if problem == "routing" else ADMISSION_ENV_ID
+        env_id = problems.get(problem).env_id
     policy = baseline_policy(problem, name, **knobs)  # with the environment it needs (e.g. the oracle)
     values = []
     for _, env_kwargs in settings:
@@ -170,7 +162,7 @@ def tune_baseline(policy: str, env: str, budget: int | None = None, search: str 
         from mooncake_gym.evaluation.scenarios import get_scenario
 
         sc = get_scenario(scenario)
-        if sc.problem != env and not (env == "admission" and sc.problem == "conductor"):
+        if problems.of_scenario(sc.problem).decision != env:
             raise ValueError(f"--scenario: {scenario} is a {sc.problem} scenario, but --env is {env}")
         if trace is not None and "trace" not in sc.requires:
             raise ValueError(f"--trace: has no effect with --scenario {scenario}: it fixes its own workload")

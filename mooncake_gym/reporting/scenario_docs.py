@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import pathlib
 
+from mooncake_gym.evaluation import problems
 from mooncake_gym.evaluation.scenarios import SCENARIOS, Scenario
 
 PAGE = "docs/scenarios.md"
@@ -67,10 +68,10 @@ def tune_targets(problem: str, trace: str | None = None) -> list[str]:
     """One line per scenario of ``problem`` that can be made with ``trace``: its name, followed by
     ``--trace PATH`` if it needs the trace (``make leaderboard`` tunes baselines on each). The
     admission rules also decide the Conductor scenarios' admissions, so ``admission`` lists those too."""
-    problems = ("admission", "conductor") if problem == "admission" else (problem,)
     out = []
     for s in SCENARIOS.values():
-        if s.problem not in problems or s.missing(**({} if trace is None else {"trace": trace})):
+        table = problems.of_scenario(s.problem)
+        if table is None or table.decision != problem or s.missing(**({} if trace is None else {"trace": trace})):
             continue
         out.append(s.name + (f" --trace {trace}" if "trace" in s.requires else ""))
     return out
@@ -82,10 +83,10 @@ def tunable_policies(problem: str) -> dict:
     which also decide the Conductor scenarios' admissions."""
     from mooncake_gym.baselines import POLICIES
 
-    registry = {"routing": "routing", "admission": "admission-v1"}.get(problem)
-    if registry is None:
+    table = problems.scenario_table(problem)
+    if table is None:
         raise ValueError(f"problem: expected 'routing' or 'admission', got {problem!r}")
-    return {name: cls.KNOBS for name, cls in POLICIES[registry].items() if getattr(cls, "KNOBS", None)}
+    return {name: cls.KNOBS for name, cls in POLICIES[table.baselines].items() if getattr(cls, "KNOBS", None)}
 
 
 def tune_plan(problem: str, trace: str | None = None, policies: str = "all", budget: int | None = None,

@@ -1,0 +1,298 @@
+"""``replay``, ``overload`` and ``compare`` on a preset (``mooncake_gym.model.presets.PRESETS``).
+
+A command takes one path whatever the preset; what differs is the preset's data. Its decode model
+picks the simulator (and the problem of :mod:`mooncake_gym.evaluation.problems`):
+
+- ``reserve`` (the ``lecture`` preset, the default): the lecture's simulators (``sim.routing``,
+  ``sim.admission``) and the v0 environments, exactly as without ``--preset``.
+- ``batching`` (``mooncake``, ``mooncake-overload``, ``h100``, ...): the whole disaggregated cluster
+  of :mod:`mooncake_gym.sim.cluster`. ``replay``: every routing baseline owns the prefill-instance
+  decision of :func:`conductor.simulate` (admit-all, the default decode rule); ``overload``: every
+  admission baseline owns the admission decision on :func:`conductor.overload_workload`'s requests,
+  at ``load`` x the cluster's measured saturation (:func:`conductor.saturation`); ``compare``: the
+  same baselines through the v1 environments, each table ending with its problem's bound row.
+
+:func:`replay_setup` and :func:`overload_run` return what the command prints: the setup's JSON
+entry, the header line, the results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from itertools import groupby
+from typing import Callable
+
+from mooncake_gym.baselines import ADMISSION_POLICIES, ROUTING_POLICIES, make_policy
+from mooncake_gym.envs import ADMISSION_V1_ENV_ID, ROUTING_V1_ENV_ID
+from mooncake_gym.evaluation import problems
+from mooncake_gym.evaluation.problems import (CLUSTER_ADMISSION_COLUMNS, CLUSTER_ROUTING_COLUMNS,  # noqa: F401
+                                              OnRoutingView, table_row)  # clusterrun's names (mooncake_gym._moved)
+from mooncake_gym.experiments import compare
+from mooncake_gym.experiments.compare import Setting
+from mooncake_gym.model.presets import PRESETS, ClusterPreset, get_preset
+from mooncake_gym.sim import admission, cluster, routing
+
+#: The presets the command line accepts; ``lecture`` is the default and keeps the lecture's simulators.
+PRESET_NAMES = tuple(PRESETS)
+#: compare's default loads on a cluster preset, per problem (multiples of the measured saturation):
+#: PrefillRouting-v1's default load, and the lecture's admission load.
+DEFAULT_LOADS = {"routing": (0.9,), "admission": (2.0,)}
+
+
+def cluster_preset(name: str | ClusterPreset, n_prefill: int | None = None, cache_blocks: int | None = None,
+                   ttft_slo_s: float | None = None, n_decode: int | None = None,
+                   prefill_option: str = "--instances") -> ClusterPreset:
+    """The preset ``name`` with the command line's overrides (None: the preset's own). A preset
+    whose prefill pool lists its GPUs (``mooncake-hetero``) keeps its size: another ``n_prefill``
+    is a ``ValueError`` naming ``prefill_option``."""
+    p = get_preset(name)
+    if n_prefill is not None and p.prefill_gpus is not None and n_prefill != p.n_prefill:
+        raise ValueError(f"{prefill_option}: preset {p.name}'s prefill pool is {pool_string(p.prefill_gpus)}; "
+                         f"expected {p.n_prefill} or leave it out, got {n_prefill}")
+    changes = {k: v for k, v in (("n_prefill", n_prefill), ("n_decode", n_decode), ("cache_blocks", cache_blocks),
+                                 ("ttft_slo_s", ttft_slo_s)) if v is not None}
+    return p.with_(**changes) if changes else p
+
+
+def pool_string(gpus) -> str:
+    """A pool's GPUs in ``--pool``'s notation: runs of one GPU as COUNTxGPU joined by '+'
+    (``("H800", "H800", "A800")`` -> ``"2xH800+1xA800"``)."""
+    return "+".join(f"{len(list(run))}x{gpu}" for gpu, run in groupby(gpus))
+
+
+def describe(p: ClusterPreset) -> str:
+    """One line naming the preset and its cluster, for the tables' headers."""
+    pool = "" if p.prefill_gpus is None else f" ({pool_string(p.prefill_gpus)})"
+    return (f"preset {p.name}: {p.n_prefill} prefill{pool} + {p.n_decode} decode instances, "
+            f"{p.capacity_tokens:,} KV tokens per decode instance, {p.cache_blocks} cache blocks per prefill "
+            f"instance, TTFT SLO {p.ttft_slo_s:g} s, TBT SLO {p.tbt_slo_s * 1000:g} ms")
+
+
+def preset_json(p: ClusterPreset) -> dict:
+    """The preset's cluster in a JSON document (its name, pool sizes, KV, cache and SLOs)."""
+    return {"name": p.name, "n_prefill": p.n_prefill, "prefill_gpus": p.prefill_gpus, "n_decode": p.n_decode,
+            "decode_model": p.decode_model,
+            "decode_capacity_tokens": p.capacity_tokens, "cache_blocks": p.cache_blocks,
+            "ttft_slo_s": p.ttft_slo_s, "tbt_slo_s": p.tbt_slo_s}
+
+
+def _given(**kwargs) -> dict:
+    return {k: v for k, v in kwargs.items() if v is not None}
+
+
+# --- replay ---------------------------------------------------------------------------------------
+@dataclass
+class Replay:
+    """``replay``'s cluster on a preset: the problem, its setup (a ``RoutingConfig`` or a
+    ``ClusterPreset``), its JSON entry and header, and how to run baselines on it."""
+
+    problem: problems.Problem
+    setup: object
+    setup_json: dict
+    describe: str
+    #: ``run(trace, names, seed, threshold, observation) -> {name: result}`` (names None: all)
+    run: Callable
+    #: ``simulate(trace, policy, seed, observation) -> result``: one (tuned) baseline
+    simulate: Callable
+
+
+def _lecture_replay(preset, n_prefill, cache_blocks, ttft_slo_s, n_decode, pool) -> Replay:
+    config = routing.RoutingConfig(**_given(n_instances=n_prefill, cache_blocks=cache_blocks, ttft_slo_s=ttft_slo_s,
+                                            instances=pool))
+    config_json = vars(config) if config.instances is None else \
+        {**vars(config), "instances": [asdict(spec) for spec in config.instances]}
+    text = (f"{config.n_instances} instances{f' ({pool})' if pool else ''} x {config.cache_blocks} blocks, "
+            f"TTFT SLO {config.ttft_slo_s:g} s")
+
+    def run(trace, names, seed, threshold, observation):
+        return routing.run_routing_baselines(trace, names, config, seed=seed, threshold=threshold,
+                                             observation=observation)
+
+    def simulate(trace, policy, seed, observation):
+        return routing.simulate(trace, policy, config, seed=seed, observation=observation)
+
+    return Replay(problems.for_preset("routing", preset), config, {"config": config_json}, text, run, simulate)
+
+
+def _cluster_replay(preset, n_prefill, cache_blocks, ttft_slo_s, n_decode, pool) -> Replay:
+    p = cluster_preset(preset, n_prefill, cache_blocks, ttft_slo_s, n_decode)
+
+    def run(trace, names, seed, threshold, observation):
+        return replay(trace, p, names, seed=seed, threshold=threshold, observation=observation)
+
+    def simulate(trace, policy, seed, observation):
+        return cluster.simulate(trace, p, routing=problems.OnRoutingView(policy), seed=seed, observation=observation)
+
+    return Replay(problems.for_preset("routing", p), p, {"preset": preset_json(p)}, describe(p), run, simulate)
+
+
+def replay_setup(preset, n_prefill=None, cache_blocks=None, ttft_slo_s=None, n_decode=None, pool=None) -> Replay:
+    """``replay``'s cluster on ``preset`` with the command line's overrides (None: the preset's or the
+    lecture simulator's defaults; ``pool``: a heterogeneous prefill pool, reserve model only)."""
+    build = {"reserve": _lecture_replay, "batching": _cluster_replay}[get_preset(preset).decode_model]
+    return build(preset, n_prefill, cache_blocks, ttft_slo_s, n_decode, pool)
+
+
+def replay(trace, preset: ClusterPreset, names, seed: int = 0, threshold: float | None = None,
+           observation=None) -> dict:
+    """Every routing baseline of ``names`` (None: all) owning the prefill decision on ``preset``'s
+    cluster over ``trace``: ``{name: ClusterResult}`` (admit-all, the default decode rule)."""
+    results = {}
+    for name in list(ROUTING_POLICIES) if names is None else names:
+        kwargs = {"threshold": threshold} if name == "kvcentric" and threshold is not None else {}
+        results[name] = cluster.simulate(trace, preset, routing=make_policy("routing", name, **kwargs), seed=seed,
+                                         observation=observation)
+    return results
+
+
+# --- overload -------------------------------------------------------------------------------------
+@dataclass
+class Overload:
+    """``overload``'s run on a preset: the problem, the drawn trace, the JSON fields between
+    ``requests`` and ``results``, the header line, the plot's title and ``{name: result}``."""
+
+    problem: problems.Problem
+    trace: object
+    fields: dict
+    header: str
+    title: str
+    results: dict
+
+
+def _lecture_overload(base, preset, load, n_requests, names, seed, n_prefill, n_decode, ttft_slo_s,
+                      fresh_blocks, tbt_headroom) -> Overload:
+    config = admission.OverloadConfig(**_given(ttft_slo_s=ttft_slo_s, n_prefill=n_prefill, n_decode=n_decode))
+    trace, capacity = admission.overload_workload(base, n_requests, load, seed, config)
+    results = admission.run_admission_baselines(trace, names, config, seed=seed)
+    header = (f"base {base.name}: decode pool capacity {capacity:.2f} requests/s "
+              f"({config.n_decode} x {config.decode_capacity_tokens:,} tokens, TBT {config.tbt_s:g} s); "
+              f"{len(trace):,} i.i.d. requests at load {load:g} = {load * capacity:.2f}/s; "
+              f"{config.n_prefill} prefill instances, TTFT SLO {config.ttft_slo_s:g} s")
+    fields = {"decode_capacity_per_s": capacity, "load": load, "arrival_rate_per_s": load * capacity,
+              "config": vars(config)}
+    return Overload(problems.for_preset("admission", preset), trace, fields, header,
+                    f"{trace.name}: prefill and decode load", results)
+
+
+def _cluster_overload(base, preset, load, n_requests, names, seed, n_prefill, n_decode, ttft_slo_s,
+                      fresh_blocks, tbt_headroom) -> Overload:
+    p = cluster_preset(preset, n_prefill, ttft_slo_s=ttft_slo_s, n_decode=n_decode,
+                       prefill_option="--prefill-instances")
+    trace, sat, results = overload(base, p, load, n_requests, names, seed=seed, fresh_blocks=fresh_blocks,
+                                   tbt_headroom=tbt_headroom)
+    header = (f"base {base.name}: {describe(p)}; measured saturation {sat.cluster_per_s:.2f} requests/s "
+              f"({sat.bottleneck} pool first: prefill {sat.prefill_per_s:.2f}/s, decode {sat.decode_per_s:.2f}/s); "
+              f"{len(trace):,} i.i.d. requests at load {load:g} = {load * sat.cluster_per_s:.2f}/s"
+              + ("; re-drawn requests get fresh blocks for what they brought" if fresh_blocks else "")
+              + (f"; decode check within {1 - tbt_headroom:g} x the TBT SLO" if tbt_headroom else ""))
+    fields = {"preset": preset_json(p), "saturation": sat._asdict(), "load": load, "fresh_blocks": fresh_blocks,
+              "tbt_headroom": tbt_headroom, "arrival_rate_per_s": load * sat.cluster_per_s}
+    return Overload(problems.for_preset("admission", p), trace, fields, header,
+                    f"{trace.name} ({p.name}): prefill and decode load", results)
+
+
+def overload_run(base, preset, load: float, n_requests: int, names, seed: int = 0, n_prefill=None, n_decode=None,
+                 ttft_slo_s=None, fresh_blocks: bool = False, tbt_headroom: float = 0.0) -> Overload:
+    """``overload`` on ``preset``: the admission baselines of ``names`` (None: all) on ``n_requests``
+    requests drawn i.i.d. from ``base`` at ``load`` x the decode pool's capacity (reserve model) or
+    the cluster's measured saturation (batching; ``fresh_blocks`` and ``tbt_headroom`` apply there)."""
+    build = {"reserve": _lecture_overload, "batching": _cluster_overload}[get_preset(preset).decode_model]
+    return build(base, preset, load, n_requests, names, seed, n_prefill, n_decode, ttft_slo_s, fresh_blocks,
+                 tbt_headroom)
+
+
+def check_overrides(preset, **overrides) -> None:
+    """The command line's overrides checked on a cluster ``preset`` before any work (e.g. the size of
+    a fixed heterogeneous pool; :func:`cluster_preset`'s arguments)."""
+    if get_preset(preset).decode_model != "reserve":
+        cluster_preset(preset, **overrides)
+
+
+def overload(base, preset: ClusterPreset, load: float, n_requests: int, names, seed: int = 0,
+             fresh_blocks: bool = False, tbt_headroom: float = 0.0):
+    """Every admission baseline of ``names`` (None: all) owning the admission decision on
+    ``preset``'s cluster, over ``n_requests`` requests drawn i.i.d. from ``base`` at ``load`` x the
+    cluster's measured saturation (``fresh_blocks``: see :func:`conductor.overload_workload`;
+    ``tbt_headroom``: see :class:`conductor.ClusterSimulator`).
+    Returns ``(trace, saturation, {name: ClusterResult})``."""
+    trace, sat = cluster.overload_workload(base, load, n_requests, seed, preset, fresh_blocks=fresh_blocks)
+    results = {name: cluster.simulate(trace, preset, admission=make_policy("admission", name), seed=seed,
+                                      tbt_headroom=tbt_headroom)
+               for name in (list(ADMISSION_POLICIES) if names is None else names)}
+    return trace, sat, results
+
+
+# --- compare --------------------------------------------------------------------------------------
+def compare_settings(preset: str | ClusterPreset, env: str = "all", loads=None, trace=None, speed: float = 1.0,
+                     episode_requests: int = 3000) -> list:
+    """compare's settings on a cluster ``preset``: ``mooncake_gym/PrefillRouting-v1`` (at each load,
+    or replaying ``trace`` at ``speed``) and ``mooncake_gym/OverloadAdmission-v1`` (at each load, on
+    ``trace`` as base if given). ``loads``: multiples of the measured saturation (None: per decision,
+    ``DEFAULT_LOADS``)."""
+    name = get_preset(preset).name
+    route, admit = problems.for_preset("routing", preset).name, problems.for_preset("admission", preset).name
+    settings = []
+    base = {"preset": preset, "episode_requests": episode_requests}
+    if env in ("routing", "all"):
+        if trace is not None:
+            settings.append(Setting(route, f"routing ({name}): trace {trace.name} at speed {speed:g}",
+                                    ROUTING_V1_ENV_ID, {"preset": preset, "trace": trace, "speed": speed}))
+        else:
+            for load in loads or DEFAULT_LOADS["routing"]:
+                settings.append(Setting(route, f"routing ({name}): synthetic base, load {load:g}x saturation, "
+                                               f"{episode_requests} i.i.d. requests",
+                                        ROUTING_V1_ENV_ID, {**base, "load": float(load)}))
+    if env in ("admission", "all"):
+        for load in loads or DEFAULT_LOADS["admission"]:
+            kw = {**base, "load": float(load)}
+            src = "synthetic base"
+            if trace is not None and env == "admission":
+                kw["base_trace"] = trace
+                src = f"base trace {trace.name}"
+            settings.append(Setting(admit, f"admission ({name}): {src}, load {load:g}x saturation, "
+                                           f"{episode_requests} i.i.d. requests", ADMISSION_V1_ENV_ID, kw))
+    return settings
+
+
+def compare_policies(problem: str) -> dict:
+    """Every baseline of ``problem`` as an env policy of its environment."""
+    return problems.get(problem).policies()
+
+
+@dataclass
+class Comparison:
+    """``compare``'s settings with their rows (and bounds) on a preset, and the header above them."""
+
+    settings: list
+    header: str
+
+
+def _lecture_compare(preset, env, seeds, rates, loads, trace, speed, agents, tuned, plot_dir, progress,
+                     threads) -> Comparison:
+    settings = compare.compare(env=env, seeds=seeds, rates=rates or [4.0, 8.0], loads=loads or [2.0], trace=trace,
+                               speed=speed, agents=agents, plot_dir=plot_dir, progress=progress, threads=threads,
+                               tuned=tuned)
+    first = compare.COMPARE_SEED_BASE
+    header = (f"One held-out seed ({first}), same workload for every policy: no confidence interval." if seeds == 1
+              else f"Mean ± 95% CI over {seeds} held-out seeds ({first}..{first + seeds - 1}), "
+                   "same workloads for every policy.")
+    return Comparison(settings, header)
+
+
+def _cluster_compare(preset, env, seeds, rates, loads, trace, speed, agents, tuned, plot_dir, progress,
+                     threads) -> Comparison:
+    settings = compare_settings(preset, env, loads, trace, speed)
+    first = compare.COMPARE_SEED_BASE
+    plan = [(s, compare_policies(s.problem)) for s in settings]
+    compare.run_plan(plan, [first + i for i in range(seeds)], progress, threads)  # each table ends with its bound
+    return Comparison(settings, f"{describe(get_preset(preset))}. Mean ± 95% CI over {seeds} held-out seeds "
+                                f"({first}..{first + seeds - 1}), same workloads for every policy.")
+
+
+def compare_on(preset, env: str = "all", seeds: int = 5, rates=None, loads=None, trace=None, speed: float = 1.0,
+               agents=None, tuned=None, plot_dir=None, progress: bool = True, threads: int | None = 1) -> Comparison:
+    """``compare`` on ``preset``: the lecture's v0 environments with the shipped agents (or
+    ``agents``), ``tuned`` baselines and plots (reserve model; rates default 4,8 and loads 2), or the
+    v1 environments of a cluster preset (loads per decision, ``DEFAULT_LOADS``)."""
+    build = {"reserve": _lecture_compare, "batching": _cluster_compare}[get_preset(preset).decode_model]
+    return build(preset, env, seeds, rates, loads, trace, speed, agents, tuned, plot_dir, progress, threads)
