@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-from mooncake_gym.analysis.bounds import admission_bound_row, cluster_ttft_bound, ttft_lower_bound
+from mooncake_gym.analysis.bounds import admission_goodput_bound, cluster_ttft_bound, ttft_lower_bound
 from mooncake_gym.baselines import POLICIES, make_policy
 from mooncake_gym.envs import (ADMISSION_ENV_ID, ADMISSION_V1_ENV_ID, CONDUCTOR_ENV_ID, ROUTING_ENV_ID,
                                ROUTING_V1_ENV_ID)
@@ -177,6 +177,30 @@ def routing_bound(env_id: str, env_kwargs: dict, seeds) -> dict:
             "per_seed": values}
 
 
+def admission_bound(env_id: str, env_kwargs: dict, seeds) -> dict:
+    """The row ``bound`` of an admission table: :func:`admission_goodput_bound` of each seed's
+    episode of ``gym.make(env_id, **env_kwargs)`` (the episode every policy sees with that seed),
+    mean and 95 % CI over the seeds in the keys of ``report.ADMISSION_V1_COLUMNS`` it bounds
+    (``token_goodput``, ``goodput_requests``); the others are absent."""
+    import gymnasium as gym
+
+    env = gym.make(env_id, **env_kwargs)
+    tokens, requests = [], []
+    try:
+        for seed in seeds:
+            env.reset(seed=seed)
+            base = env.unwrapped
+            b = admission_goodput_bound(base.sim.trace, base.preset)
+            tokens.append(b.token_goodput)
+            requests.append(b.goodput_requests)
+    finally:
+        env.close()
+    row = {"policy": "bound", "episodes": len(tokens)}
+    for key, values in (("token_goodput", tokens), ("goodput_requests", requests)):
+        row[key], row[key + "_ci95"] = mean_ci95(values)
+    return row
+
+
 class OnRoutingView:
     """A routing baseline acting on a :class:`~mooncake_gym.sim.cluster.ClusterView`: it answers
     with the route it picks on the view's prefill pool (``view.routing``), as
@@ -269,7 +293,7 @@ PROBLEMS: dict[str, Problem] = {p.name: p for p in (
             env_ids=(ADMISSION_ENV_ID,)),
     Problem("admission-v1", "admission", "batching", ADMISSION_V1_ENV_ID, "admission-v1", "token_goodput", "max",
             {"token_goodput": "max", "goodput_requests": "max", "wasted_prefill_gpu_s": "min", "return": "max"},
-            ADMISSION_V1_COLUMNS, _metrics_row, ADMISSION_V1_COLUMNS, _metrics_row, admission_bound_row,
+            ADMISSION_V1_COLUMNS, _metrics_row, ADMISSION_V1_COLUMNS, _metrics_row, admission_bound,
             scenario_problems=("admission", "conductor"), env_ids=(ADMISSION_V1_ENV_ID, CONDUCTOR_ENV_ID),
             preset_variant=False),
     Problem("routing-cluster", "routing", "batching", ROUTING_V1_ENV_ID, "routing", "mean_ttft_s", "min",
@@ -277,7 +301,7 @@ PROBLEMS: dict[str, Problem] = {p.name: p for p in (
             routing_bound, env_ids=(ROUTING_V1_ENV_ID,), adapt=OnRoutingView),
     Problem("admission-cluster", "admission", "batching", ADMISSION_V1_ENV_ID, "admission", "goodput", "max",
             {"goodput": "max", "token_goodput": "max", "goodput_requests": "max", "completed": "max"},
-            CLUSTER_COMPARE_ADMISSION_COLUMNS, table_row, CLUSTER_ADMISSION_COLUMNS, table_row, admission_bound_row,
+            CLUSTER_COMPARE_ADMISSION_COLUMNS, table_row, CLUSTER_ADMISSION_COLUMNS, table_row, admission_bound,
             env_ids=(ADMISSION_V1_ENV_ID,)),
 )}
 #: The decisions ``--env`` names (``routing``, ``admission``).
@@ -303,11 +327,6 @@ def for_preset(decision: str, preset) -> Problem:
 def of_scenario(scenario_problem: str) -> Problem | None:
     """The problem whose table shows the scenarios of ``scenario_problem`` (None: no table yet)."""
     return next((p for p in PROBLEMS.values() if scenario_problem in p.scenario_problems), None)
-
-
-def of_env_id(env_id: str) -> Problem | None:
-    """The first problem whose environments include ``env_id`` (None: none)."""
-    return next((p for p in PROBLEMS.values() if env_id in p.env_ids), None)
 
 
 def scenario_table(decision: str) -> Problem | None:

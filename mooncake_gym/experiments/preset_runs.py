@@ -1,19 +1,11 @@
-"""``replay``, ``overload`` and ``compare`` on a preset (``mooncake_gym.model.presets.PRESETS``).
-
-A command takes one path whatever the preset; what differs is the preset's data. Its decode model
-picks the simulator (and the problem of :mod:`mooncake_gym.evaluation.problems`):
-
-- ``reserve`` (the ``lecture`` preset, the default): the lecture's simulators (``sim.routing``,
-  ``sim.admission``) and the v0 environments, exactly as without ``--preset``.
-- ``batching`` (``mooncake``, ``mooncake-overload``, ``h100``, ...): the whole disaggregated cluster
-  of :mod:`mooncake_gym.sim.cluster`. ``replay``: every routing baseline owns the prefill-instance
-  decision of :func:`conductor.simulate` (admit-all, the default decode rule); ``overload``: every
-  admission baseline owns the admission decision on :func:`conductor.overload_workload`'s requests,
-  at ``load`` x the cluster's measured saturation (:func:`conductor.saturation`); ``compare``: the
-  same baselines through the v1 environments, each table ending with its problem's bound row.
-
-:func:`replay_setup` and :func:`overload_run` return what the command prints: the setup's JSON
-entry, the header line, the results.
+"""``replay``, ``overload`` and ``compare`` on a preset (``mooncake_gym.model.presets.PRESETS``): one
+path per command, the preset's decode model picking the simulator and the problem
+(:func:`mooncake_gym.evaluation.problems.for_preset`). ``reserve`` (``lecture``, the default): the
+lecture's simulators (``sim.routing``, ``sim.admission``) and the v0 environments, as without
+``--preset``. ``batching`` (``mooncake``, ``mooncake-overload``, ``h100``, ...): the whole cluster of
+:mod:`mooncake_gym.sim.cluster`, the routing baselines owning the prefill decision (admit-all) or the
+admission baselines the admission decision (kvcentric routing) at ``load`` x the cluster's measured
+saturation, and ``compare`` on the v1 environments, each table ending with its problem's bound row.
 """
 
 from __future__ import annotations
@@ -83,17 +75,21 @@ def _given(**kwargs) -> dict:
 # --- replay ---------------------------------------------------------------------------------------
 @dataclass
 class Replay:
-    """``replay``'s cluster on a preset: the problem, its setup (a ``RoutingConfig`` or a
-    ``ClusterPreset``), its JSON entry and header, and how to run baselines on it."""
+    """``replay``'s cluster on a preset: the problem, the JSON entry of its setup (a ``RoutingConfig``
+    or a ``ClusterPreset``), its header and how to run policies on it."""
 
     problem: problems.Problem
-    setup: object
     setup_json: dict
     describe: str
-    #: ``run(trace, names, seed, threshold, observation) -> {name: result}`` (names None: all)
-    run: Callable
-    #: ``simulate(trace, policy, seed, observation) -> result``: one (tuned) baseline
+    #: ``simulate(trace, policy, seed, observation) -> result``: one routing policy on the cluster
     simulate: Callable
+
+    def run(self, trace, names, seed: int, threshold: float | None, observation) -> dict:
+        """Every routing baseline of ``names`` (None: all) on ``trace``, ``threshold`` kvcentric's."""
+        knobs = {} if threshold is None else {"threshold": threshold}
+        return {name: self.simulate(trace, make_policy("routing", name, **(knobs if name == "kvcentric" else {})),
+                                    seed, observation)
+                for name in (list(ROUTING_POLICIES) if names is None else names)}
 
 
 def _lecture_replay(preset, n_prefill, cache_blocks, ttft_slo_s, n_decode, pool) -> Replay:
@@ -104,26 +100,19 @@ def _lecture_replay(preset, n_prefill, cache_blocks, ttft_slo_s, n_decode, pool)
     text = (f"{config.n_instances} instances{f' ({pool})' if pool else ''} x {config.cache_blocks} blocks, "
             f"TTFT SLO {config.ttft_slo_s:g} s")
 
-    def run(trace, names, seed, threshold, observation):
-        return routing.run_routing_baselines(trace, names, config, seed=seed, threshold=threshold,
-                                             observation=observation)
-
     def simulate(trace, policy, seed, observation):
         return routing.simulate(trace, policy, config, seed=seed, observation=observation)
 
-    return Replay(problems.for_preset("routing", preset), config, {"config": config_json}, text, run, simulate)
+    return Replay(problems.for_preset("routing", preset), {"config": config_json}, text, simulate)
 
 
 def _cluster_replay(preset, n_prefill, cache_blocks, ttft_slo_s, n_decode, pool) -> Replay:
     p = cluster_preset(preset, n_prefill, cache_blocks, ttft_slo_s, n_decode)
 
-    def run(trace, names, seed, threshold, observation):
-        return replay(trace, p, names, seed=seed, threshold=threshold, observation=observation)
-
     def simulate(trace, policy, seed, observation):
-        return cluster.simulate(trace, p, routing=problems.OnRoutingView(policy), seed=seed, observation=observation)
+        return cluster.simulate(trace, p, routing=policy, seed=seed, observation=observation)
 
-    return Replay(problems.for_preset("routing", p), p, {"preset": preset_json(p)}, describe(p), run, simulate)
+    return Replay(problems.for_preset("routing", p), {"preset": preset_json(p)}, describe(p), simulate)
 
 
 def replay_setup(preset, n_prefill=None, cache_blocks=None, ttft_slo_s=None, n_decode=None, pool=None) -> Replay:
@@ -131,18 +120,6 @@ def replay_setup(preset, n_prefill=None, cache_blocks=None, ttft_slo_s=None, n_d
     lecture simulator's defaults; ``pool``: a heterogeneous prefill pool, reserve model only)."""
     build = {"reserve": _lecture_replay, "batching": _cluster_replay}[get_preset(preset).decode_model]
     return build(preset, n_prefill, cache_blocks, ttft_slo_s, n_decode, pool)
-
-
-def replay(trace, preset: ClusterPreset, names, seed: int = 0, threshold: float | None = None,
-           observation=None) -> dict:
-    """Every routing baseline of ``names`` (None: all) owning the prefill decision on ``preset``'s
-    cluster over ``trace``: ``{name: ClusterResult}`` (admit-all, the default decode rule)."""
-    results = {}
-    for name in list(ROUTING_POLICIES) if names is None else names:
-        kwargs = {"threshold": threshold} if name == "kvcentric" and threshold is not None else {}
-        results[name] = cluster.simulate(trace, preset, routing=make_policy("routing", name, **kwargs), seed=seed,
-                                         observation=observation)
-    return results
 
 
 # --- overload -------------------------------------------------------------------------------------
@@ -178,8 +155,10 @@ def _cluster_overload(base, preset, load, n_requests, names, seed, n_prefill, n_
                       fresh_blocks, tbt_headroom) -> Overload:
     p = cluster_preset(preset, n_prefill, ttft_slo_s=ttft_slo_s, n_decode=n_decode,
                        prefill_option="--prefill-instances")
-    trace, sat, results = overload(base, p, load, n_requests, names, seed=seed, fresh_blocks=fresh_blocks,
-                                   tbt_headroom=tbt_headroom)
+    trace, sat = cluster.overload_workload(base, load, n_requests, seed, p, fresh_blocks=fresh_blocks)
+    results = {name: cluster.simulate(trace, p, admission=make_policy("admission", name), seed=seed,
+                                      tbt_headroom=tbt_headroom)
+               for name in (list(ADMISSION_POLICIES) if names is None else names)}
     header = (f"base {base.name}: {describe(p)}; measured saturation {sat.cluster_per_s:.2f} requests/s "
               f"({sat.bottleneck} pool first: prefill {sat.prefill_per_s:.2f}/s, decode {sat.decode_per_s:.2f}/s); "
               f"{len(trace):,} i.i.d. requests at load {load:g} = {load * sat.cluster_per_s:.2f}/s"
@@ -206,20 +185,6 @@ def check_overrides(preset, **overrides) -> None:
     a fixed heterogeneous pool; :func:`cluster_preset`'s arguments)."""
     if get_preset(preset).decode_model != "reserve":
         cluster_preset(preset, **overrides)
-
-
-def overload(base, preset: ClusterPreset, load: float, n_requests: int, names, seed: int = 0,
-             fresh_blocks: bool = False, tbt_headroom: float = 0.0):
-    """Every admission baseline of ``names`` (None: all) owning the admission decision on
-    ``preset``'s cluster, over ``n_requests`` requests drawn i.i.d. from ``base`` at ``load`` x the
-    cluster's measured saturation (``fresh_blocks``: see :func:`conductor.overload_workload`;
-    ``tbt_headroom``: see :class:`conductor.ClusterSimulator`).
-    Returns ``(trace, saturation, {name: ClusterResult})``."""
-    trace, sat = cluster.overload_workload(base, load, n_requests, seed, preset, fresh_blocks=fresh_blocks)
-    results = {name: cluster.simulate(trace, preset, admission=make_policy("admission", name), seed=seed,
-                                      tbt_headroom=tbt_headroom)
-               for name in (list(ADMISSION_POLICIES) if names is None else names)}
-    return trace, sat, results
 
 
 # --- compare --------------------------------------------------------------------------------------
@@ -254,9 +219,6 @@ def compare_settings(preset: str | ClusterPreset, env: str = "all", loads=None, 
     return settings
 
 
-def compare_policies(problem: str) -> dict:
-    """Every baseline of ``problem`` as an env policy of its environment."""
-    return problems.get(problem).policies()
 
 
 @dataclass
@@ -283,7 +245,7 @@ def _cluster_compare(preset, env, seeds, rates, loads, trace, speed, agents, tun
                      threads) -> Comparison:
     settings = compare_settings(preset, env, loads, trace, speed)
     first = compare.COMPARE_SEED_BASE
-    plan = [(s, compare_policies(s.problem)) for s in settings]
+    plan = [(s, problems.get(s.problem).policies()) for s in settings]
     compare.run_plan(plan, [first + i for i in range(seeds)], progress, threads)  # each table ends with its bound
     return Comparison(settings, f"{describe(get_preset(preset))}. Mean ± 95% CI over {seeds} held-out seeds "
                                 f"({first}..{first + seeds - 1}), same workloads for every policy.")
