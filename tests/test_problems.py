@@ -74,3 +74,13 @@ def test_a_cluster_routing_baseline_acts_on_the_cluster_view():
     assert isinstance(policy.policy, problems.OnRoutingView) and policy.env_kwargs == {}
     oracle = problems.get("admission-v1").policy("size_oracle", "size (tuned)")
     assert oracle.name == "size (tuned)" and oracle.env_kwargs == {"oracle": True}
+
+
+@pytest.mark.parametrize("name", [n for n in EXPECTED if n != "admission-v1"])
+def test_compare_and_tune_draw_their_workloads_from_the_problem(name):
+    p = problems.get(name)
+    preset = "lecture" if p.decode_model == "reserve" else "mooncake"
+    (setting, *_) = cmp.settings(preset, p.decision, rates=(4.0,), loads=(2.0,))
+    assert setting.problem == name and setting.env_id == p.env_id
+    assert p.workloads((4.0,), (2.0,), None, 1.0, 3000, preset)[0] == (setting.label, setting.env_kwargs)
+    assert problems.get("admission-v1").workloads is None  # its workloads are the scenarios'

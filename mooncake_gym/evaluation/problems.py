@@ -221,6 +221,41 @@ def _as_is(policy):
     return policy
 
 
+# --- workloads: function(rates, loads, trace, speed, episode_requests, preset) -> [(label, env kwargs)] ----
+def _lecture_routing(rates, loads, trace, speed, n, preset) -> list:
+    if trace is not None:
+        return [(f"routing: trace {getattr(trace, 'name', trace)} at speed {speed:g}", {"trace": trace, "speed": speed})]
+    return [(f"routing: synthetic, {rate:g} sessions/s, {n} requests", {"rate": float(rate), "episode_requests": n})
+            for rate in rates]
+
+
+def _cluster_routing(rates, loads, trace, speed, n, preset) -> list:
+    name = get_preset(preset).name
+    if trace is not None:
+        return [(f"routing ({name}): trace {trace.name} at speed {speed:g}",
+                 {"preset": preset, "trace": trace, "speed": speed})]
+    return [(f"routing ({name}): synthetic base, load {load:g}x saturation, {n} i.i.d. requests",
+             {"preset": preset, "episode_requests": n, "load": float(load)}) for load in loads or (0.9,)]
+
+
+def _admission(capacity: str, with_preset: bool):
+    """Admission workloads: ``n`` requests drawn i.i.d. at each load x ``capacity`` from the synthetic
+    base, or from ``trace``."""
+    def workloads(rates, loads, trace, speed, n, preset) -> list:
+        head = f"admission ({get_preset(preset).name})" if with_preset else "admission"
+        out = []
+        for load in loads or (2.0,):
+            kw = ({"preset": preset, "episode_requests": n, "load": float(load)} if with_preset
+                  else {"load": float(load), "episode_requests": n})
+            src = "synthetic base"
+            if trace is not None:
+                kw["base_trace"] = trace
+                src = f"base trace {getattr(trace, 'name', trace)}"
+            out.append((f"{head}: {src}, load {load:g}x {capacity}, {n} i.i.d. requests", kw))
+        return out
+    return workloads
+
+
 # --- the registry ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Problem:
@@ -255,6 +290,11 @@ class Problem:
     adapt: Callable = field(default=_as_is)
     #: a variant the commands run on a preset (:func:`for_preset`); admission-v1 is the scenarios' table
     preset_variant: bool = True
+    #: compare's and tune's workloads, ``function(rates, loads, trace, speed, episode_requests, preset)
+    #: -> [(label, env kwargs)]`` (None: only the scenarios' workloads)
+    workloads: Callable | None = None
+    #: ``--trace`` is replayed (routing), else it is a base trace, used with ``--env`` naming this problem only
+    replays_trace: bool = False
 
     def policy(self, name: str, label: str | None = None, **knobs) -> ViewPolicy:
         """Baseline ``name`` with ``knobs``, as a row ``label`` (default ``name``); its ``env_kwargs``
@@ -285,12 +325,13 @@ _CLUSTER_ROUTING_GOALS = {"mean_ttft_s": "min", "p90_ttft_s": "min", "ttft_attai
 PROBLEMS: dict[str, Problem] = {p.name: p for p in (
     Problem("routing", "routing", "reserve", ROUTING_ENV_ID, "routing", "mean_ttft_s", "min", _ROUTING_GOALS,
             ROUTING_COLUMNS, routing_row, ROUTING_COLUMNS, routing_row, routing_bound,
-            scenario_problems=("routing",), env_ids=(ROUTING_ENV_ID,)),
+            scenario_problems=("routing",), env_ids=(ROUTING_ENV_ID,), workloads=_lecture_routing,
+            replays_trace=True),
     Problem("admission", "admission", "reserve", ADMISSION_ENV_ID, "admission", "goodput", "max",
             {"goodput": "max", "completed": "max", "wasted_prefill_s": "min", "rejected_after_prefill": "min",
              "return": "max"},
             ADMISSION_COLUMNS, _admission_row, OVERLOAD_COLUMNS, lambda name, metrics: overload_row(metrics),
-            env_ids=(ADMISSION_ENV_ID,)),
+            env_ids=(ADMISSION_ENV_ID,), workloads=_admission("decode capacity", False)),
     Problem("admission-v1", "admission", "batching", ADMISSION_V1_ENV_ID, "admission-v1", "token_goodput", "max",
             {"token_goodput": "max", "goodput_requests": "max", "wasted_prefill_gpu_s": "min", "return": "max"},
             ADMISSION_V1_COLUMNS, _metrics_row, ADMISSION_V1_COLUMNS, _metrics_row, admission_bound,
@@ -298,11 +339,12 @@ PROBLEMS: dict[str, Problem] = {p.name: p for p in (
             preset_variant=False),
     Problem("routing-cluster", "routing", "batching", ROUTING_V1_ENV_ID, "routing", "mean_ttft_s", "min",
             _CLUSTER_ROUTING_GOALS, CLUSTER_ROUTING_COLUMNS, table_row, CLUSTER_ROUTING_COLUMNS, table_row,
-            routing_bound, env_ids=(ROUTING_V1_ENV_ID,), adapt=OnRoutingView),
+            routing_bound, env_ids=(ROUTING_V1_ENV_ID,), adapt=OnRoutingView, workloads=_cluster_routing,
+            replays_trace=True),
     Problem("admission-cluster", "admission", "batching", ADMISSION_V1_ENV_ID, "admission", "goodput", "max",
             {"goodput": "max", "token_goodput": "max", "goodput_requests": "max", "completed": "max"},
             CLUSTER_COMPARE_ADMISSION_COLUMNS, table_row, CLUSTER_ADMISSION_COLUMNS, table_row, admission_bound,
-            env_ids=(ADMISSION_V1_ENV_ID,)),
+            env_ids=(ADMISSION_V1_ENV_ID,), workloads=_admission("saturation", True)),
 )}
 #: The decisions ``--env`` names (``routing``, ``admission``).
 DECISIONS = tuple(dict.fromkeys(p.decision for p in PROBLEMS.values()))

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from mooncake_gym.reporting import tables as report
 from mooncake_gym.envs import ADMISSION_ENV_ID, ROUTING_ENV_ID
 from mooncake_gym.evaluation import problems
-from mooncake_gym.evaluation.episodes import ModelPolicy, ViewPolicy, evaluate
+from mooncake_gym.evaluation.episodes import ModelPolicy, evaluate
 from mooncake_gym.evaluation.statistics import mean_ci95
 
 #: Evaluation seeds start here: training uses seeds below 1,000 and the callback 10,000 + seed, so
@@ -54,25 +54,27 @@ class Setting:
     fingerprint: str | None = None
 
 
+def settings(preset="lecture", env: str = "all", rates=(4.0, 8.0), loads=None, trace=None, speed: float = 1.0,
+             episode_requests: int = ROUTING_EPISODE_REQUESTS) -> list[Setting]:
+    """compare's settings of each problem ``env`` names ("all": every decision) on ``preset``: the
+    problem's workloads (``Problem.workloads``; ``loads`` None: the problem's defaults). ``trace`` is
+    replayed for routing, and is the base trace of admission only with ``env="admission"``."""
+    out = []
+    for decision in problems.DECISIONS:
+        if env in (decision, "all"):
+            p = problems.for_preset(decision, preset)
+            given = trace if p.replays_trace or env == decision else None
+            out += [Setting(p.name, label, p.env_id, kwargs)
+                    for label, kwargs in p.workloads(rates, loads, given, speed, episode_requests, preset)]
+    return out
+
+
 def routing_settings(rates=(4.0, 8.0), trace=None, speed=1.0, episode_requests=ROUTING_EPISODE_REQUESTS):
-    if trace is not None:
-        label = f"routing: trace {getattr(trace, 'name', trace)} at speed {speed:g}"
-        return [Setting("routing", label, ROUTING_ENV_ID, {"trace": trace, "speed": speed})]
-    return [Setting("routing", f"routing: synthetic, {rate:g} sessions/s, {episode_requests} requests",
-                    ROUTING_ENV_ID, {"rate": float(rate), "episode_requests": episode_requests}) for rate in rates]
+    return settings("lecture", "routing", rates, None, trace, speed, episode_requests)
 
 
 def admission_settings(loads=(2.0,), trace=None, episode_requests=ADMISSION_EPISODE_REQUESTS):
-    out = []
-    for load in loads:
-        kw = {"load": float(load), "episode_requests": episode_requests}
-        src = "synthetic base"
-        if trace is not None:
-            kw["base_trace"] = trace
-            src = f"base trace {getattr(trace, 'name', trace)}"
-        out.append(Setting("admission", f"admission: {src}, load {load:g}x decode capacity, "
-                                        f"{episode_requests} i.i.d. requests", ADMISSION_ENV_ID, kw))
-    return out
+    return settings("lecture", "admission", None, loads, trace, 1.0, episode_requests)
 
 
 def policies_for(problem: str, agents: dict, scenario: str | None = None) -> dict:
@@ -95,13 +97,6 @@ def agent_scenarios(model) -> list | None:
     return only
 
 
-def baseline_policy(problem: str, name: str, label: str | None = None, **knobs) -> ViewPolicy:
-    """Baseline ``name`` of ``problem`` with ``knobs``, as a row ``label`` (default ``name``); its
-    ``env_kwargs`` are what its environment must be made with (the factory's ``ENV_KWARGS``, e.g.
-    ``oracle=True`` for a rule that reads the true output length), defaults and tuned alike."""
-    return problems.get(problem).policy(name, label, **knobs)
-
-
 def with_tuned(policies: dict, problem: str, tuned: list) -> dict:
     """``policies`` with each tuned baseline of ``problem`` inserted right after its default row."""
     from mooncake_gym.experiments.tune import tuned_name
@@ -110,7 +105,7 @@ def with_tuned(policies: dict, problem: str, tuned: list) -> dict:
     for doc in tuned:
         if doc["env"] != problem:
             continue
-        row = (tuned_name(doc), baseline_policy(problem, doc["policy"], tuned_name(doc), **doc["knobs"]))
+        row = (tuned_name(doc), problems.get(problem).policy(doc["policy"], tuned_name(doc), **doc["knobs"]))
         items = list(out.items())
         at = next((i + 1 for i, (name, _) in enumerate(items) if name == doc["policy"]), len(items))
         out = dict(items[:at] + [row] + items[at:])
@@ -176,18 +171,14 @@ def compare(env: str = "all", seeds: int = 5, rates=(4.0, 8.0), loads=(2.0,), tr
     if agents is None:
         agents = shipped_agents()
     seed_list = [COMPARE_SEED_BASE + i for i in range(seeds)]
-    settings = []
-    if env in ("routing", "all"):
-        settings += routing_settings(rates, trace, speed)
-    if env in ("admission", "all"):
-        settings += admission_settings(loads, trace if env == "admission" else None)
-    plan = [(s, with_tuned(policies_for(s.problem, agents), s.problem, tuned or [])) for s in settings]
+    chosen = settings("lecture", env, rates, loads, trace, speed)
+    plan = [(s, with_tuned(policies_for(s.problem, agents), s.problem, tuned or [])) for s in chosen]
     run_plan(plan, seed_list, progress, threads, keep_results=plot_dir is not None)
     if plot_dir is not None:
         from mooncake_gym.reporting.plots import compare_plots
 
-        compare_plots(settings, plot_dir)
-    return settings
+        compare_plots(chosen, plot_dir)
+    return chosen
 
 
 def run_plan(plan: list, seed_list, progress: bool, threads: int | None, keep_results: bool = False) -> None:

@@ -15,20 +15,15 @@ from itertools import groupby
 from typing import Callable
 
 from mooncake_gym.baselines import ADMISSION_POLICIES, ROUTING_POLICIES, make_policy
-from mooncake_gym.envs import ADMISSION_V1_ENV_ID, ROUTING_V1_ENV_ID
 from mooncake_gym.evaluation import problems
 from mooncake_gym.evaluation.problems import (CLUSTER_ADMISSION_COLUMNS, CLUSTER_ROUTING_COLUMNS,  # noqa: F401
                                               OnRoutingView, table_row)  # clusterrun's names (mooncake_gym._moved)
 from mooncake_gym.experiments import compare
-from mooncake_gym.experiments.compare import Setting
 from mooncake_gym.model.presets import PRESETS, ClusterPreset, get_preset
 from mooncake_gym.sim import admission, cluster, routing
 
 #: The presets the command line accepts; ``lecture`` is the default and keeps the lecture's simulators.
 PRESET_NAMES = tuple(PRESETS)
-#: compare's default loads on a cluster preset, per problem (multiples of the measured saturation):
-#: PrefillRouting-v1's default load, and the lecture's admission load.
-DEFAULT_LOADS = {"routing": (0.9,), "admission": (2.0,)}
 
 
 def cluster_preset(name: str | ClusterPreset, n_prefill: int | None = None, cache_blocks: int | None = None,
@@ -192,33 +187,9 @@ def compare_settings(preset: str | ClusterPreset, env: str = "all", loads=None, 
                      episode_requests: int = 3000) -> list:
     """compare's settings on a cluster ``preset``: ``mooncake_gym/PrefillRouting-v1`` (at each load,
     or replaying ``trace`` at ``speed``) and ``mooncake_gym/OverloadAdmission-v1`` (at each load, on
-    ``trace`` as base if given). ``loads``: multiples of the measured saturation (None: per decision,
-    ``DEFAULT_LOADS``)."""
-    name = get_preset(preset).name
-    route, admit = problems.for_preset("routing", preset).name, problems.for_preset("admission", preset).name
-    settings = []
-    base = {"preset": preset, "episode_requests": episode_requests}
-    if env in ("routing", "all"):
-        if trace is not None:
-            settings.append(Setting(route, f"routing ({name}): trace {trace.name} at speed {speed:g}",
-                                    ROUTING_V1_ENV_ID, {"preset": preset, "trace": trace, "speed": speed}))
-        else:
-            for load in loads or DEFAULT_LOADS["routing"]:
-                settings.append(Setting(route, f"routing ({name}): synthetic base, load {load:g}x saturation, "
-                                               f"{episode_requests} i.i.d. requests",
-                                        ROUTING_V1_ENV_ID, {**base, "load": float(load)}))
-    if env in ("admission", "all"):
-        for load in loads or DEFAULT_LOADS["admission"]:
-            kw = {**base, "load": float(load)}
-            src = "synthetic base"
-            if trace is not None and env == "admission":
-                kw["base_trace"] = trace
-                src = f"base trace {trace.name}"
-            settings.append(Setting(admit, f"admission ({name}): {src}, load {load:g}x saturation, "
-                                           f"{episode_requests} i.i.d. requests", ADMISSION_V1_ENV_ID, kw))
-    return settings
-
-
+    ``trace`` as base with ``env="admission"``). ``loads``: multiples of the measured saturation
+    (None: per problem, PrefillRouting-v1's default load 0.9 and the lecture's admission load 2)."""
+    return compare.settings(preset, env, None, loads, trace, speed, episode_requests)
 
 
 @dataclass
@@ -255,6 +226,6 @@ def compare_on(preset, env: str = "all", seeds: int = 5, rates=None, loads=None,
                agents=None, tuned=None, plot_dir=None, progress: bool = True, threads: int | None = 1) -> Comparison:
     """``compare`` on ``preset``: the lecture's v0 environments with the shipped agents (or
     ``agents``), ``tuned`` baselines and plots (reserve model; rates default 4,8 and loads 2), or the
-    v1 environments of a cluster preset (loads per decision, ``DEFAULT_LOADS``)."""
+    v1 environments of a cluster preset (loads None: each problem's default)."""
     build = {"reserve": _lecture_compare, "batching": _cluster_compare}[get_preset(preset).decode_model]
     return build(preset, env, seeds, rates, loads, trace, speed, agents, tuned, plot_dir, progress, threads)

@@ -95,14 +95,8 @@ def tune_seeds(seeds: int) -> list[int]:
 
 def workloads(problem: str, rates=(4.0, 8.0), loads=(2.0,), trace=None, speed: float = 1.0,
               episode_requests: int = TUNE_EPISODE_REQUESTS) -> list[tuple[str, dict]]:
-    """``(label, env kwargs)`` of each workload a setting is scored on: ``compare``'s settings."""
-    from mooncake_gym.experiments.compare import admission_settings, routing_settings
-
-    if problem == "routing":
-        settings = routing_settings(rates, trace, speed, episode_requests=episode_requests)
-    else:
-        settings = admission_settings(loads, trace, episode_requests=episode_requests)
-    return [(s.label, s.env_kwargs) for s in settings]
+    """``(label, env kwargs)`` of each workload a setting is scored on: ``compare``'s (``Problem.workloads``)."""
+    return problems.get(problem).workloads(rates, loads, trace, speed, episode_requests, None)
 
 
 def metric_goal(problem: str, metric: str | None) -> tuple[str, str]:
@@ -115,13 +109,12 @@ def objective(problem: str, name: str, knobs: dict, seeds, settings, metric: str
     """The score of baseline ``name`` with ``knobs``: ``metric`` (default ``TUNE_METRICS[problem]``)
     averaged over every seed of every workload in ``settings`` (``[(label, env kwargs)]``) of
     ``env_id`` (default: the problem's v0 environment; a scenario's base environment with ``--scenario``)."""
-    from mooncake_gym.experiments.compare import baseline_policy
     from mooncake_gym.evaluation.episodes import evaluate
 
     metric, _ = metric_goal(problem, metric)
     if env_id is None:
         env_id = problems.get(problem).env_id
-    policy = baseline_policy(problem, name, **knobs)  # with the environment it needs (e.g. the oracle)
+    policy = problems.get(problem).policy(name, **knobs)  # with the environment it needs (e.g. the oracle)
     values = []
     for _, env_kwargs in settings:
         values += [e[metric] for e in evaluate(env_id, policy, seeds, **{**env_kwargs, **policy.env_kwargs})]
