@@ -1,5 +1,5 @@
 """``mooncake-gym compare``: every baseline and trained agent on the same workloads (the main job),
-on the ``--preset``'s environments (:func:`mooncake_gym.experiments.preset_runs.compare_on`) or on
+on the ``--preset``'s environments (:func:`mooncake_gym.experiments.compare.compare`) or on
 named scenarios (``--scenario``)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from mooncake_gym.cli.options import PRESET_DEFAULT, Command, NoEffect, decode_m
 from mooncake_gym.evaluation.problems import DECISIONS
 from mooncake_gym.evaluation.scenarios import get_scenario
 from mooncake_gym.experiments import compare as cmp
-from mooncake_gym.experiments.preset_runs import compare_on
+from mooncake_gym.experiments.preset_runs import compare_header
 from mooncake_gym.experiments.tune import read_tuned
 from mooncake_gym.model.workload import read_trace
 from mooncake_gym.reporting import tables as report
@@ -124,16 +124,16 @@ def run(args) -> int:
     if args.scenario:
         return _run_scenarios(args, agents, tuned)
     trace = read_trace(args.trace) if args.trace else None
-    out = compare_on(args.preset, args.env, args.seeds, args.rates, args.loads, trace, args.speed, agents=agents,
-                     tuned=tuned, plot_dir=args.plot_dir, progress=not (args.json or args.no_progress),
-                     threads=args.threads)
+    settings = cmp.compare(args.env, args.seeds, args.rates, args.loads, trace, args.speed, agents=agents,
+                           plot_dir=args.plot_dir, progress=not (args.json or args.no_progress), threads=args.threads,
+                           tuned=tuned, preset=args.preset)
     if args.json:
-        report.print_json(cmp.settings_json(out.settings, args.seeds))
+        report.print_json(cmp.settings_json(settings, args.seeds))
         return 0
-    print(out.header)
+    print(compare_header(args.preset, args.seeds))
     for path, doc in zip(args.tuned or [], tuned or []):
         print(f"{doc['policy']} (tuned): {doc['knobs']} from {path}")
-    for s in out.settings:
+    for s in settings:
         print(f"\n{'### ' if args.markdown else ''}{s.label}\n")
         print(cmp.format_setting(s, markdown=args.markdown))
     if args.plot_dir:

@@ -226,7 +226,7 @@ def _lecture_routing(rates, loads, trace, speed, n, preset) -> list:
     if trace is not None:
         return [(f"routing: trace {getattr(trace, 'name', trace)} at speed {speed:g}", {"trace": trace, "speed": speed})]
     return [(f"routing: synthetic, {rate:g} sessions/s, {n} requests", {"rate": float(rate), "episode_requests": n})
-            for rate in rates]
+            for rate in rates or (4.0, 8.0)]
 
 
 def _cluster_routing(rates, loads, trace, speed, n, preset) -> list:

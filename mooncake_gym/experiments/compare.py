@@ -152,12 +152,15 @@ def format_setting(setting: Setting, markdown: bool = False) -> str:
     return report.format_table(cells, [(k, h, None) for k, h, _ in columns], markdown=markdown)
 
 
-def compare(env: str = "all", seeds: int = 5, rates=(4.0, 8.0), loads=(2.0,), trace=None, speed: float = 1.0,
+def compare(env: str = "all", seeds: int = 5, rates=(4.0, 8.0), loads=None, trace=None, speed: float = 1.0,
             agents: dict | None = None, plot_dir: str | None = None, progress: bool = True,
-            threads: int | None = 1, tuned: list | None = None) -> list[Setting]:
-    """Evaluate every baseline and agent; returns the settings with their rows (mean and CI per metric).
+            threads: int | None = 1, tuned: list | None = None, preset="lecture") -> list[Setting]:
+    """Evaluate every baseline and agent on ``preset``'s problems (:func:`settings`; ``loads`` None:
+    each problem's default, 2 on the lecture's); returns the settings with their rows (mean and CI
+    per metric), each table ending with its problem's bound row.
 
-    ``agents``: ``{name: (problem, model)}``; by default every shipped agent that is present.
+    ``agents``: ``{name: (problem, model)}``; by default every shipped agent that is present (the
+    shipped agents act on the lecture's v0 environments and the v1 admission problem).
     ``threads``: torch threads for the agents (default 1; ``None`` leaves torch's setting).
     ``tuned``: results of ``mooncake-gym tune`` (:func:`mooncake_gym.experiments.tune.read_tuned`); each adds its
     baseline with the tuned knobs, as ``NAME (tuned)`` right after the default row.
@@ -168,10 +171,10 @@ def compare(env: str = "all", seeds: int = 5, rates=(4.0, 8.0), loads=(2.0,), tr
         raise ValueError(f"--env: expected routing, admission or all, got {env!r}")
     if not isinstance(seeds, int) or seeds < 1:
         raise ValueError(f"--seeds: expected an integer >= 1, got {seeds!r}")
-    if agents is None:
-        agents = shipped_agents()
     seed_list = [COMPARE_SEED_BASE + i for i in range(seeds)]
-    chosen = settings("lecture", env, rates, loads, trace, speed)
+    chosen = settings(preset, env, rates, loads, trace, speed)
+    if agents is None:
+        agents = shipped_agents() if any(s.problem in AGENT_PROBLEMS for s in chosen) else {}
     plan = [(s, with_tuned(policies_for(s.problem, agents), s.problem, tuned or [])) for s in chosen]
     run_plan(plan, seed_list, progress, threads, keep_results=plot_dir is not None)
     if plot_dir is not None:

@@ -192,40 +192,12 @@ def compare_settings(preset: str | ClusterPreset, env: str = "all", loads=None, 
     return compare.settings(preset, env, None, loads, trace, speed, episode_requests)
 
 
-@dataclass
-class Comparison:
-    """``compare``'s settings with their rows (and bounds) on a preset, and the header above them."""
-
-    settings: list
-    header: str
-
-
-def _lecture_compare(preset, env, seeds, rates, loads, trace, speed, agents, tuned, plot_dir, progress,
-                     threads) -> Comparison:
-    settings = compare.compare(env=env, seeds=seeds, rates=rates or [4.0, 8.0], loads=loads or [2.0], trace=trace,
-                               speed=speed, agents=agents, plot_dir=plot_dir, progress=progress, threads=threads,
-                               tuned=tuned)
-    first = compare.COMPARE_SEED_BASE
-    header = (f"One held-out seed ({first}), same workload for every policy: no confidence interval." if seeds == 1
-              else f"Mean ± 95% CI over {seeds} held-out seeds ({first}..{first + seeds - 1}), "
-                   "same workloads for every policy.")
-    return Comparison(settings, header)
-
-
-def _cluster_compare(preset, env, seeds, rates, loads, trace, speed, agents, tuned, plot_dir, progress,
-                     threads) -> Comparison:
-    settings = compare_settings(preset, env, loads, trace, speed)
-    first = compare.COMPARE_SEED_BASE
-    plan = [(s, problems.get(s.problem).policies()) for s in settings]
-    compare.run_plan(plan, [first + i for i in range(seeds)], progress, threads)  # each table ends with its bound
-    return Comparison(settings, f"{describe(get_preset(preset))}. Mean ± 95% CI over {seeds} held-out seeds "
-                                f"({first}..{first + seeds - 1}), same workloads for every policy.")
-
-
-def compare_on(preset, env: str = "all", seeds: int = 5, rates=None, loads=None, trace=None, speed: float = 1.0,
-               agents=None, tuned=None, plot_dir=None, progress: bool = True, threads: int | None = 1) -> Comparison:
-    """``compare`` on ``preset``: the lecture's v0 environments with the shipped agents (or
-    ``agents``), ``tuned`` baselines and plots (reserve model; rates default 4,8 and loads 2), or the
-    v1 environments of a cluster preset (loads None: each problem's default)."""
-    build = {"reserve": _lecture_compare, "batching": _cluster_compare}[get_preset(preset).decode_model]
-    return build(preset, env, seeds, rates, loads, trace, speed, agents, tuned, plot_dir, progress, threads)
+def compare_header(preset, seeds: int) -> str:
+    """The line above ``compare``'s tables on ``preset``: the seeds (and the cluster of a cluster preset)."""
+    first, last = compare.COMPARE_SEED_BASE, compare.COMPARE_SEED_BASE + seeds - 1
+    if get_preset(preset).decode_model != "reserve":
+        return (f"{describe(get_preset(preset))}. Mean ± 95% CI over {seeds} held-out seeds ({first}..{last}), "
+                "same workloads for every policy.")
+    if seeds == 1:
+        return f"One held-out seed ({first}), same workload for every policy: no confidence interval."
+    return f"Mean ± 95% CI over {seeds} held-out seeds ({first}..{last}), same workloads for every policy."
