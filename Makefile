@@ -142,7 +142,7 @@ LEADERBOARD_ROUTING_FULL ?= kvcentric
 LEADERBOARD_ADMISSION_FULL ?= early context_predicted
 LEADERBOARD_DIR ?= build/leaderboard
 LEADERBOARD_TRACE = $(if $(wildcard $(SHARED_TRACE)),--trace $(SHARED_TRACE),)
-LEADERBOARD_PLAN = $(BIN)/python -m mooncake_gym.reporting.scenario_docs $(if $(LEADERBOARD_TUNE_BUDGET),--budget $(LEADERBOARD_TUNE_BUDGET),)
+LEADERBOARD_PLAN = $(BIN)/python -m mooncake_gym.experiments.leaderboard $(if $(LEADERBOARD_TUNE_BUDGET),--budget $(LEADERBOARD_TUNE_BUDGET),)
 leaderboard: leaderboard-tune
 	$(MAKE) leaderboard-tables
 leaderboard-tune: $(STAMP)
@@ -159,5 +159,5 @@ leaderboard-tune: $(STAMP)
 leaderboard-tables: $(STAMP)
 	$(BIN)/mooncake-gym compare --scenario all --seeds $(LEADERBOARD_SEEDS) --markdown --no-progress $(LEADERBOARD_TRACE) \
 	  $$(for f in $(LEADERBOARD_DIR)/*.json; do echo --tuned $$f; done) > $(LEADERBOARD_DIR)/tables.md
-	$(BIN)/python -m mooncake_gym.reporting.scenario_docs --leaderboard $(LEADERBOARD_DIR)/tables.md \
+	$(BIN)/python -m mooncake_gym.experiments.leaderboard --leaderboard $(LEADERBOARD_DIR)/tables.md \
 	  --seeds $(LEADERBOARD_SEEDS) --command "make leaderboard LEADERBOARD_SEEDS=$(LEADERBOARD_SEEDS) LEADERBOARD_TUNE_BUDGET=$(LEADERBOARD_TUNE_BUDGET)" > docs/leaderboard.md

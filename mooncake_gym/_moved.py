@@ -24,8 +24,8 @@ MOVED = {  # mooncake_gym.evaluation and mooncake_gym.cli became packages that e
     "bounds": "analysis.bounds", "cacheanalysis": "analysis.cache", "calibration": "analysis.calibration",
     "wrappers": "envs.wrappers", "admission_features": "envs.wrappers",
     "scenarios": "evaluation.scenarios", "rllib": "agents.rllib",
-    "compare": "experiments.compare", "tune": "experiments.tune", "clusterrun": "experiments.clusterrun",
-    "report": "reporting.tables", "plots": "reporting.plots", "scenario_docs": "reporting.scenario_docs",
+    "compare": "experiments.compare", "tune": "experiments.tune", "clusterrun": "experiments.preset_runs",
+    "report": "reporting.tables", "plots": "reporting.plots", "scenario_docs": "experiments.leaderboard",
     "lecture": "course.lecture", "lab": "course.lab", "bench": "cli.bench",
 }
 

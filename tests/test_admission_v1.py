@@ -10,7 +10,8 @@ import pytest
 import mooncake_gym  # noqa: F401  (registers the environments and scenarios)
 from mooncake_gym.baselines import ADMISSION_V1_POLICIES
 from mooncake_gym.baselines.admission import decode_load_with
-from mooncake_gym.analysis.bounds import admission_bound_row, admission_goodput_bound
+from mooncake_gym.analysis.bounds import admission_goodput_bound
+from mooncake_gym.evaluation.problems import admission_bound as admission_bound_row
 from mooncake_gym.sim.cluster import COMPLETED, LENGTH_CLASSES, length_class_of, simulate
 from mooncake_gym.envs import ADMISSION_V1_ENV_ID, OverloadAdmissionV1Env
 from mooncake_gym.evaluation.episodes import evaluate

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from mooncake_gym.evaluation import problems
 from mooncake_gym.experiments import compare as cmp
 from mooncake_gym.baselines import ROUTING_POLICIES, make_policy
 from mooncake_gym.analysis.bounds import min_service_s, seen_prefix_blocks, srpt_flow_times, ttft_lower_bound
@@ -88,7 +89,7 @@ def test_bad_trace_is_a_clear_error():
 def test_compare_shows_the_bound_row():
     setting = cmp.routing_settings(rates=(8.0,), episode_requests=200)[0]
     seeds = [1, 2]
-    bound = cmp.routing_bound(setting, seeds)
+    bound = problems.get("routing").bound(setting.env_id, setting.env_kwargs, seeds)
     import gymnasium as gym
 
     env = gym.make(ROUTING_ENV_ID, **setting.env_kwargs)

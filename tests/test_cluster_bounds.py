@@ -6,7 +6,8 @@ import pytest
 
 from mooncake_gym.experiments import compare as cmp
 from mooncake_gym.analysis.bounds import cluster_ttft_bound
-from mooncake_gym.experiments.clusterrun import compare_policies, compare_settings
+from mooncake_gym.evaluation import problems
+from mooncake_gym.experiments.preset_runs import compare_settings
 from mooncake_gym.sim.cluster import simulate
 from mooncake_gym.model.presets import get_preset
 from mooncake_gym.model.workload import Trace
@@ -41,8 +42,8 @@ def test_the_cluster_ttft_bound_refuses_a_trace_with_nothing_to_prefill():
 
 
 def run_with_bound(setting, seeds):
-    cmp.run_setting(setting, compare_policies(setting.problem), seeds)
-    setting.bound = cmp.BOUNDS[setting.problem](setting, seeds)
+    cmp.run_setting(setting, problems.get(setting.problem).policies(), seeds)
+    setting.bound = problems.get(setting.problem).bound(setting.env_id, setting.env_kwargs, seeds)
     return setting
 
 

@@ -87,7 +87,8 @@ def imports_of(name: str, path: Path, mods: dict) -> set[str]:
                 module = ".".join(base + ([node.module] if node.module else []))
             else:
                 module = node.module or ""
-            targets = [module] + [f"{module}.{a.name}" for a in node.names]
+            # ``from package import submodule`` imports the submodule; any other name is the package's
+            targets = [f"{module}.{a.name}" if f"{module}.{a.name}" in mods else module for a in node.names]
         elif isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         else:

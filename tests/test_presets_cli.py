@@ -1,4 +1,4 @@
-"""``--preset`` on replay, overload and compare (mooncake_gym.experiments.clusterrun): ``lecture`` is the lecture's
+"""``--preset`` on replay, overload and compare (mooncake_gym.experiments.preset_runs): ``lecture`` is the lecture's
 simulators exactly; a realistic preset runs the whole cluster (conductor.simulate, the v1 envs);
 options a preset does not take are one-line errors before any work."""
 

@@ -9,7 +9,6 @@ import json
 import numpy as np
 import pytest
 
-import mooncake_gym.evaluation.episodes
 from mooncake_gym.experiments import tune
 from mooncake_gym.agents.train import CARD_SEEDS, EVAL_SEED_BASE
 from mooncake_gym.baselines import ADMISSION_POLICIES, ADMISSION_V1_POLICIES, ROUTING_POLICIES, KVCentric
@@ -59,7 +58,7 @@ def test_a_search_never_uses_a_held_out_seed(tmp_path, capsys, monkeypatch):
         seen.extend(seeds)
         return evaluate(env_id, policy, seeds, **kw)
 
-    monkeypatch.setattr(mooncake_gym.evaluation.episodes, "evaluate", recording)
+    monkeypatch.setattr(tune, "evaluate", recording)  # the evaluate that tune calls
     run_tune(tmp_path, capsys, [*ADMISSION_ARGS[:-1], "3"])
     assert seen and set(seen) == {0, 1, 2}
     # the whole range a search may use lies below every held-out range

@@ -279,29 +279,3 @@ def admission_goodput_bound(trace: Trace, preset="mooncake-overload", n_lambda: 
         return best
 
     return GoodputBound(bound(outputs[idx]), bound(np.ones(len(idx))), int(len(idx)))
-
-
-def admission_bound_row(env_id: str, env_kwargs: dict, seeds) -> dict:
-    """The row ``bound`` of an admission table: :func:`admission_goodput_bound` of each seed's
-    episode of ``gym.make(env_id, **env_kwargs)`` (the episode every policy sees with that seed),
-    mean and 95 % CI over the seeds in the keys of ``report.ADMISSION_V1_COLUMNS`` it bounds
-    (``token_goodput``, ``goodput_requests``); the others are absent."""
-    import gymnasium as gym
-
-    from mooncake_gym.experiments.compare import mean_ci95
-
-    env = gym.make(env_id, **env_kwargs)
-    tokens, requests = [], []
-    try:
-        for seed in seeds:
-            env.reset(seed=seed)
-            base = env.unwrapped
-            b = admission_goodput_bound(base.sim.trace, base.preset)
-            tokens.append(b.token_goodput)
-            requests.append(b.goodput_requests)
-    finally:
-        env.close()
-    row = {"policy": "bound", "episodes": len(tokens)}
-    for key, values in (("token_goodput", tokens), ("goodput_requests", requests)):
-        row[key], row[key + "_ci95"] = mean_ci95(values)
-    return row

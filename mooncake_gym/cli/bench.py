@@ -10,14 +10,16 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-BENCH_DIR = Path(__file__).resolve().parents[1] / "benchmarks"
+from mooncake_gym import compiled
+from mooncake_gym.cli.options import JSON, Command, opt
+from mooncake_gym.reporting import tables as report
+
+BENCH_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def run_benchmarks(seconds: float = 2.0, only: str | None = None) -> dict:
     if not BENCH_DIR.is_dir():
         raise FileNotFoundError(f"bench: no benchmarks folder at {BENCH_DIR} (run from a source checkout)")
-    from mooncake_gym import compiled
-
     modules = compiled()
     print(f"compiled (make install-fast): {', '.join(modules)}" if modules else "pure Python (no compiled modules)")
     results = {}
@@ -33,3 +35,17 @@ def run_benchmarks(seconds: float = 2.0, only: str | None = None) -> dict:
     if not results:
         raise ValueError(f"--only: no benchmark name contains {only!r}")
     return results
+
+
+def run(args) -> int:
+    results = run_benchmarks(seconds=args.seconds, only=args.only)
+    if args.json:
+        report.print_json(results)
+    return 0
+
+
+COMMAND = Command("bench", "speed benchmarks (decisions/s, env steps/s next to CartPole)", (
+    opt("--seconds", type=float, default=2.0, limit="seconds", help="time budget per measurement (default 2)"),
+    opt("--only", default=None, help="run only benchmarks whose name contains this"),
+    JSON,
+), run)

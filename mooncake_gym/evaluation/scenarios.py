@@ -22,7 +22,10 @@ import json
 import os
 from dataclasses import dataclass
 
-PROBLEMS = ("routing", "admission", "conductor")
+from mooncake_gym.evaluation.problems import SCENARIO_PROBLEMS
+
+#: The problems a scenario may name (each tabulated by one problem of the registry).
+PROBLEMS = SCENARIO_PROBLEMS
 #: Keyword arguments whose string value names a trace file: the fingerprint hashes the file's bytes.
 TRACE_ARGUMENTS = ("trace", "base_trace")
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
-
+from mooncake_gym.agents import available, load_agent
+from mooncake_gym.envs import ADMISSION_ENV_ID, ADMISSION_V1_ENV_ID, ROUTING_ENV_ID
+from mooncake_gym.evaluation import problems
+from mooncake_gym.evaluation.episodes import check_model_fits, evaluate, ModelPolicy
+from mooncake_gym.evaluation.scenarios import get_scenario, SCENARIOS
+from mooncake_gym.evaluation.statistics import mean_ci95
 from mooncake_gym.reporting import tables as report
-from mooncake_gym.envs import ADMISSION_ENV_ID, ROUTING_ENV_ID
-from mooncake_gym.analysis.bounds import admission_bound_row
-from mooncake_gym.evaluation.episodes import ModelPolicy, ViewPolicy, evaluate
+from mooncake_gym.reporting.plots import compare_plots
 
 #: Evaluation seeds start here: training uses seeds below 1,000 and the callback 10,000 + seed, so
 #: these episodes are never seen in training.
@@ -24,38 +26,17 @@ COMPARE_SEED_BASE = 1_000_000
 #: (``OverloadAdmission-v1``, ``Conductor-v1``), its admission baselines (``ADMISSION_V1_POLICIES``),
 #: token goodput first (``report.ADMISSION_V1_COLUMNS``) and an upper bound.
 ADMISSION_V1 = "admission-v1"
+#: The problems agents are trained on (the v0 environments, and the v1 admission problem).
+AGENT_PROBLEMS = ("routing", "admission", ADMISSION_V1)
 #: Requests per routing episode in compare (synthetic workloads).
 ROUTING_EPISODE_REQUESTS = 3000
 #: Requests per admission episode in compare.
 ADMISSION_EPISODE_REQUESTS = 3000
 
-# two-sided 95 % Student-t quantiles t_{0.975, df} for df = 1..30 (standard tables)
-_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-         2.045, 2.042]
-
-
-def mean_ci95(values) -> tuple[float, float]:
-    """Mean and half-width of its 95 % confidence interval (NaN for a single value: no spread to see)."""
-    x = np.asarray([v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))], float)
-    if len(x) == 0:
-        return float("nan"), float("nan")
-    if len(x) == 1:
-        return float(x[0]), float("nan")
-    t = _T975[len(x) - 2] if len(x) - 1 <= len(_T975) else 1.96
-    return float(x.mean()), float(t * x.std(ddof=1) / math.sqrt(len(x)))
-
-
 def columns_of(problem: str):
     """The table columns of ``problem`` and the function turning one run's metrics into a row."""
-    if problem.endswith("-cluster"):  # a realistic preset's problems (mooncake_gym.experiments.clusterrun)
-        from mooncake_gym.experiments.clusterrun import columns_of_cluster
-        return columns_of_cluster(problem)
-    if problem == "routing":
-        return report.ROUTING_COLUMNS, report.routing_row
-    if problem == ADMISSION_V1:
-        return report.ADMISSION_V1_COLUMNS, lambda name, metrics: {"policy": name, **metrics}
-    return report.ADMISSION_COLUMNS, lambda name, metrics: {"policy": name, **report.overload_row(metrics)}
+    p = problems.get(problem)
+    return p.columns, p.make_row
 
 
 @dataclass
@@ -68,7 +49,7 @@ class Setting:
     env_kwargs: dict
     rows: list = field(default_factory=list)
     episodes: dict = field(default_factory=dict)
-    #: the problem's bound over the same seeds (:data:`BOUNDS`: a lower bound on mean TTFT for
+    #: the problem's bound over the same seeds (``Problem.bound``: a lower bound on mean TTFT for
     #: routing, an upper bound on token goodput for admission-v1), shown as the table's last row
     bound: dict | None = None
     #: a scenario's setting (``compare --scenario``): its name and fingerprint
@@ -76,33 +57,33 @@ class Setting:
     fingerprint: str | None = None
 
 
+def settings(preset="lecture", env: str = "all", rates=(4.0, 8.0), loads=None, trace=None, speed: float = 1.0,
+             episode_requests: int = ROUTING_EPISODE_REQUESTS) -> list[Setting]:
+    """compare's settings of each problem ``env`` names ("all": every decision) on ``preset``: the
+    problem's workloads (``Problem.workloads``; ``loads`` None: the problem's defaults). ``trace`` is
+    replayed for routing, and is the base trace of admission only with ``env="admission"``."""
+    out = []
+    for decision in problems.DECISIONS:
+        if env in (decision, "all"):
+            p = problems.for_preset(decision, preset)
+            given = trace if p.replays_trace or env == decision else None
+            out += [Setting(p.name, label, p.env_id, kwargs)
+                    for label, kwargs in p.workloads(rates, loads, given, speed, episode_requests, preset)]
+    return out
+
+
 def routing_settings(rates=(4.0, 8.0), trace=None, speed=1.0, episode_requests=ROUTING_EPISODE_REQUESTS):
-    if trace is not None:
-        label = f"routing: trace {getattr(trace, 'name', trace)} at speed {speed:g}"
-        return [Setting("routing", label, ROUTING_ENV_ID, {"trace": trace, "speed": speed})]
-    return [Setting("routing", f"routing: synthetic, {rate:g} sessions/s, {episode_requests} requests",
-                    ROUTING_ENV_ID, {"rate": float(rate), "episode_requests": episode_requests}) for rate in rates]
+    return settings("lecture", "routing", rates, None, trace, speed, episode_requests)
 
 
 def admission_settings(loads=(2.0,), trace=None, episode_requests=ADMISSION_EPISODE_REQUESTS):
-    out = []
-    for load in loads:
-        kw = {"load": float(load), "episode_requests": episode_requests}
-        src = "synthetic base"
-        if trace is not None:
-            kw["base_trace"] = trace
-            src = f"base trace {getattr(trace, 'name', trace)}"
-        out.append(Setting("admission", f"admission: {src}, load {load:g}x decode capacity, "
-                                        f"{episode_requests} i.i.d. requests", ADMISSION_ENV_ID, kw))
-    return out
+    return settings("lecture", "admission", None, loads, trace, 1.0, episode_requests)
 
 
 def policies_for(problem: str, agents: dict, scenario: str | None = None) -> dict:
     """Every baseline of ``problem`` plus the agents (``{name: model}``) that solve it; a
     per-scenario agent (:func:`agent_scenarios`) only on ``scenario`` (a scenario's setting's name)."""
-    from mooncake_gym.baselines import POLICIES
-
-    out = {name: baseline_policy(problem, name) for name in POLICIES[problem]}
+    out = problems.get(problem).policies()
     for name, (agent_problem, model) in agents.items():
         only = agent_scenarios(model)
         if agent_problem == problem and (only is None or scenario in only):
@@ -119,26 +100,21 @@ def agent_scenarios(model) -> list | None:
     return only
 
 
-def baseline_policy(problem: str, name: str, label: str | None = None, **knobs) -> ViewPolicy:
-    """Baseline ``name`` of ``problem`` with ``knobs``, as a row ``label`` (default ``name``); its
-    ``env_kwargs`` are what its environment must be made with (the factory's ``ENV_KWARGS``, e.g.
-    ``oracle=True`` for a rule that reads the true output length), defaults and tuned alike."""
-    from mooncake_gym.baselines import POLICIES, make_policy
-
-    policy = ViewPolicy(make_policy(problem, name, **knobs), label or name)
-    policy.env_kwargs = getattr(POLICIES[problem][name], "ENV_KWARGS", {})
-    return policy
+def tuned_name(doc: dict) -> str:
+    """The table row name of a tuned baseline, e.g. ``kvcentric (tuned)`` (``kvcentric (tuned on
+    routing-saturated)`` when tuned on a scenario)."""
+    if doc.get("scenario"):
+        return f"{doc['policy']} (tuned on {doc['scenario']})"
+    return f"{doc['policy']} (tuned)"
 
 
 def with_tuned(policies: dict, problem: str, tuned: list) -> dict:
     """``policies`` with each tuned baseline of ``problem`` inserted right after its default row."""
-    from mooncake_gym.experiments.tune import tuned_name
-
     out = dict(policies)
     for doc in tuned:
         if doc["env"] != problem:
             continue
-        row = (tuned_name(doc), baseline_policy(problem, doc["policy"], tuned_name(doc), **doc["knobs"]))
+        row = (tuned_name(doc), problems.get(problem).policy(doc["policy"], tuned_name(doc), **doc["knobs"]))
         items = list(out.items())
         at = next((i + 1 for i, (name, _) in enumerate(items) if name == doc["policy"]), len(items))
         out = dict(items[:at] + [row] + items[at:])
@@ -164,34 +140,6 @@ def run_setting(setting: Setting, policies: dict, seeds, keep_results: bool = Fa
     return setting
 
 
-def routing_bound(setting: Setting, seeds) -> dict:
-    """The lower bound on mean TTFT (:func:`mooncake_gym.analysis.bounds.ttft_lower_bound`) of each seed's
-    episode of a routing setting, as a row: mean and 95 % CI over the seeds. On a cluster
-    environment (``PrefillRouting-v1``, ``compare --preset``) it is
-    :func:`mooncake_gym.analysis.bounds.cluster_ttft_bound`: over the requests the cluster prefills, as its
-    mean TTFT is."""
-    import gymnasium as gym
-
-    from mooncake_gym.analysis.bounds import cluster_ttft_bound, ttft_lower_bound
-    from mooncake_gym.envs.cluster import ClusterEnv
-
-    env = gym.make(setting.env_id, **setting.env_kwargs)
-    try:
-        values = []
-        for seed in seeds:
-            env.reset(seed=seed)  # the episode every policy of the setting saw with this seed
-            base = env.unwrapped
-            if isinstance(base, ClusterEnv):
-                values.append(cluster_ttft_bound(base.sim.trace, base.preset).mean_ttft_s)
-            else:
-                values.append(ttft_lower_bound(base.sim.trace, base.config, base.cost).mean_ttft_s)
-    finally:
-        env.close()
-    mean, ci = mean_ci95(values)
-    return {"policy": "bound", "episodes": len(values), "mean_ttft_s": mean, "mean_ttft_s_ci95": ci,
-            "per_seed": values}
-
-
 def format_setting(setting: Setting, markdown: bool = False) -> str:
     columns, _ = columns_of(setting.problem)
     cells = []
@@ -213,42 +161,39 @@ def format_setting(setting: Setting, markdown: bool = False) -> str:
     return report.format_table(cells, [(k, h, None) for k, h, _ in columns], markdown=markdown)
 
 
-def compare(env: str = "all", seeds: int = 5, rates=(4.0, 8.0), loads=(2.0,), trace=None, speed: float = 1.0,
+def compare(env: str = "all", seeds: int = 5, rates=(4.0, 8.0), loads=None, trace=None, speed: float = 1.0,
             agents: dict | None = None, plot_dir: str | None = None, progress: bool = True,
-            threads: int | None = 1, tuned: list | None = None) -> list[Setting]:
-    """Evaluate every baseline and agent; returns the settings with their rows (mean and CI per metric).
+            threads: int | None = 1, tuned: list | None = None, preset="lecture") -> list[Setting]:
+    """Evaluate every baseline and agent on ``preset``'s problems (:func:`settings`; ``loads`` None:
+    each problem's default, 2 on the lecture's); returns the settings with their rows (mean and CI
+    per metric), each table ending with its problem's bound row.
 
-    ``agents``: ``{name: (problem, model)}``; by default every shipped agent that is present.
+    ``agents``: ``{name: (problem, model)}``; by default every shipped agent that is present (the
+    shipped agents act on the lecture's v0 environments and the v1 admission problem).
     ``threads``: torch threads for the agents (default 1; ``None`` leaves torch's setting).
     ``tuned``: results of ``mooncake-gym tune`` (:func:`mooncake_gym.experiments.tune.read_tuned`); each adds its
     baseline with the tuned knobs, as ``NAME (tuned)`` right after the default row.
     """
     if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
         raise ValueError(f"--threads: expected an integer >= 1, got {threads!r}")
-    if env not in ("routing", "admission", "all"):
+    if env not in (*problems.DECISIONS, "all"):
         raise ValueError(f"--env: expected routing, admission or all, got {env!r}")
     if not isinstance(seeds, int) or seeds < 1:
         raise ValueError(f"--seeds: expected an integer >= 1, got {seeds!r}")
-    if agents is None:
-        agents = shipped_agents()
     seed_list = [COMPARE_SEED_BASE + i for i in range(seeds)]
-    settings = []
-    if env in ("routing", "all"):
-        settings += routing_settings(rates, trace, speed)
-    if env in ("admission", "all"):
-        settings += admission_settings(loads, trace if env == "admission" else None)
-    plan = [(s, with_tuned(policies_for(s.problem, agents), s.problem, tuned or [])) for s in settings]
+    chosen = settings(preset, env, rates, loads, trace, speed)
+    if agents is None:
+        agents = shipped_agents() if any(s.problem in AGENT_PROBLEMS for s in chosen) else {}
+    plan = [(s, with_tuned(policies_for(s.problem, agents), s.problem, tuned or [])) for s in chosen]
     run_plan(plan, seed_list, progress, threads, keep_results=plot_dir is not None)
     if plot_dir is not None:
-        from mooncake_gym.reporting.plots import compare_plots
-
-        compare_plots(settings, plot_dir)
-    return settings
+        compare_plots(chosen, plot_dir)
+    return chosen
 
 
 def run_plan(plan: list, seed_list, progress: bool, threads: int | None, keep_results: bool = False) -> None:
     """Run every ``(setting, policies)`` of ``plan`` on ``seed_list``, then its problem's bound
-    (:data:`BOUNDS`), with one progress bar."""
+    (``Problem.bound``), with one progress bar."""
     bar = None
     if progress:
         from tqdm import tqdm
@@ -259,30 +204,12 @@ def run_plan(plan: list, seed_list, progress: bool, threads: int | None, keep_re
             if bar is not None:
                 bar.set_postfix_str(s.label.split(",")[0])
             run_setting(s, pols, seed_list, keep_results=keep_results, progress=bar, threads=threads)
-            bound = BOUNDS.get(s.problem)
+            bound = problems.get(s.problem).bound
             if bound is not None:
-                s.bound = bound(s, seed_list)
+                s.bound = bound(s.env_id, s.env_kwargs, seed_list)
     finally:
         if bar is not None:
             bar.close()
-
-
-#: The problems whose scenarios ``compare --scenario`` tabulates (with the columns of
-#: :func:`columns_of`); a scenario of another problem is skipped with the reason until its
-#: columns are wired in here.
-SCENARIO_PROBLEMS = ("routing", "admission", "conductor")
-
-
-def _admission_bound(setting: Setting, seeds) -> dict:
-    return admission_bound_row(setting.env_id, setting.env_kwargs, seeds)
-
-
-#: The bound row of each problem's tables: ``problem -> function(setting, seeds) -> row`` (a
-#: lower bound on mean TTFT for routing, an upper bound on token goodput for admission; compare
-#: --preset's problems, ``clusterrun.CLUSTER_PROBLEMS``, the same on the v1 envs). The one place
-#: where a problem's bound is chosen.
-BOUNDS = {"routing": routing_bound, "routing-cluster": routing_bound,
-          ADMISSION_V1: _admission_bound, "admission-cluster": _admission_bound}
 
 
 def scenario_setting(scenario, **given) -> Setting:
@@ -290,8 +217,7 @@ def scenario_setting(scenario, **given) -> Setting:
     its arguments and ``given`` (e.g. ``trace``), so that agents trained on the base environment fit.
     The label names the scenario and its version; ``fingerprint`` is its sha256."""
     kwargs = scenario.config(**given)
-    problem = scenario.problem if scenario.problem == "routing" else ADMISSION_V1  # the v1 cluster's table
-    return Setting(problem, f"{scenario.name} v{scenario.version} ({scenario.env_id})",
+    return Setting(problems.of_scenario(scenario.problem).name, f"{scenario.name} v{scenario.version} ({scenario.env_id})",
                    scenario.base_env_id, kwargs, scenario=scenario.name, fingerprint=scenario.fingerprint(**given))
 
 
@@ -299,8 +225,6 @@ def agents_fitting(setting: Setting, agents: dict) -> dict:
     """``{name: (problem, model)}`` of ``agents`` that solve ``setting``'s problem and fit its
     environment's spaces (the others are left out: a scenario may change the number of instances)."""
     import gymnasium as gym
-
-    from mooncake_gym.evaluation.episodes import ModelPolicy
 
     out = {}
     env = gym.make(setting.env_id, **setting.env_kwargs)
@@ -325,8 +249,6 @@ def compare_scenarios(names="all", seeds: int = 5, trace=None, agents: dict | No
     and the bound, on each scenario of ``names`` ("all" or a list of names). A scenario whose
     ``requires`` are not given (``trace``) is skipped: returns ``(settings, skipped)``, ``skipped``
     holding one reason per skipped scenario."""
-    from mooncake_gym.evaluation.scenarios import SCENARIOS, get_scenario
-
     if not isinstance(seeds, int) or isinstance(seeds, bool) or seeds < 1:
         raise ValueError(f"--seeds: expected an integer >= 1, got {seeds!r}")
     chosen = list(SCENARIOS.values()) if names == "all" else [get_scenario(n) for n in names]
@@ -335,7 +257,7 @@ def compare_scenarios(names="all", seeds: int = 5, trace=None, agents: dict | No
     given = {} if trace is None else {"trace": trace}
     plan, skipped = [], []
     for sc in chosen:
-        if sc.problem not in SCENARIO_PROBLEMS:
+        if problems.of_scenario(sc.problem) is None:
             skipped.append(f"{sc.name}: skipped, compare has no table for {sc.problem} scenarios yet")
             continue
         own = {k: v for k, v in given.items() if k in sc.requires}
@@ -353,9 +275,7 @@ def compare_scenarios(names="all", seeds: int = 5, trace=None, agents: dict | No
 def ranked(setting: Setting) -> Setting:
     """``setting`` with its rows sorted best first by the problem's main metric (``tune``'s default
     objective); the bound stays the last row."""
-    from mooncake_gym.experiments.tune import TUNE_METRICS
-
-    key, goal = TUNE_METRICS[setting.problem]
+    key, goal = problems.get(setting.problem).metric_goal()
     sign = 1.0 if goal == "min" else -1.0
     rows = sorted(setting.rows, key=lambda r: (math.isnan(r[key]), sign * r[key] if not math.isnan(r[key]) else 0.0))
     return Setting(setting.problem, setting.label, setting.env_id, setting.env_kwargs, rows, setting.episodes,
@@ -367,14 +287,11 @@ def problem_of(model) -> str:
     and action spaces it has."""
     import gymnasium as gym
 
-    from mooncake_gym.evaluation.episodes import check_model_fits
-
-    from mooncake_gym.envs import ADMISSION_V1_ENV_ID
 
     env_id = getattr(model, "env_id", None)
-    for problem, pid in (("routing", ROUTING_ENV_ID), ("admission", ADMISSION_ENV_ID), (ADMISSION_V1, ADMISSION_V1_ENV_ID)):
-        if env_id == pid:
-            return problem
+    for name in AGENT_PROBLEMS:
+        if env_id == problems.get(name).env_id:
+            return name
     if env_id is not None:
         raise ValueError(f"--agent: it was trained on {env_id}, which is none of {ROUTING_ENV_ID}, {ADMISSION_ENV_ID}, "
                          f"{ADMISSION_V1_ENV_ID}")
@@ -396,8 +313,6 @@ def problem_of(model) -> str:
 
 def shipped_agents() -> dict:
     """``{name: (problem, agent)}`` of the shipped agents present (sha256 verified, loaded without unpickling)."""
-    from mooncake_gym.agents import available, load_agent
-
     return {name: (problem, load_agent(name)) for name, problem in available().items()}
 
 

@@ -29,18 +29,21 @@ import sys
 
 import numpy as np
 
+from mooncake_gym.agents.rllib import ENV_PROBLEMS, init_ray, require_ray, rllib_hyperparams, train_rllib
+from mooncake_gym.baselines import make_policy, POLICIES
+from mooncake_gym.evaluation import problems
+from mooncake_gym.evaluation.episodes import evaluate
+from mooncake_gym.evaluation.scenarios import get_scenario
+from mooncake_gym.experiments.compare import scenario_setting, tuned_name  # noqa: F401  (tuned_name: its old place)
+from mooncake_gym.reporting.tables import format_table, to_jsonable
+
 #: Training seeds start here; there are at most ``MAX_TUNE_SEEDS`` (below every held-out seed).
 TUNE_SEED_BASE = 0
 MAX_TUNE_SEEDS = 1000
-#: The default objective of each problem: (metric of the end-of-episode metrics, "min" or "max").
-TUNE_METRICS = {"routing": ("mean_ttft_s", "min"), "admission": ("goodput", "max"),
-                "admission-v1": ("token_goodput", "max")}
-#: Every metric a search may optimise (``metric=``), with its direction.
-METRIC_GOALS = {"routing": {"mean_ttft_s": "min", "p90_ttft_s": "min", "slo_attainment": "max", "hit_ratio": "max"},
-                "admission": {"goodput": "max", "completed": "max", "wasted_prefill_s": "min",
-                              "rejected_after_prefill": "min", "return": "max"},
-                "admission-v1": {"token_goodput": "max", "goodput_requests": "max", "wasted_prefill_gpu_s": "min",
-                                 "return": "max"}}
+#: The default objective of each problem: (metric of the end-of-episode metrics, "min" or "max"),
+#: and every metric a search may optimise (``metric=``), with its direction (the problem registry's).
+TUNE_METRICS = {p.name: (p.metric, p.goal) for p in problems.PROBLEMS.values()}
+METRIC_GOALS = {p.name: p.metric_goals for p in problems.PROBLEMS.values()}
 #: Requests per episode while tuning (compare's episodes are 3,000 requests long).
 TUNE_EPISODE_REQUESTS = 1000
 #: The PPO hyperparameters ``tune --algo ppo`` searches (RLlib's names), and its objective.
@@ -52,8 +55,6 @@ SEARCHES = ("grid", "random")
 
 def knobs_of(problem: str, name: str) -> dict:
     """The ``KNOBS`` grid of baseline ``name`` of ``problem``; ``ValueError`` if it has none."""
-    from mooncake_gym.baselines import POLICIES
-
     if problem not in POLICIES:
         raise ValueError(f"--env: expected one of {sorted(POLICIES)}, got {problem!r}")
     registry = POLICIES[problem]
@@ -98,23 +99,13 @@ def tune_seeds(seeds: int) -> list[int]:
 
 def workloads(problem: str, rates=(4.0, 8.0), loads=(2.0,), trace=None, speed: float = 1.0,
               episode_requests: int = TUNE_EPISODE_REQUESTS) -> list[tuple[str, dict]]:
-    """``(label, env kwargs)`` of each workload a setting is scored on: ``compare``'s settings."""
-    from mooncake_gym.experiments.compare import admission_settings, routing_settings
-
-    if problem == "routing":
-        settings = routing_settings(rates, trace, speed, episode_requests=episode_requests)
-    else:
-        settings = admission_settings(loads, trace, episode_requests=episode_requests)
-    return [(s.label, s.env_kwargs) for s in settings]
+    """``(label, env kwargs)`` of each workload a setting is scored on: ``compare``'s (``Problem.workloads``)."""
+    return problems.get(problem).workloads(rates, loads, trace, speed, episode_requests, None)
 
 
 def metric_goal(problem: str, metric: str | None) -> tuple[str, str]:
     """``(metric, "min" | "max")`` of a search (``metric=None``: the problem's default)."""
-    if metric is None:
-        return TUNE_METRICS[problem]
-    if metric not in METRIC_GOALS[problem]:
-        raise ValueError(f"--metric: expected one of {sorted(METRIC_GOALS[problem])} for {problem}, got {metric!r}")
-    return metric, METRIC_GOALS[problem][metric]
+    return problems.get(problem).metric_goal(metric)
 
 
 def objective(problem: str, name: str, knobs: dict, seeds, settings, metric: str | None = None,
@@ -122,14 +113,10 @@ def objective(problem: str, name: str, knobs: dict, seeds, settings, metric: str
     """The score of baseline ``name`` with ``knobs``: ``metric`` (default ``TUNE_METRICS[problem]``)
     averaged over every seed of every workload in ``settings`` (``[(label, env kwargs)]``) of
     ``env_id`` (default: the problem's v0 environment; a scenario's base environment with ``--scenario``)."""
-    from mooncake_gym.experiments.compare import baseline_policy
-    from mooncake_gym.envs import ADMISSION_ENV_ID, ROUTING_ENV_ID
-    from mooncake_gym.evaluation.episodes import evaluate
-
     metric, _ = metric_goal(problem, metric)
     if env_id is None:
-        env_id = ROUTING_ENV_ID if problem == "routing" else ADMISSION_ENV_ID
-    policy = baseline_policy(problem, name, **knobs)  # with the environment it needs (e.g. the oracle)
+        env_id = problems.get(problem).env_id
+    policy = problems.get(problem).policy(name, **knobs)  # with the environment it needs (e.g. the oracle)
     values = []
     for _, env_kwargs in settings:
         values += [e[metric] for e in evaluate(env_id, policy, seeds, **{**env_kwargs, **policy.env_kwargs})]
@@ -166,11 +153,8 @@ def tune_baseline(policy: str, env: str, budget: int | None = None, search: str 
         raise ValueError(f"--backend: expected one of {BACKENDS}, got {backend!r}")
     env_id, extra = None, {}
     if scenario is not None:
-        from mooncake_gym.experiments.compare import scenario_setting
-        from mooncake_gym.evaluation.scenarios import get_scenario
-
         sc = get_scenario(scenario)
-        if sc.problem != env and not (env == "admission" and sc.problem == "conductor"):
+        if problems.of_scenario(sc.problem).decision != env:
             raise ValueError(f"--scenario: {scenario} is a {sc.problem} scenario, but --env is {env}")
         if trace is not None and "trace" not in sc.requires:
             raise ValueError(f"--trace: has no effect with --scenario {scenario}: it fixes its own workload")
@@ -221,8 +205,6 @@ def _baseline_trial(config: dict) -> dict:
 def _ppo_trial(config: dict) -> dict:
     """One Ray Tune trial of a PPO sweep: ``iterations`` RLlib PPO iterations with ``knobs``; the
     score is the last iteration's mean episode return."""
-    from mooncake_gym.agents.rllib import train_rllib
-
     fixed = config["fixed"]
     history = train_rllib(fixed["env"], fixed["iterations"], num_env_runners=fixed["num_env_runners"],
                           seed=fixed["seed"], env_kwargs=fixed["env_kwargs"],
@@ -236,8 +218,6 @@ def _ray_tune(trial, settings_to_try: list[dict], goal: str, address: str | None
     """Run ``trial`` over ``settings_to_try`` with Ray Tune (one trial per setting, ``cpus`` each);
     results in the order of ``settings_to_try``."""
     import tempfile
-
-    from mooncake_gym.agents.rllib import init_ray, require_ray
 
     require_ray("--backend ray")
     from ray import tune as ray_tune
@@ -295,8 +275,6 @@ def tune_ppo(env: str, budget: int | None = None, search: str = "grid", iteratio
     """Sweep RLlib PPO's ``knobs`` (default ``PPO_KNOBS``) on ``env`` with Ray Tune: each trial
     trains ``iterations`` iterations from ``seed``; the best has the highest last mean episode return.
     ``overrides`` (RLlib names, e.g. ``train_batch_size``) apply to every trial."""
-    from mooncake_gym.agents.rllib import ENV_PROBLEMS, rllib_hyperparams
-
     if env not in ENV_PROBLEMS:
         raise ValueError(f"--env: expected one of {sorted(ENV_PROBLEMS)}, got {env!r}")
     if not isinstance(iterations, int) or iterations < 1:
@@ -320,8 +298,6 @@ def tune_ppo(env: str, budget: int | None = None, search: str = "grid", iteratio
 
 def write_result(doc: dict, path: str | os.PathLike) -> None:
     """Write a tune result as JSON (what ``compare --tuned`` reads)."""
-    from mooncake_gym.reporting.tables import to_jsonable
-
     with open(path, "w") as f:
         json.dump(to_jsonable(doc), f, indent=2)
         f.write("\n")
@@ -330,8 +306,6 @@ def write_result(doc: dict, path: str | os.PathLike) -> None:
 def read_tuned(path: str | os.PathLike) -> dict:
     """A baseline tune result written by :func:`write_result`, checked: its policy exists and its
     knobs are accepted by the policy's class (``ValueError`` naming the file otherwise)."""
-    from mooncake_gym.baselines import make_policy
-
     try:
         with open(path) as f:
             doc = json.load(f)
@@ -349,18 +323,8 @@ def read_tuned(path: str | os.PathLike) -> dict:
     return doc
 
 
-def tuned_name(doc: dict) -> str:
-    """The table row name of a tuned baseline, e.g. ``kvcentric (tuned)`` (``kvcentric (tuned on
-    routing-saturated)`` when tuned on a scenario)."""
-    if doc.get("scenario"):
-        return f"{doc['policy']} (tuned on {doc['scenario']})"
-    return f"{doc['policy']} (tuned)"
-
-
 def format_results(doc: dict) -> str:
     """The tried settings and their scores as a table, best marked."""
-    from mooncake_gym.reporting.tables import format_table
-
     keys = list(doc["grid"])
     rows = [{**r["knobs"], "score": r["score"], "best": "*" if r["knobs"] == doc["knobs"] else ""}
             for r in doc["results"]]

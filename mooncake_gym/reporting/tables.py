@@ -9,6 +9,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
+# the problems' table columns and rows live in the problem registry; these names are kept here
+from mooncake_gym.evaluation.problems import (ADMISSION_COLUMNS, ADMISSION_V1_COLUMNS,  # noqa: F401
+                                              OVERLOAD_COLUMNS, ROUTING_COLUMNS, overload_row, routing_row)
+
 
 def format_cell(v: Any, fmt: str | None = None) -> str:
     """One table cell: ``fmt`` for numbers if given; else floats with 4 significant digits (one
@@ -60,80 +64,6 @@ def print_json(obj: Any, file=None) -> None:
     """Print one JSON document on stdout (the only output of a command run with --json)."""
     json.dump(to_jsonable(obj), file or sys.stdout, indent=2)
     (file or sys.stdout).write("\n")
-
-
-#: Columns of a routing table (lecture demo 2, replay, compare).
-ROUTING_COLUMNS = [
-    ("policy", "policy", None),
-    ("mean_ttft_s", "mean TTFT s", ".2f"),
-    ("p90_ttft_s", "P90 s", ".2f"),
-    ("slo_attainment", "TTFT<=SLO", ".3f"),
-    ("hit_ratio", "hit share", ".3f"),
-    ("computed_mtokens", "computed Mtok", ".2f"),
-    ("fetched_mtokens", "fetched Mtok", ".2f"),
-]
-
-
-def routing_row(policy: str, metrics: dict) -> dict:
-    """A table row of routing metrics (token counts in millions)."""
-    row = {"policy": policy, **{k: v for k, v in metrics.items() if not isinstance(v, list)}}
-    row["computed_mtokens"] = metrics["computed_tokens"] / 1e6
-    row["fetched_mtokens"] = metrics["fetched_tokens"] / 1e6
-    return row
-
-
-#: Columns of an admission table (lecture demo 3, the overload command).
-OVERLOAD_COLUMNS = [
-    ("policy", "policy", None),
-    ("completed", "completed", "d"),
-    ("rejected", "rejected", "d"),
-    ("rejected_after_prefill", "after prefill", "d"),
-    ("wasted_prefill_s", "wasted prefill s", ".0f"),
-    ("wasted_share_of_admitted", "wasted/admitted", ".3f"),
-    ("mean_decode_occupancy", "decode occ", ".3f"),
-    ("load_correlation", "P/D corr", "+.2f"),
-    ("steady_completed_per_s", "steady done/s", ".2f"),
-]
-
-
-#: Columns of the admission table of ``compare`` (means over seeds: no integer formats).
-ADMISSION_COLUMNS = [
-    ("policy", "policy", None),
-    ("completed", "completed", ".0f"),
-    ("goodput", "goodput", ".0f"),
-    ("rejected", "rejected", ".0f"),
-    ("rejected_after_prefill", "after prefill", ".0f"),
-    ("wasted_prefill_s", "wasted prefill s", ".0f"),
-    ("load_correlation", "P/D corr", "+.2f"),
-]
-
-
-#: Columns of the admission table of ``compare`` for the v1 environments and scenarios
-#: (``OverloadAdmission-v1``, ``Conductor-v1``; means over seeds). The primary metric first: token
-#: goodput (output tokens of the requests within both SLOs that started decoding by the last arrival,
-#: the drain excluded), the number of those requests beside it, wasted prefill in GPU-seconds, and the
-#: share of each output-length class counted (short 1-100, medium 101-400, long > 400 output tokens:
-#: ``conductor.LENGTH_CLASSES``) so that refusing long requests shows. The v0 table is
-#: ``ADMISSION_COLUMNS``.
-ADMISSION_V1_COLUMNS = [
-    ("policy", "policy", None),
-    ("token_goodput", "token goodput", ".0f"),
-    ("goodput_requests", "good requests", ".0f"),
-    ("wasted_prefill_gpu_s", "wasted prefill GPU-s", ".0f"),
-    ("accepted_short", "short", ".3f"),
-    ("accepted_medium", "medium", ".3f"),
-    ("accepted_long", "long", ".3f"),
-    ("p90_tbt_s", "P90 TBT s", ".3f"),
-    ("drain_goodput_tokens", "drain tokens (excluded)", ".0f"),
-]
-
-
-def overload_row(metrics: dict) -> dict:
-    """A table row of one run's metrics (an undefined correlation prints as '-')."""
-    row = dict(metrics)
-    if not math.isfinite(row.get("load_correlation", 0.0)):
-        row["load_correlation"] = None
-    return row
 
 
 def cache_table(analysis) -> str:

@@ -1,0 +1,145 @@
+"""``mooncake-gym compare``: every baseline and trained agent on the same workloads (the main job),
+on the ``--preset``'s environments (:func:`mooncake_gym.experiments.compare.compare`) or on
+named scenarios (``--scenario``)."""
+
+from __future__ import annotations
+
+import sys
+
+from mooncake_gym.agents import load_agent
+from mooncake_gym.cli.options import PRESET_DEFAULT, Command, NoEffect, decode_model, floats, opt, preset_opt
+from mooncake_gym.evaluation.problems import DECISIONS
+from mooncake_gym.evaluation.scenarios import get_scenario
+from mooncake_gym.experiments import compare as cmp
+from mooncake_gym.experiments.preset_runs import compare_header
+from mooncake_gym.experiments.tune import read_tuned
+from mooncake_gym.model.workload import read_trace
+from mooncake_gym.reporting import tables as report
+
+_LECTURE = "reserve"  # options of the lecture's v0 environments only
+OPTIONS = (
+    opt("--env", choices=[*DECISIONS, "all"], default="all", help="which problem (default all)"),
+    opt("--seeds", type=int, default=5, limit="seeds", help="held-out seeds per setting (default 5)"),
+    opt("--rates", type=floats, default=None, limit="rate", help="routing session rates (default 4,8)",
+        only=(_LECTURE, "the v1 environments' workloads are set by --loads (x the measured saturation)")),
+    opt("--loads", type=floats, default=None, limit="load", help="admission loads, x decode capacity (default 2)"),
+    opt("--trace", default=None, help="compare on this JSONL trace (routing: replayed; admission: base)"),
+    opt("--speed", type=float, default=None, limit="speed", help="replay speed of --trace (default 1)"),
+    opt("--agent", default=None, only=(_LECTURE, "the shipped and --agent agents act on the v0 environments"),
+        help="also evaluate this agent of your own (a zip with its JSON card; loaded without unpickling)"),
+    opt("--unsafe-pickle", action="store_true",
+        help="allow --agent without a card (unpickled by SB3's load) and let its card's wrapper modules be "
+             "imported: BOTH CAN RUN CODE (trusted files only)"),
+    opt("--threads", type=int, default=1, limit="threads",
+        help="torch threads for the agents' forward passes (default 1)"),
+    opt("--agent-env", choices=list(DECISIONS), default=None,
+        help="the problem --agent solves (default: found from its observation and action spaces)"),
+    opt("--plot-dir", default=None, only=(_LECTURE, "the plots are drawn for the lecture's simulators only"),
+        help="write TTFT box plots and CDFs and admission load series here"),
+    opt("--no-progress", action="store_true", help="no progress bar"),
+    opt("--tuned", action="append", default=None, metavar="FILE", only=(_LECTURE, "tuned knobs come from the v0 environments"),
+        help="also run the baseline of this `mooncake-gym tune` result with its tuned knobs (repeatable)"),
+    opt("--scenario", default=None, metavar="NAME[,NAME...]|all",
+        help="compare on named benchmark scenarios instead (docs/scenarios.md); --trace gives the trace of "
+             "those that need one, the others are skipped with the reason"),
+    opt("--json", action="store_true", group="format", help="print one JSON document"),
+    opt("--markdown", action="store_true", group="format", help="print Markdown tables"),
+    preset_opt("the baselines on mooncake_gym/PrefillRouting-v1 and OverloadAdmission-v1, "
+               "--loads applying to both problems"),
+)
+_FIXED = "with --scenario: a scenario fixes its workload (docs/scenarios.md)"
+RULES = (
+    NoEffect(("speed", "rates", "loads", "plot_dir"), lambda a: a.scenario, _FIXED),
+    NoEffect(("env",), lambda a: a.scenario and a.env != "all", "with --scenario: each scenario names its problem"),
+    NoEffect(("preset",), lambda a: a.scenario and a.preset != PRESET_DEFAULT,
+             "with --scenario: each scenario names its cluster"),
+    NoEffect(("speed",), lambda a: not a.trace, "without --trace: it is the replay speed of a trace"),
+    NoEffect(("agent_env",), lambda a: not a.agent, "without --agent"),
+    NoEffect(("rates",), lambda a: a.env == "admission" or a.trace,
+             "with --env admission or --trace: it sets the synthetic routing workloads"),
+    # on a cluster preset --loads sets both problems' loads
+    NoEffect(("loads",), lambda a: a.env == "routing" and decode_model(a) == _LECTURE,
+             "with --env routing: it sets the admission workloads"),
+    NoEffect(("unsafe_pickle",), lambda a: not a.agent, "without --agent: the shipped agents load without unpickling"),
+    NoEffect(("no_progress",), lambda a: a.json, "with --json: --json never shows a progress bar"),
+)
+
+
+def check(args) -> None:
+    if args.scenario and args.scenario != "all":
+        for name in args.scenario.split(","):
+            get_scenario(name.strip())  # an unknown name is named before any work
+    args.speed = 1.0 if args.speed is None else args.speed
+
+
+def _agents_and_tuned(args):
+    """``--agent`` (with the shipped agents) and the ``--tuned`` documents, checked against ``--env``."""
+    agents = None
+    if args.agent:
+        model = load_agent(args.agent, trusted=args.unsafe_pickle)
+        if model.source == "pickle":
+            print(f"note: {args.agent} was unpickled (--unsafe-pickle): loading it could run code", file=sys.stderr)
+        problem = args.agent_env or cmp.problem_of(model)
+        if args.env not in ("all", problem) and not args.scenario:
+            raise ValueError(f"--agent: the agent solves {problem}, but --env is {args.env}")
+        agents = {**cmp.shipped_agents(), "user_agent": (problem, model)}
+    tuned = None
+    if args.tuned:
+        tuned = [read_tuned(path) for path in args.tuned]
+        for path, doc in zip(args.tuned, tuned):
+            if args.env not in ("all", doc["env"]):
+                raise ValueError(f"--tuned {path}: tuned for {doc['env']}, but --env is {args.env}")
+    return agents, tuned
+
+
+def _run_scenarios(args, agents, tuned) -> int:
+    """``compare --scenario NAME[,NAME...]|all``: one ranked table per scenario, its fingerprint above it."""
+    names = "all" if args.scenario == "all" else [n.strip() for n in args.scenario.split(",") if n.strip()]
+    settings, skipped = cmp.compare_scenarios(names, seeds=args.seeds, trace=args.trace, agents=agents, tuned=tuned,
+                                              progress=not (args.json or args.no_progress), threads=args.threads)
+    if args.json:
+        doc = cmp.settings_json(settings, args.seeds)
+        for s, out in zip(settings, doc["settings"]):
+            out.update({"scenario": s.scenario, "fingerprint": s.fingerprint})
+        doc["skipped"] = skipped
+        report.print_json(doc)
+        return 0
+    seeds = [cmp.COMPARE_SEED_BASE + i for i in range(args.seeds)]
+    print(f"Mean ± 95% CI over {args.seeds} held-out seed{'s' if args.seeds > 1 else ''} "
+          f"({seeds[0]}..{seeds[-1]}), same workloads for every policy; ranked by the problem's main metric.")
+    for path, doc in zip(args.tuned or [], tuned or []):
+        print(f"{doc['policy']} (tuned{' on ' + doc['scenario'] if doc.get('scenario') else ''}): {doc['knobs']} from {path}")
+    md = "`" if args.markdown else ""
+    for s in settings:
+        print(f"\n{'### ' if args.markdown else ''}{s.label}\n")
+        print(f"fingerprint: {md}{s.fingerprint}{md}\n")
+        print(cmp.format_setting(cmp.ranked(s), markdown=args.markdown))
+    for reason in skipped:
+        print(f"\n{reason}")
+    return 0
+
+
+def run(args) -> int:
+    agents, tuned = _agents_and_tuned(args)
+    if args.scenario:
+        return _run_scenarios(args, agents, tuned)
+    trace = read_trace(args.trace) if args.trace else None
+    settings = cmp.compare(args.env, args.seeds, args.rates, args.loads, trace, args.speed, agents=agents,
+                           plot_dir=args.plot_dir, progress=not (args.json or args.no_progress), threads=args.threads,
+                           tuned=tuned, preset=args.preset)
+    if args.json:
+        report.print_json(cmp.settings_json(settings, args.seeds))
+        return 0
+    print(compare_header(args.preset, args.seeds))
+    for path, doc in zip(args.tuned or [], tuned or []):
+        print(f"{doc['policy']} (tuned): {doc['knobs']} from {path}")
+    for s in settings:
+        print(f"\n{'### ' if args.markdown else ''}{s.label}\n")
+        print(cmp.format_setting(s, markdown=args.markdown))
+    if args.plot_dir:
+        print(f"\nplots written to {args.plot_dir}")
+    return 0
+
+
+COMMAND = Command("compare", "every baseline and trained agent on the same workloads (the main job)", OPTIONS, run,
+                  check, RULES)

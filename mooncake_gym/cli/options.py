@@ -1,0 +1,155 @@
+"""The command line's shared parts: a command's options declared once (:class:`Opt`), the options
+that have no effect in a context (:class:`NoEffect`), and :class:`Command`, which builds its parser
+and checks its arguments from them before any work."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Callable
+
+from mooncake_gym.model.limits import check
+from mooncake_gym.model.presets import PRESETS, get_preset
+
+_UNSET = object()
+
+
+@dataclass(frozen=True)
+class Opt:
+    """One option: argparse's ``flags`` and keywords, the range of ``mooncake_gym.model.limits`` its
+    value (each item of a list) is checked against, its mutually exclusive ``group``, ``synthetic``:
+    its default when it only sets up a synthetic trace (given with a trace file: no effect), and
+    ``only``: ``(decode model, why)`` when it applies to the presets of one decode model only."""
+
+    flags: tuple
+    kwargs: dict
+    limit: str | None = None
+    group: str | None = None
+    synthetic: object = _UNSET
+    only: tuple | None = None
+
+    @property
+    def dest(self) -> str:
+        return self.kwargs.get("dest") or self.flags[-1].lstrip("-").replace("-", "_")
+
+
+def opt(*flags, limit=None, group=None, synthetic=_UNSET, only=None, **kwargs) -> Opt:
+    return Opt(flags, kwargs, limit, group, synthetic, only)
+
+
+@dataclass(frozen=True)
+class NoEffect:
+    """The options ``dests`` have no effect while ``when(args)`` holds: given, they are an error
+    ``--OPTION: has no effect WHY; leave it out`` (``why`` may be a function of ``args``)."""
+
+    dests: tuple
+    when: Callable
+    why: str | Callable
+
+
+def option(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def no_effect(dest: str, why: str) -> ValueError:
+    return ValueError(f"{option(dest)}: has no effect {why}; leave it out")
+
+
+def given(value) -> bool:
+    return value is not None and value is not False
+
+
+def floats(text: str) -> list[float]:
+    """``--rates``/``--loads``: comma-separated positive numbers."""
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not values or any(not v > 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
+    return values
+
+
+def trace_opts(positional: bool = False, rate=4.0, seed=0) -> tuple:
+    """A trace file or 'synthetic', and the synthetic trace's rate and seed (``seed=None``: the seed
+    also serves other randomness, so a trace file does not make it idle)."""
+    trace = opt("trace", help="a Mooncake JSONL trace file, or 'synthetic'") if positional else \
+        opt("--trace", default="synthetic", help="a Mooncake JSONL trace file, or 'synthetic' (default)")
+    return (trace,
+            opt("--rate", type=float, default=None, limit="rate", synthetic=rate,
+                help="synthetic trace: session arrivals per second (default 4)"),
+            opt("--seed", type=int, default=None, limit="seed", synthetic=_UNSET if seed is None else seed,
+                help="synthetic trace: random seed (default 0)"))
+
+
+#: ``--preset``'s default: the lecture's toy
+PRESET_DEFAULT = "lecture"
+
+
+def preset_opt(realistic: str) -> Opt:
+    others = ", ".join(n for n in PRESETS if n != PRESET_DEFAULT)
+    return opt("--preset", choices=tuple(PRESETS), default=PRESET_DEFAULT,
+               help=f"cluster preset (mooncake_gym.model.presets): lecture (default) is the lecture's toy, as "
+                    f"without this option; with {others}, {realistic}")
+
+
+JSON = opt("--json", action="store_true", help="print one JSON document")
+
+
+def decode_model(args) -> str:
+    """The decode model of ``--preset`` (``reserve``: the lecture's toy; ``batching``: a cluster)."""
+    return get_preset(args.preset).decode_model
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command: its name (``trace stats`` for a subcommand), help, options, no-effect rules,
+    its own checks (``check(args)``, after the declared ones) and its run (``run(args) -> exit code``)."""
+
+    name: str
+    help: str
+    options: tuple
+    run: Callable
+    check: Callable | None = None
+    rules: tuple = ()
+
+    def add_to(self, sub) -> None:
+        p = sub.add_parser(self.name.split()[-1], help=self.help)
+        groups = {}
+        for o in self.options:
+            if o.group is not None and o.group not in groups:
+                groups[o.group] = p.add_mutually_exclusive_group()
+            groups.get(o.group, p).add_argument(*o.flags, **o.kwargs)
+        p.set_defaults(func=self.run, spec=self)
+
+    def check_args(self, args) -> None:
+        """The declared checks: limits, synthetic-trace options, preset-only options, no-effect
+        rules; then the command's own."""
+        for o in self.options:
+            value = getattr(args, o.dest)
+            if o.limit is not None:
+                for v in (value if isinstance(value, list) else [value]):
+                    if v is not None:
+                        check(o.limit, v, option(o.dest))
+        for o in self.options:
+            if o.synthetic is _UNSET:
+                continue
+            if getattr(args, o.dest) is None:
+                setattr(args, o.dest, o.synthetic)
+            elif args.trace != "synthetic":
+                raise no_effect(o.dest, f"with a trace file ({args.trace}): it sets up the synthetic trace")
+        if getattr(args, "seed", 0) is None:  # replay: the seed also drives the random baseline's tie-breaks
+            args.seed = 0
+        for o in self.options:
+            if o.only is not None and given(getattr(args, o.dest)) and o.only[0] != decode_model(args):
+                model, why = o.only
+                where = (f"not with --preset {args.preset}" if model == "reserve"
+                         else "only with a cluster --preset (not lecture)")
+                raise ValueError(f"{option(o.dest)}: {where}: {why}")
+        for rule in self.rules:
+            if rule.when(args):
+                for dest in rule.dests:
+                    if given(getattr(args, dest)):
+                        raise no_effect(dest, rule.why(args) if callable(rule.why) else rule.why)
+        if self.check is not None:
+            self.check(args)

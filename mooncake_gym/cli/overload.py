@@ -1,0 +1,71 @@
+"""``mooncake-gym overload``: the admission baselines under overload (Mooncake §7, lecture demo 3),
+on the ``--preset``'s cluster (:func:`mooncake_gym.experiments.preset_runs.overload_run`)."""
+
+from __future__ import annotations
+
+from mooncake_gym.baselines import ADMISSION_POLICIES
+from mooncake_gym.cli.options import JSON, Command, opt, preset_opt
+from mooncake_gym.experiments.preset_runs import check_overrides, overload_run
+from mooncake_gym.model.workload import load_workload
+from mooncake_gym.reporting import tables as report
+from mooncake_gym.reporting.plots import plot_load_series
+from mooncake_gym.sim.admission import DEMO3_BASE_RATE, DEMO3_LOAD, DEMO3_REQUESTS
+
+OPTIONS = (
+    opt("--policy", default="all", choices=[*ADMISSION_POLICIES, "all"],
+        help="admission baseline, or 'all' for one table of every baseline (default all)"),
+    opt("--trace", default="synthetic",
+        help="base trace: a Mooncake JSONL file, or 'synthetic' (default); requests are drawn from it i.i.d."),
+    opt("--rate", type=float, default=None, limit="rate", synthetic=DEMO3_BASE_RATE,
+        help=f"synthetic base trace: session arrivals per second (default {DEMO3_BASE_RATE:g})"),
+    opt("--seed", type=int, default=0, limit="seed",
+        help="seed of the synthetic base trace and of the i.i.d. draw (default 0)"),
+    opt("--requests", type=int, default=DEMO3_REQUESTS, limit="requests",
+        help=f"requests drawn (default {DEMO3_REQUESTS:,})"),
+    opt("--load", type=float, default=DEMO3_LOAD, limit="load",
+        help=f"arrival rate as a multiple of the decode pool's capacity (default {DEMO3_LOAD:g})"),
+    opt("--ttft-slo", type=float, default=None, limit="ttft_slo_s",
+        help="TTFT SLO in seconds (default 30, or the --preset's)"),
+    opt("--prefill-instances", type=int, default=None, limit="n_prefill",
+        help="prefill instances (default 8, or the --preset's)"),
+    opt("--decode-instances", type=int, default=None, limit="n_decode",
+        help="decode instances (default 8, or the --preset's)"),
+    opt("--plot", default=None, help="write the load series of the policies run to this PNG file"),
+    JSON,
+    opt("--fresh-blocks", action="store_true", only=("batching", "the lecture's demo 3 keeps its i.i.d. draw as it is"),
+        help="cluster presets: each re-drawn copy of a base request gets fresh ids for the blocks it "
+             "brought into the base trace, so a long draw reuses only what each request reused there"),
+    opt("--tbt-headroom", type=float, default=None, only=("batching", "the lecture's decode instance has no TBT"),
+        help="cluster presets: the share of the TBT SLO the decode instances' admission check keeps "
+             "free, in [0, 1) (default 0: a request joins if the next iteration fits the SLO)"),
+    preset_opt("the admission baselines own the admission decision of the whole cluster, --load "
+               "being a multiple of its measured saturation throughput"),
+)
+
+
+def check(args) -> None:
+    check_overrides(args.preset, n_prefill=args.prefill_instances, ttft_slo_s=args.ttft_slo,
+                    n_decode=args.decode_instances, prefill_option="--prefill-instances")
+
+
+def run(args) -> int:
+    base = load_workload(args.trace, rate=args.rate, seed=args.seed)
+    names = None if args.policy == "all" else [args.policy]
+    out = overload_run(base, args.preset, args.load, args.requests, names, seed=args.seed,
+                       n_prefill=args.prefill_instances, n_decode=args.decode_instances, ttft_slo_s=args.ttft_slo,
+                       fresh_blocks=args.fresh_blocks, tbt_headroom=args.tbt_headroom or 0.0)
+    if args.plot:
+        plot_load_series(out.results, args.plot, title=out.title)
+    if args.json:
+        report.print_json({"base_trace": base.name, "trace": out.trace.name, "requests": len(out.trace), **out.fields,
+                           "results": {n: r.metrics for n, r in out.results.items()}})
+        return 0
+    print(out.header)
+    print(report.format_table([out.problem.run_row(n, r.metrics) for n, r in out.results.items()],
+                              out.problem.run_columns))
+    if args.plot:
+        print(f"load series written to {args.plot}")
+    return 0
+
+
+COMMAND = Command("overload", "admission baselines under overload (Mooncake §7, lecture demo 3)", OPTIONS, run, check)
