@@ -156,7 +156,7 @@ WORKLOAD_DOC = """\
     arrivals at ``load`` x the cluster's measured saturation throughput
     (``mooncake_gym.sim.cluster.saturation``: the smaller of the prefill pool's and the decode pool's
     requests/s on the base trace's mix), or at a load drawn uniformly from ``load_range``: the
-    workload of ``conductor.overload_workload``. The base trace is ``base_trace`` (a path or Trace)
+    workload of ``cluster.overload_workload``. The base trace is ``base_trace`` (a path or Trace)
     or the synthetic trace of seed 0 at 4 sessions/s. A request drawn twice repeats its prompt's
     blocks, so long episodes hit the prefix caches more than the base trace does;
     ``fresh_blocks=True`` gives each re-drawn copy new ids for the blocks it brought into the base
@@ -181,7 +181,7 @@ END_DOC = """\
     rejected after prefill or preempted; the same unit as decode GPU time) and ``accepted_short``,
     ``accepted_medium``, ``accepted_long`` (the share of each output-length class's requests counted
     in ``goodput_requests``; classes: 1-100, 101-400, over 400 output tokens,
-    ``conductor.LENGTH_CLASSES``), so that a policy gaining by refusing long requests shows it.
+    ``metrics.LENGTH_CLASSES``), so that a policy gaining by refusing long requests shows it.
     Beside them: ``goodput`` and ``goodput_tokens`` (the same requests with the drain's),
     ``drain_goodput_tokens``, TTFT and TBT percentiles and attainment, rejections, preemptions,
     wasted prefill seconds, hit ratio, load correlation."""

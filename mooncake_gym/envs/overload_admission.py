@@ -229,7 +229,7 @@ class OverloadAdmissionEnv(gym.Env):
         return self._view
 
     def encode_action(self, admit) -> int:
-        """The env action for a baseline's answer, checked by ``overload.check_admit``."""
+        """The env action for a baseline's answer, checked by ``views.check_admit``."""
         return 1 if check_admit(admit) else 0
 
     def _observe(self) -> np.ndarray:

@@ -68,7 +68,7 @@ class OverloadAdmissionV1Env(ClusterEnv):
 
     ## Version History
 
-    * v1: the whole cluster (``conductor.ClusterSimulator``: continuous-batching decode, TBT SLO,
+    * v1: the whole cluster (``cluster.ClusterSimulator``: continuous-batching decode, TBT SLO,
       KV transfer, preemption) on ``mooncake-overload``; the observation adds the prefill pool
       per instance and the decode pool per instance; the reward counts output tokens; load as a
       multiple of the measured saturation throughput. Before its first release (issue 13) the

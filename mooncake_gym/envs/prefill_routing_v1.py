@@ -24,7 +24,7 @@ class PrefillRoutingV1Env(ClusterEnv):
     instance without room rejects the request after its prefill. Requests whose prompt plus output
     can never fit one decode instance are refused at arrival without a step. The simulation is
     ``mooncake_gym.sim.cluster.ClusterSimulator``, the same object that runs the hand-coded policies
-    (``conductor.simulate``).
+    (``cluster.simulate``).
 
     ## Action Space
 
@@ -70,7 +70,7 @@ class PrefillRoutingV1Env(ClusterEnv):
 
     ## Version History
 
-    * v1: the whole cluster (``conductor.ClusterSimulator``) on the ``mooncake`` preset; the
+    * v1: the whole cluster (``cluster.ClusterSimulator``) on the ``mooncake`` preset; the
       observation adds the decode pool and Algorithm 1's TTFT prediction; workloads by load.
     * v0: prefill pool alone, ``lecture`` cost model (still registered, unchanged).
     """

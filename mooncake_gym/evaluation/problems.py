@@ -66,7 +66,7 @@ ADMISSION_COLUMNS = [
 #: goodput (output tokens of the requests within both SLOs that started decoding by the last arrival,
 #: the drain excluded), the number of those requests beside it, wasted prefill in GPU-seconds, and the
 #: share of each output-length class counted (short 1-100, medium 101-400, long > 400 output tokens:
-#: ``conductor.LENGTH_CLASSES``) so that refusing long requests shows. The v0 table is
+#: ``metrics.LENGTH_CLASSES``) so that refusing long requests shows. The v0 table is
 #: ``ADMISSION_COLUMNS``.
 ADMISSION_V1_COLUMNS = [
     ("policy", "policy", None),

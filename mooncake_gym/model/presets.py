@@ -222,7 +222,7 @@ PRESETS: dict[str, ClusterPreset] = {
         8, 8, 5800, 30.0, 0.1, "batching"),
     # Under this cost model the 8 + 8 testbed is prefill-bound on Mooncake's and the synthetic
     # request mixes (long prompts, short outputs: the decode pool completes 6-17x what the prefill
-    # pool does; ``conductor.saturation``). Mooncake §7's overload is a decode pool that saturates
+    # pool does; ``cluster.saturation``). Mooncake §7's overload is a decode pool that saturates
     # first: 16 prefill nodes + 1 decode node does on the synthetic mix (24 vs 8.5 requests/s).
     "mooncake-overload": ClusterPreset(
         "mooncake-overload",

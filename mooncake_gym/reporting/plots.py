@@ -58,7 +58,7 @@ def _save(fig, path: str | os.PathLike) -> str:
     return path
 
 
-#: The lecture's load series (``overload.OverloadResult``); a result may name its own (``LOAD_LABELS``).
+#: The lecture's load series (``admission.OverloadResult``); a result may name its own (``LOAD_LABELS``).
 LOAD_LABELS = ("prefill load (share of instances busy)", "decode load (pool occupancy)")
 
 
@@ -106,7 +106,7 @@ def plot_load_series(series: Mapping[str, object], path: str | os.PathLike, titl
 
 
 def plot_hit_rate(analysis, path: str | os.PathLike) -> str:
-    """Hit rate versus cache capacity (log x axis) of a ``cacheanalysis.CacheAnalysis``: one line
+    """Hit rate versus cache capacity (log x axis) of a ``analysis.cache.CacheAnalysis``: one line
     per eviction policy, the infinite-cache ceiling dashed, GiB of the model's KV on the top axis."""
     from matplotlib.ticker import NullFormatter
 

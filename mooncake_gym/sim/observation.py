@@ -274,7 +274,7 @@ def observation_rng(seed) -> np.random.Generator:
 class Observer:
     """Turns a simulator's exact views into what a router sees, for one run (see the module docstring).
 
-    ``instances``: the simulator's instances (``cluster.PrefillInstance``: ``queue_s(t)``,
+    ``instances``: the simulator's instances (``prefill.PrefillInstance``: ``queue_s(t)``,
     ``queued_requests(t)``, ``cache``), read only by ``scrape``. ``estimates``: the simulator's
     ``routing.PrefixEstimates`` (the cost model), which turns believed hits into view fields.
     ``rng``: the generator of the noise.

@@ -7,7 +7,7 @@ there first). :func:`simulate` is a loop over it, and the Gym environment
 
 Model (Mooncake v3 §6, Algorithm 1):
 
-* Each instance serves requests one at a time in FIFO order (``cluster.PrefillInstance``) and has
+* Each instance serves requests one at a time in FIFO order (``prefill.PrefillInstance``) and has
   an LRU prefix cache of ``cache_blocks`` 512-token blocks in its DRAM (``prefixcache``).
 * A request dispatched to instance *i* with a local prefix hit of *h* tokens takes
   ``cost.prefill_s(input, h)``: the cached part is loaded from local DRAM with layer-wise overlap;
