@@ -160,4 +160,4 @@ leaderboard-tables: $(STAMP)
 	$(BIN)/mooncake-gym compare --scenario all --seeds $(LEADERBOARD_SEEDS) --markdown --no-progress $(LEADERBOARD_TRACE) \
 	  $$(for f in $(LEADERBOARD_DIR)/*.json; do echo --tuned $$f; done) > $(LEADERBOARD_DIR)/tables.md
 	$(BIN)/python -m mooncake_gym.experiments.leaderboard --leaderboard $(LEADERBOARD_DIR)/tables.md \
-	  --seeds $(LEADERBOARD_SEEDS) --command "make leaderboard LEADERBOARD_SEEDS=$(LEADERBOARD_SEEDS) LEADERBOARD_TUNE_BUDGET=$(LEADERBOARD_TUNE_BUDGET)" > docs/leaderboard.md
+	  --seeds $(LEADERBOARD_SEEDS) --command "make leaderboard LEADERBOARD_SEEDS=$(LEADERBOARD_SEEDS) LEADERBOARD_TUNE_BUDGET=$(LEADERBOARD_TUNE_BUDGET)" --out docs/leaderboard.md

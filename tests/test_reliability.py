@@ -406,3 +406,50 @@ def test_inputs_that_are_not_regular_files_say_what_they_are(tmp_path):
         read_trace(tmp_path / "missing.jsonl", block_tokens=0)
     result = run_cli("trace", "stats", str(fifo))  # the command does not block on the FIFO
     assert result.returncode == 2 and result.stderr.strip().endswith("is a FIFO, not a file")
+
+
+def test_ctrl_c_is_one_line_and_exit_code_130(monkeypatch, capsys):
+    from mooncake_gym.cli import app
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(app, "check_args", interrupted)
+    assert main(["trace", "stats", "synthetic"]) == 130
+    assert capsys.readouterr().err == "mooncake-gym trace: interrupted\n"
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"policy": "early", "env": "admission", "knobs": {"threshold": Infinity}}', "Infinity is not a JSON number"),
+    ('{"policy": "early", "env": "admission", "knobs": {"threshold": true}}', "knob threshold must be a finite number"),
+    ('{"policy": "early", "env": "admission", "knobs": {"threshold": "0.9"}}', "knob threshold must be a finite number"),
+    ('{"policy": ["early"], "env": "admission", "knobs": {}}', "'policy' and 'env' must be strings"),
+    ("[" * 100_000 + "]" * 100_000, "not a tune result"),
+])
+def test_a_tuned_file_is_checked_strictly(tmp_path, text, message):
+    from mooncake_gym.experiments.tune import read_tuned
+
+    path = tmp_path / "tuned.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        read_tuned(path)
+    with pytest.raises(ValueError, match="is a directory"):
+        read_tuned(tmp_path)
+
+
+def test_the_leaderboard_page_refuses_a_cut_tables_file_and_keeps_the_old_page(tmp_path):
+    from mooncake_gym.evaluation.scenarios import SCENARIOS
+    from mooncake_gym.experiments import leaderboard
+
+    complete = "".join(f"\n### {sc.name} v{sc.version} ({sc.env_id})\n\n| policy |\n|---|\n| bound |\n"
+                       for sc in SCENARIOS.values())
+    tables, page = tmp_path / "tables.md", tmp_path / "leaderboard.md"
+    tables.write_text(complete)
+    assert leaderboard.main(["--leaderboard", str(tables), "--out", str(page)]) == 0
+    written = page.read_text()
+    assert written.startswith("# Leaderboard") and complete.strip() in written
+    for cut in (complete[: len(complete) // 2], complete[: complete.rindex("| bound |")]):
+        tables.write_text(cut)
+        with pytest.raises(SystemExit) as e:
+            leaderboard.main(["--leaderboard", str(tables), "--out", str(page)])
+        assert e.value.code == 2 and page.read_text() == written

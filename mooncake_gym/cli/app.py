@@ -53,3 +53,6 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as e:  # bad input or path: a clear one-line error, no traceback
         print(f"mooncake-gym {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line and the shell's code for SIGINT; files are written whole or not at all
+        print(f"mooncake-gym {args.command}: interrupted", file=sys.stderr)
+        return 130

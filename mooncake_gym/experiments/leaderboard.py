@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import pathlib
 
+from mooncake_gym._files import write_atomic
 from mooncake_gym.evaluation import problems
 from mooncake_gym.evaluation.scenarios import SCENARIOS, Scenario
 
@@ -179,10 +180,24 @@ No row can pass its bound; the gap between the best row and the bound is the roo
 {_SUBMIT.format(seeds=seeds)}"""
 
 
+def check_tables(tables: str, where: str) -> None:
+    """``ValueError`` unless ``tables`` (``compare --scenario all --markdown``'s output) is complete:
+    every registered scenario has its table, ended by its ``bound`` row, or its line saying why it
+    was skipped (a cut file, from a run that was stopped, is refused and the old page kept)."""
+    blocks = tables.split("\n### ")[1:]
+    for sc in SCENARIOS.values():
+        heading = f"{sc.name} v{sc.version} ("
+        block = next((b for b in blocks if b.startswith(heading)), None)
+        if block is None and f"{sc.name}: skipped" not in tables:
+            raise ValueError(f"{where}: no table of scenario {sc.name}; is the file cut short?")
+        if block is not None and "\n| bound |" not in block:
+            raise ValueError(f"{where}: the table of scenario {sc.name} has no bound row; is the file cut short?")
+
+
 def write_page(root: str | pathlib.Path | None = None) -> pathlib.Path:
     root = pathlib.Path(__file__).resolve().parents[1] if root is None else pathlib.Path(root)
     path = root / PAGE
-    path.write_text(scenarios_markdown())
+    write_atomic(path, scenarios_markdown())
     return path
 
 
@@ -201,7 +216,8 @@ def main(argv=None) -> int:
     p.add_argument("--full", default="", help="--tune-plan: baselines searched on their whole grid whatever --budget")
     p.add_argument("--trace", default=None, help="the trace path given to the scenarios that need one")
     p.add_argument("--leaderboard", metavar="TABLES.md", default=None,
-                   help="print docs/leaderboard.md around these tables of compare --scenario all --markdown")
+                   help="write docs/leaderboard.md (--out) around these tables of compare --scenario all --markdown")
+    p.add_argument("--out", default=None, help="--leaderboard: the page to write, whole or not at all (default: print it)")
     p.add_argument("--command", default="make leaderboard", help="the command named in the leaderboard")
     p.add_argument("--seeds", type=int, default=5, help="held-out seeds of the tables (leaderboard text)")
     args = p.parse_args(argv)
@@ -213,7 +229,16 @@ def main(argv=None) -> int:
         except ValueError as e:
             p.error(str(e))
     elif args.leaderboard is not None:
-        print(leaderboard_page(pathlib.Path(args.leaderboard).read_text(), args.command, args.seeds), end="")
+        try:
+            tables = pathlib.Path(args.leaderboard).read_text(encoding="utf-8")
+            check_tables(tables, args.leaderboard)
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            p.exit(2, f"{p.prog}: error: {e}\n")
+        page = leaderboard_page(tables, args.command, args.seeds)
+        if args.out:
+            write_atomic(args.out, page)
+        else:
+            print(page, end="")
     else:
         print(f"written {write_page()}")
     return 0

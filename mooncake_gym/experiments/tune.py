@@ -29,6 +29,7 @@ import sys
 
 import numpy as np
 
+from mooncake_gym._files import check_input_file, write_atomic
 from mooncake_gym.agents.rllib import ENV_PROBLEMS, init_ray, require_ray, rllib_hyperparams, train_rllib
 from mooncake_gym.baselines import make_policy, POLICIES
 from mooncake_gym.evaluation import problems
@@ -297,25 +298,37 @@ def tune_ppo(env: str, budget: int | None = None, search: str = "grid", iteratio
 
 
 def write_result(doc: dict, path: str | os.PathLike) -> None:
-    """Write a tune result as JSON (what ``compare --tuned`` reads)."""
-    with open(path, "w") as f:
-        json.dump(to_jsonable(doc), f, indent=2)
-        f.write("\n")
+    """Write a tune result as JSON (what ``compare --tuned`` reads), whole or not at all."""
+    write_atomic(path, json.dumps(to_jsonable(doc), indent=2) + "\n")
 
 
 def read_tuned(path: str | os.PathLike) -> dict:
     """A baseline tune result written by :func:`write_result`, checked: its policy exists and its
     knobs are accepted by the policy's class (``ValueError`` naming the file otherwise)."""
+    check_input_file(path, f"--tuned {path}")
+    if os.path.getsize(path) > 1 << 24:
+        raise ValueError(f"--tuned {path}: larger than 16 MiB, not a tune result")
+
+    def refuse(constant):  # NaN and Infinity are not JSON, and never a knob
+        raise ValueError(f"--tuned {path}: {constant} is not a JSON number")
+
     try:
-        with open(path) as f:
-            doc = json.load(f)
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f, parse_constant=refuse)
     except json.JSONDecodeError as e:
         raise ValueError(f"--tuned {path}: not JSON (line {e.lineno}: {e.msg})") from None
+    except (UnicodeDecodeError, RecursionError) as e:
+        raise ValueError(f"--tuned {path}: not a tune result ({type(e).__name__})") from None
     if not isinstance(doc, dict) or not all(k in doc for k in ("policy", "env", "knobs")):
         raise ValueError(f"--tuned {path}: expected a baseline result of `mooncake-gym tune` "
                          "(a JSON object with 'policy', 'env' and 'knobs')")
     if not isinstance(doc["knobs"], dict):
         raise ValueError(f"--tuned {path}: 'knobs' must be an object of parameter: value, got {doc['knobs']!r}")
+    if not all(isinstance(doc[k], str) for k in ("policy", "env")):
+        raise ValueError(f"--tuned {path}: 'policy' and 'env' must be strings")
+    for knob, value in doc["knobs"].items():  # a knob is a finite number (an integer where the grid has integers)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"--tuned {path}: knob {knob} must be a finite number, got {value!r}")
     try:
         make_policy(doc["env"], doc["policy"], **doc["knobs"])
     except (TypeError, ValueError) as e:
