@@ -453,3 +453,32 @@ def test_the_leaderboard_page_refuses_a_cut_tables_file_and_keeps_the_old_page(t
         with pytest.raises(SystemExit) as e:
             leaderboard.main(["--leaderboard", str(tables), "--out", str(page)])
         assert e.value.code == 2 and page.read_text() == written
+
+
+ALL_ENV_IDS = ["mooncake_gym/PrefillRouting-v0", "mooncake_gym/OverloadAdmission-v0", "mooncake_gym/PrefillRouting-v1",
+               "mooncake_gym/OverloadAdmission-v1", "mooncake_gym/Conductor-v1"]
+
+
+@pytest.mark.parametrize("env_id", ALL_ENV_IDS)
+def test_a_boolean_is_not_an_action_and_an_unknown_reset_option_is_named(env_id):
+    env = gym.make(env_id).unwrapped
+    env.reset(seed=0)
+    for action in (True, False, np.bool_(True), np.array(True)):
+        with pytest.raises(ValueError, match="action: expected"):
+            env.step(action)
+    with pytest.raises(ValueError, match=r"options: unknown key 'ofset'; this environment's reset takes trace"):
+        env.reset(seed=0, options={"ofset": 3})
+    with pytest.raises(ValueError, match="options: expected None or a dict"):
+        env.reset(seed=0, options=[("trace", None)])
+    env.reset(seed=0, options={})  # no keys: the env's own workload
+
+
+def test_a_pool_is_bounded_before_it_is_expanded():
+    from mooncake_gym.model.presets import parse_instances
+
+    for pool in ("99999999999999999999xH100", "100000000xH100", "1000xH100+100xA800"):
+        with pytest.raises(ValueError, match="instances: expected at most 1024 instances in all"):
+            parse_instances(pool)
+    with pytest.raises(ValueError, match="instances: expected at most 1024 instances, got 2,000"):
+        parse_instances(["H100"] * 2000)
+    assert len(parse_instances("1000xH100+24xA800")) == 1024

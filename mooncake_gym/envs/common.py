@@ -18,6 +18,27 @@ from mooncake_gym.model.workload import Trace, as_arrivals, read_trace, resample
 INTEGER_TYPES = frozenset({int, np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint16, np.uint8})
 
 
+def in_space(space, action) -> bool:
+    """``space.contains(action)`` without booleans: gymnasium counts ``True`` as the integer 1, but
+    an action of these environments is an integer (Python or numpy, or an integer array)."""
+    if isinstance(action, (bool, np.bool_)) or getattr(action, "dtype", None) == np.bool_:
+        return False
+    return space.contains(action)
+
+
+def check_reset_options(options, known: tuple[str, ...]) -> dict:
+    """``reset``'s ``options``: None or a dict whose keys are among ``known``; ``ValueError`` naming
+    an unknown key and the known ones (a misspelt key would otherwise be ignored)."""
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise ValueError(f"options: expected None or a dict, got {type(options).__name__}")
+    unknown = sorted(str(k) for k in options if k not in known)
+    if unknown:
+        raise ValueError(f"options: unknown key {unknown[0]!r}; this environment's reset takes {', '.join(known)}")
+    return options
+
+
 def as_trace(name: str, value) -> Trace:
     """A :class:`Trace` from a trace or a JSONL path; ``ValueError`` naming ``name`` otherwise, or
     if it has no requests."""
@@ -92,6 +113,7 @@ class WorkloadSpec:
 
     def draw(self, np_random: np.random.Generator, options: dict | None) -> Trace:
         """The episode's trace: ``options['trace']`` if given, else the replayed or generated one."""
+        options = check_reset_options(options, ("trace", "offset"))
         if options and "trace" in options:
             trace = as_trace("options['trace']", options["trace"])
         else:
@@ -133,6 +155,7 @@ def episode_workload(np_random: np.random.Generator, options: dict | None, trace
     env's ``trace`` replayed whole at ``speed`` (load NaN), else ``episode_requests`` requests
     drawn i.i.d. from ``base`` with Poisson arrivals at a ``load`` drawn from ``np_random`` times
     ``rate_per_load`` requests/s (``fresh_blocks``: see :func:`~mooncake_gym.model.workload.resample_iid`)."""
+    options = check_reset_options(options, ("trace",))
     if options and "trace" in options:
         trace = as_trace("options['trace']", options["trace"])
     if trace is not None:

@@ -13,7 +13,7 @@ from mooncake_gym.model.costmodel import CostModel
 from mooncake_gym.sim.admission import (DEMO3_BASE_RATE, REJECTED_AFTER_PREFILL, REJECTED_AT_ARRIVAL, LectureAdmission,
                                         OverloadConfig, check_admit, check_load_samples, decode_capacity_rate)
 from mooncake_gym.model.workload import synthetic_trace
-from mooncake_gym.envs.common import (INTEGER_TYPES, RENDER_MODES, ValueOrRange, as_clipped_float32, as_trace, check,
+from mooncake_gym.envs.common import (INTEGER_TYPES, in_space, RENDER_MODES, ValueOrRange, as_clipped_float32, as_trace, check,
                      check_render_mode, episode_workload)
 from mooncake_gym.envs.viewer import AdmissionViewer
 
@@ -277,7 +277,7 @@ class OverloadAdmissionEnv(gym.Env):
         if self.sim is None:
             raise RuntimeError("step: call reset() first")
         # fast path for Python and numpy integers; anything else goes through the space's own check
-        if not ((action == 0 or action == 1) if type(action) in INTEGER_TYPES else self.action_space.contains(action)):
+        if not ((action == 0 or action == 1) if type(action) in INTEGER_TYPES else in_space(self.action_space, action)):
             raise ValueError(f"action: expected 0 (reject) or 1 (admit), got {action!r}")
         if self.sim.done:
             raise RuntimeError("step: the episode has terminated; call reset()")

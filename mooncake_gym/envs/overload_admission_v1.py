@@ -8,7 +8,7 @@ from mooncake_gym.sim.cluster import ClusterAction
 from mooncake_gym.model.prediction import DEFAULT_PREDICTION_SIGMA
 from mooncake_gym.envs.cluster import (ARGUMENTS_DOC, DEFAULT_WASTE_PENALTY, END_DOC, GOODPUT_REWARD_DOC, INFO_DOC, OBSERVATION_DOC,
                       SPEED_DOC, WORKLOAD_DOC, ClusterEnv)
-from mooncake_gym.envs.common import INTEGER_TYPES
+from mooncake_gym.envs.common import INTEGER_TYPES, in_space
 
 _ACTIONS = (ClusterAction(False, None, None), ClusterAction(True, None, None))
 
@@ -89,7 +89,7 @@ class OverloadAdmissionV1Env(ClusterEnv):
         return 1 if admit else 0
 
     def _action(self, action) -> ClusterAction:
-        if (action == 0 or action == 1) if type(action) in INTEGER_TYPES else self.action_space.contains(action):
+        if (action == 0 or action == 1) if type(action) in INTEGER_TYPES else in_space(self.action_space, action):
             return _ACTIONS[int(action)]
         raise ValueError(f"action: expected 0 (reject) or 1 (admit), got {action!r}")
 

@@ -11,7 +11,7 @@ from gymnasium import spaces
 from mooncake_gym.model.costmodel import CostModel
 from mooncake_gym.sim.observation import as_observation
 from mooncake_gym.sim.routing import RoutingConfig, RoutingSimulator, RoutingView, check_route
-from mooncake_gym.envs.common import INTEGER_TYPES, RENDER_MODES, WorkloadSpec, as_float32, check, check_render_mode
+from mooncake_gym.envs.common import INTEGER_TYPES, in_space, RENDER_MODES, WorkloadSpec, as_float32, check, check_render_mode
 from mooncake_gym.envs.features import PER_INSTANCE_FEATURES, QUEUE_CAP_SLO, TIME_UNIT_S, routing_features
 from mooncake_gym.envs.viewer import RoutingViewer
 
@@ -270,7 +270,7 @@ class PrefillRoutingEnv(gym.Env):
         # fast path for Python and numpy integers; anything else goes through the space's own check
         if type(action) in INTEGER_TYPES and 0 <= action < self._n_actions:
             a = int(action)
-        elif self.action_space.contains(action):
+        elif in_space(self.action_space, action):
             a = int(action)
         else:
             raise ValueError(f"action: expected an integer in 0..{self.action_space.n - 1}, got {action!r}")

@@ -7,7 +7,7 @@ from gymnasium import spaces
 from mooncake_gym.sim.cluster import ClusterAction
 from mooncake_gym.sim.routing import Route
 from mooncake_gym.envs.cluster import (ARGUMENTS_DOC, END_DOC, INFO_DOC, OBSERVATION_DOC, SPEED_DOC, WORKLOAD_DOC, ClusterEnv)
-from mooncake_gym.envs.common import INTEGER_TYPES
+from mooncake_gym.envs.common import INTEGER_TYPES, in_space
 
 
 class PrefillRoutingV1Env(ClusterEnv):
@@ -91,7 +91,7 @@ class PrefillRoutingV1Env(ClusterEnv):
         return int(inst) + (self._n if pull else 0)
 
     def _action(self, action) -> ClusterAction:
-        if (type(action) in INTEGER_TYPES and 0 <= action < 2 * self._n) or self.action_space.contains(action):
+        if (type(action) in INTEGER_TYPES and 0 <= action < 2 * self._n) or in_space(self.action_space, action):
             return self._routes[int(action)]
         raise ValueError(f"action: expected an integer in 0..{2 * self._n - 1}, got {action!r}")
 

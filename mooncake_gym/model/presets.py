@@ -20,7 +20,7 @@ import numpy as np
 
 from mooncake_gym._native import mypyc_attr
 from mooncake_gym.model.costmodel import CostModel, InstanceSpec
-from mooncake_gym.model.limits import check
+from mooncake_gym.model.limits import LIMITS, check
 
 DECODE_MODELS = ("batching", "reserve")
 
@@ -92,15 +92,23 @@ def parse_instances(instances) -> tuple[InstanceSpec, ...]:
     """One ``InstanceSpec`` per instance from ``"4xH800+4xA800"``, or a sequence of GPU names and
     ``InstanceSpec`` objects (a GPU name is ``InstanceSpec(gpu=name)``). ``ValueError`` names
     ``instances`` otherwise."""
+    most = LIMITS["n_instances"].hi
     if isinstance(instances, str):
+        if len(instances) > 10_000:
+            raise ValueError(f"instances: expected e.g. '4xH800+4xA800', got a string of {len(instances):,} characters")
         items = []
         for part in instances.split("+"):
             m = _POOL_PART.match(part)
             if not m or (m.group(1) is not None and int(m.group(1)) < 1):
                 raise ValueError(f"instances: expected e.g. '4xH800+4xA800' (COUNTxGPU joined by '+'), "
                                  f"got {instances!r}")
-            items += [m.group(2).upper()] * int(m.group(1) or 1)
+            count = int(m.group(1) or 1)
+            if len(items) + count > most:  # bounded before the pool is expanded
+                raise ValueError(f"instances: expected at most {most:g} instances in all, got {instances!r}")
+            items += [m.group(2).upper()] * count
     elif isinstance(instances, (list, tuple)):
+        if len(instances) > most:
+            raise ValueError(f"instances: expected at most {most:g} instances, got {len(instances):,}")
         items = list(instances)
     else:
         raise ValueError(f"instances: expected a string like '4xH800+4xA800' or a list of GPU names / InstanceSpec, "
