@@ -326,6 +326,26 @@ class Agent:
             return env
         raise AgentFormatError(f"agent: trained behind wrappers {want} (innermost first), but the env has {present} of them")
 
+    def check_wrappers(self) -> None:
+        """Build the agent's wrappers around its own environment (its env id and the card's
+        ``env_kwargs``) once, so that a wrapper that cannot be imported or refuses its arguments is
+        an :class:`AgentFormatError` before any episode runs, not after the baselines."""
+        if not self.wrappers or not self.env_id:
+            return
+        import gymnasium as gym
+
+        kwargs = self.card.get("env_kwargs") or {}
+        try:
+            env = gym.make(self.env_id, **kwargs)
+        except Exception as e:  # noqa: BLE001 -- an unknown id or bad kwargs, one line
+            raise AgentFormatError(f"agent: cannot make its env {self.env_id} with {kwargs}: {e}") from None
+        try:
+            self.wrap(env)
+        except (TypeError, ValueError) as e:
+            raise AgentFormatError(f"agent: its wrappers do not build on {self.env_id}: {e}") from None
+        finally:
+            env.close()
+
     def check_fits(self, env) -> None:
         """Raise :class:`AgentFormatError` naming every difference between the agent and ``env``
         (observation and action spaces, env id)."""

@@ -391,3 +391,22 @@ def test_wrapper_mismatch_says_what_differs():
     with pytest.raises(ValueError, match=rf"trained behind wrappers \['{__name__}.NoPullMasks', '{__name__}.MinusBest'\] "
                                          rf"\(innermost first\), but the env has \['{__name__}.MinusBest'\] of them"):
         run_episode(env, agent, seed=0)
+
+
+def test_an_agents_wrappers_are_built_before_any_episode(tmp_path, capsys):
+    """A card whose wrapper refuses its arguments is a one-line error of compare before the
+    baselines run (check_wrappers builds them once on the agent's own env)."""
+    from mooncake_gym.agents.agentfile import sha256_of
+
+    path = tmp_path / "a.zip"
+    shutil.copy(agents.agent_dir() / "ppo_admission_v1.zip", path)
+    card = agents.card("ppo_admission_v1")
+    card["wrappers"] = [{**card["wrappers"][0], "kwargs": {"growth": "yes"}}]
+    path.with_suffix(".json").write_text(json.dumps({**card, "sha256": sha256_of(path)}))
+    agent = agents.load_agent(path)
+    with pytest.raises(AgentFormatError, match="its wrappers do not build on mooncake_gym/OverloadAdmission-v1: "
+                                               "growth: expected True or False"):
+        agent.check_wrappers()
+    assert main(["compare", "--env", "admission", "--agent", str(path), "--seeds", "1", "--json"]) == 2
+    assert "growth: expected True or False" in capsys.readouterr().err
+    agents.load_agent("ppo_admission_v1").check_wrappers()  # the shipped card's build

@@ -77,6 +77,7 @@ def _agents_and_tuned(args):
     agents = None
     if args.agent:
         model = load_agent(args.agent, trusted=args.unsafe_pickle)
+        model.check_wrappers()  # before the baselines run
         if model.source == "pickle":
             print(f"note: {args.agent} was unpickled (--unsafe-pickle): loading it could run code", file=sys.stderr)
         problem = args.agent_env or cmp.problem_of(model)

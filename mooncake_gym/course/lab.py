@@ -540,6 +540,7 @@ def main(argv=None) -> int:
             from mooncake_gym.agents import load_agent
 
             agent = load_agent(args.agent, trusted=args.unsafe_pickle)
+            agent.check_wrappers()  # before the baselines run
             if agent.source == "pickle":
                 print(f"note: {args.agent} was unpickled (--unsafe-pickle): loading it could run code", file=sys.stderr)
         setting, scores = grade(args.env, seeds, policy, agent, env_kwargs, args.name, limits)
