@@ -546,6 +546,8 @@ def main(argv=None) -> int:
         setting, scores = grade(args.env, seeds, policy, agent, env_kwargs, args.name, limits)
     except (ValueError, FileNotFoundError) as e:
         parser.exit(2, f"{parser.prog}: error: {e}\n")
+    except KeyboardInterrupt:  # Ctrl-C: one line, the shell's code for SIGINT
+        parser.exit(130, f"{parser.prog}: interrupted\n")
     if args.json:
         from mooncake_gym.reporting import tables as report
 
