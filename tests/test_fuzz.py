@@ -1,5 +1,6 @@
 """Property-based tests (hypothesis) of everything that takes input from outside: trace lines, Trace
-columns, command lines, environment arguments, actions and policy answers.
+columns, command lines, environment arguments, actions and policy answers, agent cards, tuned
+files and reset options.
 
 Each property: the input ends in a clear error (the project's own exception types; on the command
 line one line on stderr and exit code 2) or in a valid result whose invariants hold. Command lines
@@ -433,3 +434,77 @@ def routing_run(steps: int, seed: int) -> int:
 def test_random_runs_keep_the_invariants(run):
     steps = 500_000 if LONG else 3000
     assert run(steps, seed=7) >= steps
+
+
+# --- agent cards, tuned files, reset options (issue 28: every size and type from a file checked) -----
+def _mutate(draw, value, depth=0):
+    """``value`` (a JSON document) with one field somewhere replaced by an odd or huge value."""
+    if isinstance(value, dict) and value and depth < 4 and draw(st.booleans()):
+        key = draw(st.sampled_from(sorted(value)))
+        return {**value, key: _mutate(draw, value[key], depth + 1)}
+    if isinstance(value, list) and value and depth < 4 and draw(st.booleans()):
+        i = draw(st.integers(0, len(value) - 1))
+        return value[:i] + [_mutate(draw, value[i], depth + 1)] + value[i + 1:]
+    return draw(st.one_of(field_value, st.sampled_from([[65536] * 8, [10**9], {"pi": [10**6] * 4}, "x" * 300])))
+
+
+@examples(60, 1000)
+@given(data=st.data())
+def test_fuzz_agent_cards(tmp_path_factory, data):
+    """A mutated card of a shipped agent loads (and then acts) or is one AgentFormatError, and never
+    builds a network beyond the card's bound (it would be refused before)."""
+    import shutil
+
+    from mooncake_gym import agents
+    from mooncake_gym.agents.agentfile import AgentFormatError, sha256_of
+
+    name = data.draw(st.sampled_from(sorted(agents.SHIPPED)))
+    path = tmp_path_factory.mktemp("card") / "a.zip"
+    shutil.copy(agents.agent_dir() / f"{name}.zip", path)
+    card = _mutate(data.draw, {**agents.card(name), "sha256": sha256_of(path)})
+    path.with_suffix(".json").write_text(json.dumps(card, allow_nan=True))
+    try:
+        agent = agents.load_agent(path)
+    except AgentFormatError as e:
+        event(f"refused: {str(e).split(': ')[-2][-30:]}")
+        return
+    shape = agent.observation_space.shape
+    action, _ = agent.predict(np.zeros((1, *shape), np.float32))
+    assert agent.action_space.contains(int(np.asarray(action).reshape(-1)[0]))
+
+
+tuned_doc = st.fixed_dictionaries({"policy": st.sampled_from(["early", "kvcentric", "nope"]),
+                                   "env": st.sampled_from(["admission", "routing", "x"]),
+                                   "knobs": st.dictionaries(st.sampled_from(["threshold", "quantile", "x"]),
+                                                            field_value, max_size=2)})
+
+
+@examples(150, 3000)
+@given(doc=st.one_of(tuned_doc, field_value, st.text(max_size=30).map(lambda t: {"raw": t})))
+def test_fuzz_tuned_files(tmp_path_factory, doc):
+    """A tuned file is a result whose every knob is a finite number the policy accepts, or a ValueError."""
+    from mooncake_gym.experiments.tune import read_tuned
+
+    path = tmp_path_factory.mktemp("tuned") / "t.json"
+    path.write_text(doc["raw"] if isinstance(doc, dict) and "raw" in doc else json.dumps(doc, allow_nan=True))
+    try:
+        got = read_tuned(path)
+    except ValueError:
+        return
+    assert all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in got["knobs"].values())
+
+
+@examples(60, 1000)
+@given(env_id=st.sampled_from([ROUTING, ADMISSION, "mooncake_gym/PrefillRouting-v1"]),
+       options=st.one_of(st.none(), st.dictionaries(st.sampled_from(["trace", "offset", "ofset", "seed", ""]),
+                                                     field_value, max_size=2), odd_values))
+def test_fuzz_reset_options(env_id, options):
+    """reset(options=...) uses every key it is given or names the one it does not know."""
+    env = gym.make(env_id, episode_requests=20).unwrapped
+    try:
+        obs, _ = env.reset(seed=0, options=options)
+    except (ValueError, TypeError, FileNotFoundError) as e:
+        event(type(e).__name__)
+        return
+    assert env.observation_space.contains(obs)
+    env.close()
