@@ -137,3 +137,13 @@ def test_unwritable_output_exits_2_without_traceback(tmp_path):
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and str(tmp_path) in lines[0] and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("argv, option", [(["replay", "--policy", "kvcentric", "--policy", "load"], "--policy"),
+                                          (["overload", "--json", "--json"], "--json"),
+                                          (["trace", "stats", "synthetic", "--rate", "2", "--rate", "3"], "--rate")])
+def test_an_option_given_twice_is_an_error_not_the_last_one(argv, option, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    assert f"{option}: given more than once; give it once" in capsys.readouterr().err

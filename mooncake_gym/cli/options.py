@@ -101,6 +101,32 @@ def decode_model(args) -> str:
     return get_preset(args.preset).decode_model
 
 
+class _Once(argparse.Action):
+    """Store an option's value (or ``True`` for a flag), refusing it a second time: argparse would
+    keep the last of ``--policy a --policy b`` silently (options meant to repeat use ``append``)."""
+
+    def __init__(self, option_strings, dest, flag=False, **kwargs):
+        super().__init__(option_strings, dest, nargs=0 if flag else None, **kwargs)
+        self.flag = flag
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        seen = namespace.__dict__.setdefault("_given_once", set())
+        if self.dest in seen:
+            parser.error(f"{option_string}: given more than once; give it once")
+        seen.add(self.dest)
+        setattr(namespace, self.dest, True if self.flag else values)
+
+
+def _once(kwargs: dict) -> dict:
+    """argparse keywords with a plain or ``store_true`` option stored by :class:`_Once`."""
+    action = kwargs.get("action")
+    if action is None:
+        return {**kwargs, "action": _Once}
+    if action == "store_true":
+        return {**{k: v for k, v in kwargs.items() if k != "action"}, "action": _Once, "flag": True, "default": False}
+    return kwargs
+
+
 @dataclass(frozen=True)
 class Command:
     """A command: its name (``trace stats`` for a subcommand), help, options, no-effect rules,
@@ -119,7 +145,8 @@ class Command:
         for o in self.options:
             if o.group is not None and o.group not in groups:
                 groups[o.group] = p.add_mutually_exclusive_group()
-            groups.get(o.group, p).add_argument(*o.flags, **o.kwargs)
+            positional = not o.flags[0].startswith("-")
+            groups.get(o.group, p).add_argument(*o.flags, **(o.kwargs if positional else _once(o.kwargs)))
         p.set_defaults(func=self.run, spec=self)
 
     def check_args(self, args) -> None:
