@@ -1,6 +1,7 @@
 """The env benchmark's floor (``benchmarks/bench_envs.py``): "its cluster simulator alone" steps the
 same episodes as the environment, with the same decisions, and nothing else. No timing is asserted."""
 
+import json
 import importlib.util
 from pathlib import Path
 
@@ -60,3 +61,11 @@ def test_parts_times_each_part_of_a_v1_step(bench_envs):
     assert "    decode loads" in bench_envs.format_parts("mooncake_gym/Conductor-v1", p)
     with pytest.raises(ValueError, match="env_id: expected a v1 environment"):
         bench_envs.parts("mooncake_gym/PrefillRouting-v0")
+
+
+def test_bench_json_prints_one_json_document(capsys):
+    from mooncake_gym.cli import main
+
+    assert main(["bench", "--only", "bench_cache", "--seconds", "0.1", "--json"]) == 0
+    out = capsys.readouterr()
+    assert list(json.loads(out.out)) == ["bench_cache"] and "bench_cache" in out.err

@@ -7,7 +7,9 @@ cache pass against the oracle's) the two sides are measured in the same run.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import sys
 from pathlib import Path
 
 from mooncake_gym import compiled
@@ -38,9 +40,12 @@ def run_benchmarks(seconds: float = 2.0, only: str | None = None) -> dict:
 
 
 def run(args) -> int:
-    results = run_benchmarks(seconds=args.seconds, only=args.only)
-    if args.json:
-        report.print_json(results)
+    if not args.json:
+        run_benchmarks(seconds=args.seconds, only=args.only)
+        return 0
+    with contextlib.redirect_stdout(sys.stderr):  # the figures as they come, to stderr; one JSON document on stdout
+        results = run_benchmarks(seconds=args.seconds, only=args.only)
+    report.print_json(results)
     return 0
 
 
