@@ -1,8 +1,8 @@
 """The env benchmark's floor (``benchmarks/bench_envs.py``): "its cluster simulator alone" steps the
 same episodes as the environment, with the same decisions, and nothing else. No timing is asserted."""
 
-import json
 import importlib.util
+import json
 from pathlib import Path
 
 import gymnasium as gym
