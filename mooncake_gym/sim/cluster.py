@@ -188,7 +188,8 @@ class ClusterSimulator:
             self._footprint = [i + o for i, o in zip(self._input, self._output)]
         else:
             self._footprint = self._input
-        self._never_fits = [refuse_never_fit and not p.fits(i, o) for i, o in zip(self._input, self._output)]
+        self._never_fits = ([not p.fits(i, o) for i, o in zip(self._input, self._output)] if refuse_never_fit
+                            else [False] * len(self._input))
         self._idle_step_s = (p.tbt_s if self.reserve else
                              p.decode_cost.decode_step_s(1, int(np.mean(self._input))))
         out = np.asarray(self._output, dtype=np.int64)

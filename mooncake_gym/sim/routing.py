@@ -274,7 +274,8 @@ class RoutingSimulator:
         if est.homogeneous and self._prefill0 is not None:
             return self._prefill0
         prefill = est.prefill[est.group[i]]
-        times = [prefill(n, 0) for n in self._input]
+        memo: dict[int, float] = {}  # (resampled traces repeat prompt lengths)
+        times = [memo[n] if n in memo else memo.setdefault(n, prefill(n, 0)) for n in self._input]
         if est.homogeneous:  # remembered: the fast path of serve reads it
             self._prefill0 = times
         return times
@@ -355,7 +356,7 @@ class RoutingSimulator:
             self._last_index = k
             self._i = k + 1
             return
-        v = self.exact_view  # the real service follows the exact state, whatever the policy saw
+        v = self._exact if self._built else self.exact_view  # the real service follows the exact state
         assert v is not None, "dispatch: the trace is exhausted"
         k, now, n_in, ids = v.index, v.now, v.input_tokens, v.block_ids
         hit = v.hit_tokens[i]
