@@ -318,14 +318,20 @@ class RoutingSimulator:
 
     def step(self, action) -> RoutingView | None:
         """Dispatch the pending request to ``action`` (an instance, or ``Route(instance, pull)``)."""
-        if self.done:
+        if self._i >= len(self._arrival):  # done
             raise RuntimeError("step: the trace is exhausted; call reset()")
-        return self.dispatch(*self._parse(action))
+        inst, pull = self._parse(action)
+        self.serve(inst, pull)
+        if not self._built:  # view, inlined
+            self._build_view()
+        return self._view
 
     def dispatch(self, i: int, pull: bool) -> RoutingView | None:
         """``step`` for an already valid action: instance ``i`` (0 <= i < n), pull or not."""
         self.serve(i, pull)
-        return self.view
+        if not self._built:  # view, inlined
+            self._build_view()
+        return self._view
 
     def serve(self, i: int, pull: bool) -> None:
         """``dispatch`` without making the next view (the cluster simulator's prefill pool: its
@@ -333,7 +339,7 @@ class RoutingSimulator:
         if not self._built and self._uncached and self._observer is None:
             # no cache anywhere (the lecture's pool): no hit, nothing to pull, and the view's fields
             # for instance i computed alone: queue_s(now) is pool_load's queue, prefill the
-            # estimate's prefill(n, 0); then _served, inlined
+            # estimate's prefill(n, 0); then the dispatch below
             k = self._i
             if k >= len(self._arrival):
                 raise AssertionError("dispatch: the trace is exhausted")
@@ -358,21 +364,20 @@ class RoutingSimulator:
             return
         v = self._exact if self._built else self.exact_view  # the real service follows the exact state
         assert v is not None, "dispatch: the trace is exhausted"
-        k, now, n_in, ids = v.index, v.now, v.input_tokens, v.block_ids
+        k, now, n_in = v.index, v.now, v.input_tokens
         hit = v.hit_tokens[i]
+        transfer = 0.0
+        fetched = 0
         if pull and v.best_hit_tokens > hit:
             transfer = v.transfer_s[i]
             fetched = v.best_hit_tokens - hit
             hit = v.best_hit_tokens
-            self._served(k, i, pull, now, n_in, ids, v.queue_s[i], transfer, v.pull_prefill_s[i], hit, fetched)
+            prefill = v.pull_prefill_s[i]
         else:
-            self._served(k, i, pull, now, n_in, ids, v.queue_s[i], 0.0, v.prefill_s[i], hit, 0)
-
-    def _served(self, k: int, i: int, pull: bool, now: float, n_in: int, ids: Any, queue: float, transfer: float,
-                prefill: float, hit: int, fetched: int) -> None:
-        """Request ``k`` goes to instance ``i``: queue it, cache its blocks, record its row, move on."""
+            prefill = v.prefill_s[i]
+        queue = v.queue_s[i]
         self.instances[i].dispatch(now, transfer + prefill, n_in - hit)
-        self._caches[i].insert(ids)  # inst.cache
+        self._caches[i].insert(v.block_ids)  # inst.cache
         ttft = queue + transfer + prefill  # = finish - arrival, without the rounding of absolute times
         self._last_row = row = (now, n_in, i, ttft, queue, transfer, prefill, hit, fetched)
         self._rows.append(row)
