@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import struct
 
 import gymnasium as gym
 import numpy as np
@@ -13,8 +14,8 @@ from mooncake_gym.model.costmodel import CostModel
 from mooncake_gym.sim.admission import (DEMO3_BASE_RATE, REJECTED_AFTER_PREFILL, REJECTED_AT_ARRIVAL, LectureAdmission,
                                         OverloadConfig, check_admit, check_load_samples, decode_capacity_rate)
 from mooncake_gym.model.workload import synthetic_trace
-from mooncake_gym.envs.common import (INTEGER_TYPES, in_space, RENDER_MODES, ValueOrRange, as_clipped_float32, as_trace, check,
-                     check_render_mode, episode_workload)
+from mooncake_gym.envs.common import (INTEGER_TYPES, RENDER_MODES, ValueOrRange, as_trace, check, in_space,
+                                      check_render_mode, episode_workload)
 from mooncake_gym.envs.viewer import AdmissionViewer
 
 INPUT_TOKENS_CAP = 200_000
@@ -26,6 +27,8 @@ IN_PREFILL_CAP_PER_INSTANCE = 20
 DEFAULT_WASTE_PENALTY = 0.1
 #: Load (arrivals over the decode pool's capacity rate) with neither ``load`` nor ``load_range``: demo 3's.
 DEFAULT_LOAD = 2.0
+#: The observation's floats as float32 bytes, by its size (a module's: a Struct does not pickle).
+_PACK = {n: struct.Struct(f"={n}f").pack for n in (11, 12)}
 
 
 class OverloadAdmissionEnv(gym.Env):
@@ -259,7 +262,9 @@ class OverloadAdmissionEnv(gym.Env):
         ]
         if self._oracle:
             vals.append(v.output_tokens / OUTPUT_TOKENS_CAP)
-        return as_clipped_float32(vals)
+        # as_clipped_float32(vals), inlined: each clipped to [0, 1] (clip01), packed by this size's packer
+        return np.frombuffer(bytearray(_PACK[len(vals)](*[0.0 if x < 0.0 else (1.0 if x > 1.0 else x) for x in vals])),
+                             np.float32)
 
     # -- Gymnasium API ------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -289,26 +294,30 @@ class OverloadAdmissionEnv(gym.Env):
             # as goodput, so it is charged as waste now, when that is known
             doomed = view.prefill_s
             heapq.heappush(self._doomed, (view.predicted_prefill_finish, view.index, doomed))
-        self._view = self.sim.step(admit)
         sim = self.sim
-        granted = sim.completed_in_slo - self._granted
-        wasted = sim.wasted_prefill_s - self._wasted
-        self._granted, self._wasted = sim.completed_in_slo, sim.wasted_prefill_s
+        self._view = sim.step(admit)
+        c = sim.cluster  # its counters read directly (the admission problem's properties name them)
+        assert c is not None  # a trace with requests: there was a decision to make
+        granted = c.granted_in_ttft_slo - self._granted
+        wasted = c.wasted_prefill_s - self._wasted
+        self._granted, self._wasted = c.granted_in_ttft_slo, c.wasted_prefill_s
         # a doomed request later rejected after prefill was charged already: its prefill is taken
         # out of this step's waste (its outcome is settled by its prefill finish)
-        settled = math.inf if self._view is None else self._view.now
-        outcome = sim.outcome
-        while self._doomed and self._doomed[0][0] <= settled:
-            _, i, prefill = heapq.heappop(self._doomed)
-            if outcome[i] == REJECTED_AFTER_PREFILL:
-                wasted -= prefill
+        doomed_heap = self._doomed
+        if doomed_heap:
+            settled = math.inf if self._view is None else self._view.now
+            outcome = c.outcome
+            while doomed_heap and doomed_heap[0][0] <= settled:
+                _, i, prefill = heapq.heappop(doomed_heap)
+                if outcome[i] == REJECTED_AFTER_PREFILL:
+                    wasted -= prefill
         if wasted < 1e-9:  # what is left of a difference of float sums when only doomed requests were wasted
             wasted = 0.0
         reward = granted - self.waste_penalty * (doomed + wasted) / self.mean_prefill_s
-        terminated = sim.done
+        terminated = c.done
         info = {"index": view.index, "admitted": admit, "granted": granted, "doomed_s": doomed, "wasted_s": wasted,
-                "completed": sim.completed, "rejected_at_arrival": sim.rejected_at_arrival,
-                "rejected_after_prefill": sim.rejected_after_prefill}
+                "completed": c.granted, "rejected_at_arrival": c.rejected_at_arrival,
+                "rejected_after_prefill": c.rejected_after_prefill}
         if terminated:
             info["metrics"] = sim.result("env").metrics
         return self._observe(), float(reward), bool(terminated), False, info

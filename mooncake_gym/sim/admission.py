@@ -47,7 +47,8 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, cast
+from operator import attrgetter
+from typing import Any, Callable
 
 import numpy as np
 
@@ -62,7 +63,7 @@ from mooncake_gym.sim.cluster import (DEMO3_BASE_RATE, DEMO3_LOAD, DEMO3_REQUEST
 from mooncake_gym.sim.metrics import (COMPLETED, OUTCOME_NAMES, PENDING, REJECTED_AFTER_PREFILL,  # noqa: F401
                                       REJECTED_AT_ARRIVAL, load_correlation)
 from mooncake_gym.sim.policies import LeastQueue
-from mooncake_gym.sim.views import ADMISSION_VIEW_FIELDS, AdmissionView, ClusterAction, ClusterView, Route, check_admit
+from mooncake_gym.sim.views import ADMISSION_VIEW_FIELDS, AdmissionView, Route, check_admit
 
 
 def _check(name: str, ok: bool, expected: str, value: Any) -> None:
@@ -146,6 +147,7 @@ class OverloadResult:
 
 
 _new_tuple = tuple.__new__
+_used = attrgetter("used")  # a reserving decode instance's used tokens
 
 
 def check_load_samples(name: str, span_s: float, config: OverloadConfig) -> None:
@@ -191,6 +193,7 @@ class LectureAdmission:
         self.trace = trace
         self.config = c = config
         self.cost = cost if cost is not None else CostModel()
+        self._arrival = trace.arrival_s.tolist()
         self._input = trace.input_tokens.tolist()
         self._output = trace.output_tokens.tolist()
         n = len(trace)
@@ -202,10 +205,16 @@ class LectureAdmission:
         # before the run (the decode-time tables above are bounded by the output-length limit)
         check_load_samples("trace", self._horizon, c)
         self.cluster: ClusterSimulator | None = None
+        self._pool_capacity_tokens = c.pool_capacity_tokens
+        self._prefill_s: list[float] = []
         if n:
             self.cluster = ClusterSimulator(trace, c.preset(self.cost), router=LeastQueue(), refuse_never_fit=False,
                                             kv_transfer=False, oracle=c.oracle, sample_period_s=c.sample_period_s,
                                             warmup_s=c.warmup_s, load_series="lecture")
+            # each request's prefill time on any instance of the pool (all alike, none caching): the
+            # prefill_s its views show, computed once by the pool's own estimate
+            self._prefill_s = self.cluster.prefill.uncached_prefill_s(0)
+        self._fresh = True  # the cluster as its constructor left it: reset() need not reset it again
         self._started = False
         self._reset_window()
 
@@ -213,7 +222,7 @@ class LectureAdmission:
         self._recent_rejections: deque = deque()  # times
         self._recent_waste: deque = deque()  # (time, seconds)
         self._recent_waste_sum = 0.0
-        self._seen_rejections = self._seen_waste = 0
+        self._seen_waste = 0  # entries of the cluster's wasted_log moved into the window
         self._pending: AdmissionView | None = None
 
     # -- the cluster's state under the lecture's names ---------------------------------------------
@@ -264,7 +273,10 @@ class LectureAdmission:
         self._reset_window()
         if self.cluster is None:
             return None
-        self.cluster.reset()
+        if not self._fresh:
+            self.cluster.reset()  # a new prefill pool: its prefill times once more
+            self._prefill_s = self.cluster.prefill.uncached_prefill_s(0)
+        self._fresh = False
         return self._view()
 
     def step(self, admit: bool) -> AdmissionView | None:
@@ -273,51 +285,67 @@ class LectureAdmission:
         checked by :func:`check_admit` (1 and 0 are accepted; ``'no'``, -1 or NaN are errors)."""
         if not self._started:
             raise RuntimeError("step() before reset()")
-        if self.done:
+        sim = self.cluster
+        if sim is None or sim._done:
             raise RuntimeError("step() after the workload is exhausted; call reset()")
         if admit is not True and admit is not False:
             admit = check_admit(admit)
         v = self._pending
-        assert v is not None and self.cluster is not None
-        self.cluster.step(ClusterAction(admit, Route(v.prefill_instance) if admit else None, None))
-        return None if self.cluster.done else self._view()
+        assert v is not None
+        if admit:  # to the least-queued instance the view shows (a valid Route: made without its checks)
+            sim.apply(True, _new_tuple(Route, (v.prefill_instance, False)), None)
+        else:
+            self._recent_rejections.append(v.now)
+            sim.apply(False, None, None)
+        return None if sim._done else self._view()
 
     def _view(self) -> AdmissionView:
-        sim = cast(ClusterSimulator, self.cluster)
-        cv = cast(ClusterView, sim.view)
-        rv = cv.routing
-        queues = rv.queue_s
-        now, i = cv.now, cv.index
-        best, best_q = 0, math.inf  # the least queued prefill instance (ties: the lowest index)
-        for k, q in enumerate(queues):
+        # The hot path of every decision: read from the cluster's state directly, without its
+        # ClusterView or the prefill pool's RoutingView (made only if a policy reads them).
+        sim = self.cluster
+        assert sim is not None
+        i = sim._i  # the pending request
+        now = self._arrival[i]
+        # each prefill instance's queued work (the exact view's queue_s: the cluster's prefill pool
+        # has the exact observation) and the least queued one (ties: the lowest index)
+        queue = []
+        best, best_q = 0, math.inf
+        for k, inst in enumerate(sim.prefill.instances):
+            q = inst.busy_until - now
+            if q < 0.0:
+                q = 0.0
+            queue.append(q)
             if q < best_q:
                 best, best_q = k, q
-        ps = rv.prefill_s[best]
+        queues = tuple(queue)
+        ps = self._prefill_s[i]  # its prefill there (the view's prefill_s: no cache, every instance alike)
         finish = now + best_q + ps
-        # the recent window: the cluster's rejections since the last view, then the old ones out
+        # the recent window: the cluster's rejections after prefill since the last view (after this
+        # layer's rejection at arrival of the last request, if any: in time order), then the old ones out
         rej, waste = self._recent_rejections, self._recent_waste
-        for k in range(self._seen_rejections, len(sim.rejections)):
-            t, w = sim.rejections[k]
-            rej.append(t)
-            if w is not None:
+        log = sim.wasted_log
+        if self._seen_waste < len(log):
+            for k in range(self._seen_waste, len(log)):
+                t, w = log[k]
+                rej.append(t)
                 waste.append((t, w))
                 self._recent_waste_sum += w
-        self._seen_rejections = len(sim.rejections)
-        cutoff = now - self.config.recent_window_s
+            self._seen_waste = len(log)
+        c = self.config
+        cutoff = now - c.recent_window_s
         while rej and rej[0] < cutoff:
             rej.popleft()
         while waste and waste[0][0] < cutoff:
             self._recent_waste_sum -= waste.popleft()[1]
         if not waste:
             self._recent_waste_sum = 0.0
-        c = self.config
-        used = tuple([d.used for d in sim.decode])
+        used = tuple(map(_used, sim.decode))
         v = self._pending = _new_tuple(AdmissionView, (
-            now, i, self._input[i], cv.output_tokens,
-            sum(used), c.pool_capacity_tokens, used, c.decode_capacity_tokens,
+            now, i, self._input[i], self._output[i] if c.oracle else None,
+            sum(used), self._pool_capacity_tokens, used, c.decode_capacity_tokens,
             queues, best, ps, finish, finish - now, c.ttft_slo_s,
             len(rej), len(waste), self._recent_waste_sum,
-            cv.requests_in_prefill, cv.requests_in_decode,
+            len(sim._in_prefill), len(sim._decode_of),  # requests_in_prefill, requests_in_decode
             self.mean_decode_s, self.mean_output_tokens, sim,
         ))
         return v
@@ -329,21 +357,25 @@ class LectureAdmission:
         h = self._horizon
         if not h > 0:
             return float("nan")
-        change: dict[float, int] = {}
-        for s, e, k in zip(starts.tolist(), ends.tolist(), tokens.tolist()):
-            change[s] = change.get(s, 0) + k
-            change[e] = change.get(e, 0) - k
+        # the net change of the used tokens at each distinct time (exact: integer sums)
+        times, at = np.unique(np.concatenate((starts, ends)), return_inverse=True)
+        net = np.zeros(len(times), dtype=np.int64)
+        np.add.at(net, at, np.concatenate((tokens, -tokens)).astype(np.int64))
         if self.done:  # every change before the horizon, then the horizon
-            times = sorted(t for t in change if t < h) + [h]
+            keep = times < h
+            times, net = np.append(times[keep], h), np.append(net[keep], 0)
         else:  # the changes so far (at or before the pending arrival)
-            now = self.now
-            times = sorted(t for t in change if t <= now)
-        area, level, t0 = 0.0, 0, 0.0
-        for t in times:
-            if t > t0:
-                area += level * (t - t0)
-                t0 = t
-            level += change.get(t, 0)
+            keep = times <= self.now
+            times, net = times[keep], net[keep]
+        if len(times):
+            # the level held since the previous change times the time it is held, summed in time
+            # order (accumulate adds term by term, as a loop would; the first term is 0)
+            level = np.concatenate(([0], np.cumsum(net)[:-1]))
+            held = times - np.concatenate(([0.0], times[:-1]))
+            area = float(np.add.accumulate(level * held)[-1])
+            t0 = float(times[-1]) if times[-1] > 0.0 else 0.0
+        else:
+            area, t0 = 0.0, 0.0
         span = h if self.done else max(t0, 1e-300)
         return area / span / self.config.pool_capacity_tokens
 
@@ -400,16 +432,13 @@ class LectureAdmission:
             "steady_completed_per_s": steady_rate,
             "completed_after_last_arrival": int(np.count_nonzero(starts > horizon)),
         }
-        memo: dict[int, float] = {}  # i.i.d. resampled traces repeat prompt lengths
-        prefill_s = self.cost.prefill_s
         return OverloadResult(
             policy=policy,
             config=c,
             metrics=metrics,
             outcome=outcome,
             ttft_s=ttft,
-            prefill_s=np.asarray([memo[k] if k in memo else memo.setdefault(k, prefill_s(k, 0)) for k in self._input],
-                                 dtype=np.float64),
+            prefill_s=np.asarray(self._prefill_s, dtype=np.float64),
             prefill_instance=instance,
             decode_instance=decode_instance,
             decode_start_s=starts,

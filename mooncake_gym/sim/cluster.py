@@ -66,7 +66,8 @@ from mooncake_gym.sim.policies import KVCentric
 from mooncake_gym.sim.policy import policy_name, reset_policy
 from mooncake_gym.model.presets import ClusterPreset, get_preset
 from mooncake_gym.sim.routing import RoutingSimulator
-from mooncake_gym.sim.views import ClusterAction, ClusterView, Route, RoutingView, check_admit, check_cluster_action
+from mooncake_gym.sim.views import (ClusterAction, ClusterView, Route, RoutingView, check_admit, check_cluster_action,
+                                    check_route)
 from mooncake_gym.model.limits import check
 from mooncake_gym.model.workload import Trace, resample_iid, synthetic_trace
 
@@ -156,6 +157,7 @@ class ClusterSimulator:
                 and 0 <= tbt_headroom < 1):
             raise ValueError(f"tbt_headroom: expected a share of the TBT SLO in [0, 1), got {tbt_headroom!r}")
         self.tbt_headroom = float(tbt_headroom)
+        self._ttft_slo_s: float = p.ttft_slo_s
         self.refuse_never_fit = refuse_never_fit
         self.kv_transfer = kv_transfer
         self.oracle = oracle
@@ -186,7 +188,8 @@ class ClusterSimulator:
             self._footprint = [i + o for i, o in zip(self._input, self._output)]
         else:
             self._footprint = self._input
-        self._never_fits = [refuse_never_fit and not p.fits(i, o) for i, o in zip(self._input, self._output)]
+        self._never_fits = ([not p.fits(i, o) for i, o in zip(self._input, self._output)] if refuse_never_fit
+                            else [False] * len(self._input))
         self._idle_step_s = (p.tbt_s if self.reserve else
                              p.decode_cost.decode_step_s(1, int(np.mean(self._input))))
         out = np.asarray(self._output, dtype=np.int64)
@@ -204,20 +207,25 @@ class ClusterSimulator:
         self.prefill = RoutingSimulator(self.trace, self._routing_config, p.prefill_cost, self.observation,
                                         None if self.observation.exact else observation_rng(self.seed))
         self.decode: list[DecodeInstance]
+        # the decode pool once more under its model's type (the same instances; the other list empty)
+        self._reserving: list[ReservingDecodeInstance] = []
+        self._batching: list[BatchingDecodeInstance] = []
         if self.reserve:
-            self.decode = [ReservingDecodeInstance(j, self.capacity_tokens, p.tbt_s) for j in range(p.n_decode)]
+            self._reserving = [ReservingDecodeInstance(j, self.capacity_tokens, p.tbt_s) for j in range(p.n_decode)]
+            self.decode = list(self._reserving)
         else:
             check_s = p.tbt_slo_s * (1 - self.tbt_headroom)  # x 1.0 exactly without headroom
-            self.decode = [BatchingDecodeInstance(j, p.decode_cost, self.capacity_tokens, check_s)
-                           for j in range(p.n_decode)]
+            self._batching = [BatchingDecodeInstance(j, p.decode_cost, self.capacity_tokens, check_s)
+                              for j in range(p.n_decode)]
+            self.decode = list(self._batching)
         n = len(self._arrival)
         self._heap: list = []
         self._seq = 0
         self._i = 0
         self._done = False
-        self._target: dict[int, int | None] = {}
+        self._target: dict[int, int] = {}  # request in prefill -> the decode instance its action chose
         self._in_prefill: dict[int, float] = {}  # request -> prefill end
-        self._decode_of: dict[int, tuple[int, float, int]] = {}  # request in decode -> (instance, join time, footprint)
+        self._decode_of: dict[int, tuple[float, int]] = {}  # request in decode -> (join time, footprint)
         self._prefill_fifo: list[deque] = [deque() for _ in range(p.n_prefill)]  # (prefill end, request) per instance
         self._reserved: dict[int, int] = {}
         self.outcome = [PENDING] * n
@@ -235,7 +243,7 @@ class ClusterSimulator:
         self.rejected_at_arrival = self.rejected_after_prefill = self.preempted = self.refused_too_long = 0
         self.wasted_prefill_s = 0.0
         self.granted = self.granted_in_ttft_slo = 0  # requests given a decode slot (with TTFT <= SLO)
-        self.rejections: list[tuple[float, float | None]] = []  # (time, wasted prefill s, or None at arrival)
+        self.wasted_log: list[tuple[float, float]] = []  # (time, wasted prefill s) of each rejection after prefill
         self._samples_t: list[float] = []
         self._samples_p: list[float] = []
         self._samples_d: list[float] = []
@@ -243,8 +251,9 @@ class ClusterSimulator:
         self._k_sample = 0
         self._next_sample = 0.0
         self._horizon = self._arrival[-1]
-        self._view = self._advance()
-        return self._view
+        self._view: ClusterView | None = None
+        self._advance()
+        return self.view
 
     @property
     def done(self) -> bool:
@@ -252,7 +261,21 @@ class ClusterSimulator:
 
     @property
     def view(self) -> ClusterView | None:
+        """The pending decision's view (None once every request has arrived), made on first read:
+        nothing changes the cluster between two decisions, so it is the same whenever it is made."""
+        if self._view is None and not self._done:
+            self._view = self._make_view(self._i, self._arrival[self._i])
         return self._view
+
+    @property
+    def requests_in_prefill(self) -> int:
+        """Admitted requests whose prefill has not ended (queued or running)."""
+        return len(self._in_prefill)
+
+    @property
+    def requests_in_decode(self) -> int:
+        """Requests holding a decode slot (their KV joined a batch) that have not finished."""
+        return len(self._decode_of)
 
     @property
     def now(self) -> float:
@@ -263,36 +286,48 @@ class ClusterSimulator:
         """Apply ``action`` (a :class:`ClusterAction`, a tuple ``(admit, route, decode)``, or a bare
         bool = admit with the default route and decode rule) to the pending request; the next view,
         or None once every request has arrived (the remaining work then drains)."""
-        if self._view is None:
+        if self._done:
             raise RuntimeError("step: the workload is exhausted; call reset()")
         admit, route, decode = self._parse(action)
+        self.apply(admit, route, decode)
+        return self.view
+
+    def apply(self, admit: bool, route: Route | None, decode: int | None) -> None:
+        """``step`` for an already valid action (``admit`` a bool, ``route`` None or a
+        ``Route(int, bool)`` in range, ``decode`` None or an instance in range), without making the
+        next view: ``view`` makes it when read (the lecture's admission problem reads the cluster's
+        state directly and never pays for it). ``done`` says whether a decision is pending."""
+        if self._done:
+            raise RuntimeError("step: the workload is exhausted; call reset()")
         i = self._i
+        prefill = self.prefill
         if not admit:
             self.outcome[i] = REJECTED_AT_ARRIVAL
             self.rejected_at_arrival += 1
-            self.rejections.append((self._arrival[i], None))
-            self.prefill.skip()
+            prefill.pass_over()
         else:
-            if route is None:  # the default router's answer, checked by the prefill pool's step
-                self.prefill.step(self._view.default_route)
+            if route is None:  # the default router's answer, checked as the prefill pool's step does
+                inst, pull = check_route(cast(ClusterView, self.view).default_route, len(prefill.instances))
+                prefill.serve(inst, pull)
             else:  # checked by _parse already
-                self.prefill.dispatch(route[0], route[1])
-            last = self.prefill.last
-            assert last is not None  # set by the dispatch
-            k = last["instance"]
-            finish = self.prefill.instances[k].busy_until
+                prefill.serve(route[0], route[1])
+            row = prefill._last_row  # (arrival, input, instance, ttft, queue, transfer, prefill, hit, fetched)
+            assert row is not None  # set by the dispatch
+            k = row[2]
+            finish = prefill.instances[k].busy_until
             now = self._arrival[i]
             self.admitted += 1
             self.prefill_instance[i] = k
             self.ttft_s[i] = finish - now
-            self.prefill_s[i] = last["transfer_s"] + last["prefill_s"]
-            self._target[i] = decode
+            self.prefill_s[i] = row[5] + row[6]
+            if decode is not None:  # (None, the default rule, is not stored)
+                self._target[i] = decode
             self._in_prefill[i] = finish
             self._prefill_fifo[k].append((finish, i))
-            self._push(finish, _PREFILL_DONE, i)
+            self._seq += 1  # _push(finish, _PREFILL_DONE, i), inlined
+            heapq.heappush(self._heap, (finish, _PREFILL_DONE, self._seq, i))
         self._i = i + 1
-        self._view = self._advance()
-        return self._view
+        self._advance()
 
     def _parse(self, action) -> tuple[bool, Route | None, int | None]:
         admit: Any  # (not typed by the first unpacking: compiled, that would type-check the later ones)
@@ -315,46 +350,54 @@ class ClusterSimulator:
         if inst.next_event_s < math.inf:
             self._push(inst.next_event_s, _DECODE, (inst.index, inst.version))
 
-    def _advance(self) -> ClusterView | None:
-        """Run events up to the next arrival that needs a decision (refusing never-fitting ones)."""
+    def _advance(self) -> None:
+        """Run events up to the next arrival that needs a decision (refusing never-fitting ones);
+        its view is made when read (``view``)."""
+        self._view = None
         n = len(self._arrival)
+        heap = self._heap
         while self._i < n:
             i = self._i
             now = self._arrival[i]
-            self._run_until(now)
+            if heap and heap[0][0] <= now:
+                self._run_until(now)
             if self._never_fits[i]:
                 self.outcome[i] = REFUSED_TOO_LONG
                 self.refused_too_long += 1
-                self.prefill.skip()
+                self.prefill.pass_over()
                 self._i += 1
                 continue
             if self._next_sample < now:
                 self._sample_until(now)
-            return self._make_view(i, now)
+            return
         # every request has arrived: finish the series at the horizon, then drain
         self._sample_until(math.inf)
         self._run_until(math.inf)
         self._done = True
-        return None
 
     def _run_until(self, t: float) -> None:
         heap = self._heap
-        pop = heapq.heappop
-        decode = self.decode
+        pop, push = heapq.heappop, heapq.heappush
+        decode = self._batching  # (the reserve model's instances have no events of their own)
+        inf = math.inf
+        reserve = self.reserve
         while heap and heap[0][0] <= t:
             te, kind, _, payload = pop(heap)
             if self._next_sample < te:
                 self._sample_until(te)
             if kind == _DECODE:
+                if reserve:  # a reserving instance's request ends (one event per request)
+                    self._release(te, payload)
+                    continue
                 j, version = payload
                 inst = decode[j]
                 if inst.version == version:
                     ended = inst.on_event(te)
                     if ended:
                         self._ended(ended)
-                    if inst.next_event_s < math.inf:  # _schedule(inst), inlined
+                    if inst.next_event_s < inf:  # _schedule(inst), inlined
                         self._seq += 1
-                        heapq.heappush(heap, (inst.next_event_s, _DECODE, self._seq, (j, inst.version)))
+                        push(heap, (inst.next_event_s, _DECODE, self._seq, (j, inst.version)))
             elif kind == _PREFILL_DONE:
                 self._prefill_done(te, payload)
             else:
@@ -363,37 +406,60 @@ class ClusterSimulator:
 
     def _join(self, r: int, j: int, t: float) -> None:
         """Request ``r``'s KV is on decode instance ``j`` at ``t``: it joins the batch."""
-        inst = self.decode[j]
-        self._decode_of[r] = (j, t, self._footprint[r])
+        tokens = self._footprint[r]
+        self._decode_of[r] = (t, tokens)
         self.decode_start_s[r] = t
         self.granted += 1
-        if self.ttft_s[r] <= self.preset.ttft_slo_s:
+        ttft = self.ttft_s[r]
+        if ttft <= self._ttft_slo_s:
             self.granted_in_ttft_slo += 1
-        first_token_s = self._arrival[r] + self.ttft_s[r]
-        ended = inst.join(r, t, self._footprint[r], self._output[r], first_token_s, self._reserved.pop(r, 0))
+        if self.reserve:  # its end is known now: the cluster's own event (_release)
+            end = self._reserving[j].hold(tokens, self._output[r], t)
+            self._seq += 1
+            heapq.heappush(self._heap, (end, _DECODE, self._seq, r))
+            return
+        inst = self._batching[j]
+        reserved = self._reserved
+        ended = inst.join(r, t, tokens, self._output[r], self._arrival[r] + ttft, reserved.pop(r, 0) if reserved else 0)
         if ended:
             self._ended(ended)
         self._schedule(inst)
+
+    def _release(self, t: float, r: int) -> None:
+        """Request ``r`` ends its decode on a reserving instance at ``t`` (the reserve model)."""
+        inst = self._reserving[self.decode_instance[r]]
+        inst.release(self._footprint[r])
+        self._ended([Completion(r, t, False, inst.tbt_s)])
 
     def _prefill_done(self, t: float, r: int) -> None:
         del self._in_prefill[r]
         self._prefill_fifo[self.prefill_instance[r]].popleft()
         tokens = self._footprint[r]
-        target = self._target.pop(r)
-        decode = self.decode
-        if target is None:
-            target = self._default_decode(tokens, t)
-        elif not decode[target].accepts(tokens, t, self.check_tbt):
+        target = self._target.pop(r, -1) if self._target else -1  # -1: the default rule's choice
+        if self.reserve:
+            pool = self._reserving
+            if target < 0:  # the lecture's rule: the instance with the most free room (the first)
+                target, best_used = 0, pool[0].used
+                for j in range(1, len(pool)):
+                    u = pool[j].used
+                    if u < best_used:
+                        target, best_used = j, u
+            if not pool[target].accepts(tokens):
+                target = -1
+        elif target < 0:
+            target = fastest_accepting(self._batching, tokens, t, self.check_tbt)
+        elif not self._batching[target].accepts(tokens, t, self.check_tbt):
             target = -1
         if target < 0:
             self.outcome[r] = REJECTED_AFTER_PREFILL
             self.rejected_after_prefill += 1
-            self.wasted_prefill_s += self.prefill_s[r]
-            self.rejections.append((t, self.prefill_s[r]))
+            w = self.prefill_s[r]
+            self.wasted_prefill_s += w
+            self.wasted_log.append((t, w))
             return
         self.decode_instance[r] = target
         if self.kv_transfer and not self.reserve:
-            decode[target].reserve(tokens)
+            self._batching[target].reserve(tokens)
             self._reserved[r] = tokens
             self._push(t + self._transfer_tail_s(tokens, self.prefill_s[r]), _JOIN, (r, target))
         else:  # decode starts at the prefill's end (the lecture's model has no transfer)
@@ -408,31 +474,24 @@ class ClusterSimulator:
         layers = self.preset.prefill_cost.model.n_layers
         return (copy - prefill_s if copy > prefill_s else 0.0) + copy / layers
 
-    def _default_decode(self, tokens: int, t: float) -> int:
-        """The decode instance for a request of ``tokens`` at its prefill's end, or -1."""
-        decode = self.decode
-        if self.reserve:  # the lecture's rule: the instance with the most free room, if it fits
-            pool = cast("list[ReservingDecodeInstance]", decode)
-            best = min(range(len(pool)), key=lambda j: (pool[j].used, j))
-            return best if decode[best].accepts(tokens, t) else -1
-        return fastest_accepting(cast("list[BatchingDecodeInstance]", decode), tokens, t, self.check_tbt)
-
     def _ended(self, completions: list[Completion]) -> None:
+        in_decode, end_s, outcome, ttft_s, slo = self._decode_of, self.end_s, self.outcome, self.ttft_s, self._ttft_slo_s
         for c in completions:
             r = c.r
-            self._decode_of.pop(r, None)
-            self.end_s[r] = c.end_s
+            in_decode.pop(r, None)
+            end_s[r] = c.end_s
             if c.preempted:
-                self.outcome[r] = PREEMPTED
+                outcome[r] = PREEMPTED
                 self.preempted += 1
                 self.wasted_prefill_s += self.prefill_s[r]
                 continue
-            self.outcome[r] = COMPLETED
+            outcome[r] = COMPLETED
             self.completed += 1
-            if self.ttft_s[r] <= self.preset.ttft_slo_s:
+            if ttft_s[r] <= slo:
                 self.completed_in_ttft_slo += 1
-            if c.tbt_s is not None:  # known at once (reserve model, or nothing to decode)
-                self.tbt_s[r] = self.max_interval_s[r] = self.mean_interval_s[r] = c.tbt_s
+            tbt = c.tbt_s
+            if tbt is not None:  # known at once (reserve model, or nothing to decode)
+                self.tbt_s[r] = self.max_interval_s[r] = self.mean_interval_s[r] = tbt
 
     def finish_tbt(self) -> None:
         """Compute the TBT of every request finished since the last call (one vectorised pass per
@@ -549,7 +608,9 @@ class ClusterSimulator:
         inputs = self._input
         departures: list[tuple[float, Any, int]] = []  # (end, tokens held: int, or with a float output, instance)
         tokens: Any
-        for r, (j, start, held) in self._decode_of.items():
+        instance = self.decode_instance
+        for r, (start, held) in self._decode_of.items():
+            j = instance[r]
             if table is None:
                 end = start + td
             elif self.reserve:
@@ -613,7 +674,7 @@ class ClusterSimulator:
         n_s = len(surv)
         inv_tbt = 1.0 / self.preset.tbt_s
         uniform = expected = 0.0
-        for _, start, tokens in self._decode_of.values():
+        for start, tokens in self._decode_of.values():
             if start + td > at_s:  # Mooncake v3 §7.4: still decoding at at_s if it decodes td seconds
                 uniform += tokens
             k_now = ((now - start) * inv_tbt).__trunc__()
@@ -804,8 +865,10 @@ def saturation(trace: Trace, preset: str | ClusterPreset = "mooncake", decode_ch
     - Decode: the decode pool alone fed from an infinite backlog of the requests (in trace order,
       repeated up to ``n_requests``): whenever an instance accepts the next request (its own check,
       ``decode_check``) it joins; the rate is the completions per second between the first and the
-      last quarter of them. Under the ``reserve`` model (the lecture's pool) the rate is its closed
-      form, :func:`decode_capacity_rate` (over every request of the mix, as lecture demo 3 defines it).
+      last quarter of them. Under the ``reserve`` model (the lecture's pool) this is the lecture's
+      pool exactly (:func:`_reserve_decode_rate`): whole requests packed as they come, so it is
+      below the model's closed form :func:`decode_capacity_rate` (a fluid bound: the pool's KV
+      always full) by the room left between requests and behind a request that does not fit yet.
     """
     p = get_preset(preset)
     key = (id(trace), len(trace), float(trace.arrival_s[-1]), p, decode_check, n_requests)
@@ -827,8 +890,8 @@ def saturation(trace: Trace, preset: str | ClusterPreset = "mooncake", decode_ch
     mix = [(i, o) for i, o in zip(inputs, outputs) if i + o <= cap]
     if not mix:
         raise ValueError("trace: no request fits in one decode instance")
-    if p.decode_model == "reserve":  # the lecture's pool: its closed form (demo 3's, over every request)
-        decode_rate = decode_capacity_rate(trace, p)
+    if p.decode_model == "reserve":  # the lecture's pool, measured as the batching one is
+        decode_rate = _reserve_decode_rate(p, mix, n_requests)
     else:
         decode_rate = _batching_decode_rate(p, mix, decode_check == "tbt", n_requests)
     result = Saturation(prefill_rate, decode_rate, min(prefill_rate, decode_rate),
@@ -873,11 +936,59 @@ def _batching_decode_rate(p: ClusterPreset, mix: list, check_tbt: bool, n_reques
     return (q3 - q1) / (ends[q3] - ends[q1])
 
 
+def _reserve_decode_rate(p: ClusterPreset, mix: list, n_requests: int) -> float:
+    """:func:`_batching_decode_rate` for ``p``'s ``reserve`` decode pool: whenever an instance has
+    room for the next request of ``mix`` (input + output tokens) it holds it for output x ``tbt_s``;
+    an instance's requests that end at one time all leave before it takes the next ones. The
+    completions per second between the first and the last quarter of ``n_requests``."""
+    pool = [ReservingDecodeInstance(j, p.capacity_tokens, p.tbt_s) for j in range(p.n_decode)]
+    held: list[list[tuple[float, int, int]]] = [[] for _ in pool]  # per instance: (end, order, tokens)
+    fills = [0] * len(pool)  # an instance's entry in the heap is valid if made by its last fill
+    ends: list[float] = []
+    heap: list[tuple[float, int, int]] = []
+    nxt = order = 0
+    now = 0.0
+
+    def fill(j: int) -> None:
+        nonlocal nxt, order
+        inst, mine = pool[j], held[j]
+        while nxt < n_requests:
+            i, o = mix[nxt % len(mix)]
+            if not inst.accepts(i + o):
+                break
+            nxt += 1
+            order += 1
+            heapq.heappush(mine, (inst.hold(i + o, o, now), order, i + o))
+        fills[j] += 1
+        if mine:
+            heapq.heappush(heap, (mine[0][0], j, fills[j]))
+
+    for j in range(len(pool)):
+        fill(j)
+    while heap and len(ends) < n_requests:
+        now, j, made = heapq.heappop(heap)
+        if made != fills[j]:
+            continue
+        mine = held[j]
+        while mine and mine[0][0] <= now:
+            end, _, tokens = heapq.heappop(mine)
+            pool[j].release(tokens)
+            ends.append(end)
+        fill(j)
+    ends.sort()
+    q1, q3 = len(ends) // 4, 3 * len(ends) // 4
+    if q3 - q1 < 10 or ends[q3] <= ends[q1]:
+        raise ValueError(f"n_requests: {n_requests} requests are too few to measure the decode pool's rate")
+    return (q3 - q1) / (ends[q3] - ends[q1])
+
+
 def decode_capacity_rate(trace: Trace, preset: str | ClusterPreset = "lecture") -> float:
     """Requests/s the ``reserve`` decode pool of ``preset`` completes on ``trace``'s requests, in
     closed form (lecture demo 3): n_decode x capacity / the mean occupancy of a request, (input +
-    output) tokens held for its decode time (output x ``tbt_s``), in token-seconds. It is
-    :func:`saturation`'s decode rate under that model."""
+    output) tokens held for its decode time (output x ``tbt_s``), in token-seconds: the rate if the
+    pool's KV were always full. :func:`saturation` measures the pool instead (whole requests, packed
+    as they come), which gives this rate where packing leaves no room idle (e.g. every request alike,
+    a whole number of them filling an instance) and less otherwise (``tests/test_saturation_reserve.py``)."""
     p = get_preset(preset)
     if p.decode_model != "reserve":
         raise ValueError(f"preset: the closed form holds for the 'reserve' decode model, not {p.decode_model!r}")
@@ -892,12 +1003,16 @@ def decode_capacity_rate(trace: Trace, preset: str | ClusterPreset = "lecture") 
 
 def overload_workload(base: Trace | None = None, load: float = DEMO3_LOAD, n_requests: int = DEMO3_REQUESTS,
                       seed: int = 0, preset: str | ClusterPreset = "lecture", fresh_blocks: bool = False,
-                      pool: str = "cluster") -> tuple[Trace, Saturation]:
-    """``n_requests`` drawn i.i.d. from ``base`` with Poisson arrivals at ``load`` x the cluster's
-    saturation throughput (:func:`saturation`; ``pool="decode"``: x the decode pool's alone, lecture
-    demo 3's definition of load); returns (trace, saturation). The defaults are demo 3's workload:
-    6,000 requests from the synthetic trace of seed ``seed`` at 4 sessions/s, at twice the
-    ``lecture`` decode pool's capacity rate (:func:`decode_capacity_rate`, its closed form).
+                      pool: str | None = None) -> tuple[Trace, Saturation]:
+    """``n_requests`` drawn i.i.d. from ``base`` with Poisson arrivals at ``load`` x a rate of the
+    cluster; returns (trace, saturation). ``pool="cluster"``: x the cluster's measured saturation
+    throughput (:func:`saturation`, the smaller of the two pools' rates). ``pool="decode"``: x the
+    decode pool's alone, lecture demo 3's definition of load; under the ``reserve`` decode model
+    that rate is demo 3's closed form :func:`decode_capacity_rate`, and the saturation returned
+    carries it as its ``decode_per_s`` (its ``cluster_per_s`` and ``bottleneck`` follow from it).
+    ``pool=None`` (the default): ``"decode"`` under the ``reserve`` model (the lecture's), else
+    ``"cluster"``. The defaults are demo 3's workload: 6,000 requests from the synthetic trace of
+    seed ``seed`` at 4 sessions/s, at twice the ``lecture`` decode pool's closed-form capacity rate.
 
     ``fresh_blocks=True`` (opt-in) gives each re-drawn copy of a request fresh ids for the blocks it
     brought into ``base``, those no earlier request of ``base`` holds (``workload.redrawn_block_ids``):
@@ -905,10 +1020,18 @@ def overload_workload(base: Trace | None = None, load: float = DEMO3_LOAD, n_req
     ratio climbs with its length."""
     check("load", load)  # a multiple of the saturation throughput
     check("requests", n_requests)
-    if pool not in ("cluster", "decode"):
-        raise ValueError(f"pool: expected 'cluster' or 'decode', got {pool!r}")
+    if pool not in (None, "cluster", "decode"):
+        raise ValueError(f"pool: expected 'cluster', 'decode' or None, got {pool!r}")
     if base is None:
         base = synthetic_trace(seed, rate=DEMO3_BASE_RATE)
-    sat = saturation(base, preset)
+    p = get_preset(preset)
+    reserve = p.decode_model == "reserve"
+    if pool is None:
+        pool = "decode" if reserve else "cluster"
+    sat = saturation(base, p)
+    if pool == "decode" and reserve:  # demo 3's definition: the reserve model's closed form
+        closed = decode_capacity_rate(base, p)
+        sat = Saturation(sat.prefill_per_s, closed, min(sat.prefill_per_s, closed),
+                         "prefill" if sat.prefill_per_s < closed else "decode")
     rate = sat.cluster_per_s if pool == "cluster" else sat.decode_per_s
     return resample_iid(base, n_requests, load * rate, seed, fresh_blocks=fresh_blocks), sat

@@ -508,58 +508,51 @@ def fastest_accepting(instances: list[BatchingDecodeInstance], tokens: int, now:
 
 
 class ReservingDecodeInstance:
-    """The lecture's decode instance: ``input + output`` tokens reserved for ``output x tbt_s``."""
+    """The lecture's decode instance: ``input + output`` tokens reserved for ``output x tbt_s``.
+
+    Its requests' ends are known when they join, so it keeps no events of its own: :meth:`hold`
+    reserves a request's tokens and returns the time its decode ends, which the caller keeps as its
+    own event and answers with :meth:`release` (the cluster simulator: one event per request, as
+    the lecture's simulator had). ``batch`` counts the requests held."""
+
+    __slots__ = ("index", "capacity_tokens", "tbt_s", "used", "batch", "pending_tokens", "next_event_s", "version",
+                 "busy_s")
 
     def __init__(self, index: int, capacity_tokens: int, tbt_s: float):
         self.index = index
         self.capacity_tokens = int(capacity_tokens)
         self.tbt_s = tbt_s
         self.used = 0
+        self.batch = 0
         self.pending_tokens = 0
-        self._ends: list = []  # (end, sequence, r, tokens)
-        self._seq = 0
-        self.next_event_s = math.inf
+        self.next_event_s = math.inf  # (no events of its own)
         self.version = 0
         self.busy_s = 0.0
-
-    @property
-    def batch(self) -> int:
-        return len(self._ends)
 
     def used_tokens(self, now: float | None = None) -> int:
         return self.used
 
     def step_s(self, now: float | None = None, extra_requests: int = 0, extra_tokens: int = 0) -> float:
-        return self.tbt_s if self._ends or extra_requests else 0.0
+        return self.tbt_s if self.batch or extra_requests else 0.0
 
     def accepts(self, tokens: int, now: float | None = None, check_tbt: bool = True) -> bool:
         return self.used + tokens <= self.capacity_tokens
 
     def load(self, now: float, tokens: int) -> tuple:
         """``(batch, used_tokens(now), step_s(now), step_s(now, 1, tokens))`` in one call."""
-        return len(self._ends), self.used, self.tbt_s if self._ends else 0.0, self.tbt_s
+        return self.batch, self.used, self.tbt_s if self.batch else 0.0, self.tbt_s
 
     def reserve(self, tokens: int) -> None:
         pass
 
-    def join(self, r: int, now: float, tokens: int, output_tokens: int, first_token_s: float,
-             reserved: int = 0) -> list[Completion]:
+    def hold(self, tokens: int, output_tokens: int, now: float) -> float:
+        """Reserve ``tokens`` for a request joining at ``now`` with ``output_tokens`` to decode; returns
+        the time its decode ends, ``now + output_tokens x tbt_s`` (call :meth:`release` then)."""
         self.used += tokens
-        self._seq += 1
-        heapq.heappush(self._ends, (now + output_tokens * self.tbt_s, self._seq, r, tokens))
-        self._reschedule()
-        return []
+        self.batch += 1
+        return now + output_tokens * self.tbt_s
 
-    def _reschedule(self) -> None:
-        self.version += 1
-        self.next_event_s = self._ends[0][0] if self._ends else math.inf
-
-    def on_event(self, now: float) -> list[Completion]:
-        ended = []
-        ends = self._ends
-        while ends and ends[0][0] <= now:
-            end, _, r, tokens = heapq.heappop(ends)
-            self.used -= tokens
-            ended.append(Completion(r, end, tbt_s=self.tbt_s))
-        self._reschedule()
-        return ended
+    def release(self, tokens: int) -> None:
+        """A request holding ``tokens`` ended: free them."""
+        self.used -= tokens
+        self.batch -= 1

@@ -193,6 +193,7 @@ class RoutingSimulator:
         self._rng = rng if rng is not None else np.random.default_rng(0)  # the observation's noise only
         self._arrival, self._input, self._output, self._blocks = trace.columns()
         self._estimates = PrefixEstimates(self.costs)
+        self._prefill0: list[float] | None = None  # uncached_prefill_s of a homogeneous pool, once asked
         self.reset()
 
     # -- stepping -------------------------------------------------------------------------------
@@ -200,40 +201,84 @@ class RoutingSimulator:
         self.instances = [PrefillInstance(i, b) for i, b in enumerate(self.config.instance_cache_blocks())]
         self._caches = cast("list[PrefixCache]", [inst.cache for inst in self.instances])  # all cached
         self._cache_blocks = self.config.instance_cache_blocks()
+        # every cache holds 0 blocks (the lecture's pool): no instance ever has a prefix hit
+        self._uncached: bool = not any(self._cache_blocks)
         self._i = 0
         self._rows: list[tuple] = []  # one outcome per dispatched request (fields of _ARRAYS)
-        self.last: dict | None = None
+        self._last_row: tuple | None = None  # the last dispatched request's row of _rows (None after a skip)
+        self._last_index = -1
+        self._exact: RoutingView | None = None
+        self._view: RoutingView | None = None
+        self._built = False
         exact = self.observation.exact
         self._observer = None if exact else Observer(self.observation, self.instances, self._estimates, self._rng)
         self._next_view()
-        return self._view
+        return self.view
 
     @property
     def done(self) -> bool:
-        return self._view is None
+        return self._i >= len(self._arrival)
 
     @property
     def view(self) -> RoutingView | None:
         """The pending decision's view (None when the trace is exhausted): what the policy sees,
         the exact state unless an ``observation`` mode says otherwise."""
+        if not self._built:
+            self._build_view()
         return self._view
 
     @property
     def exact_view(self) -> RoutingView | None:
         """The pending decision's exact view (the simulator's truth; the same object as ``view``
         with the default exact observation)."""
+        if not self._built:
+            self._build_view()
         return self._exact
 
+    @property
+    def last(self) -> dict | None:
+        """The last dispatched request's outcome (None after a skip or before any dispatch): a
+        fresh dict at each read, made from its row of the run's outcomes."""
+        row = self._last_row
+        if row is None:
+            return None
+        _, n_in, i, ttft, queue, transfer, prefill, hit, fetched = row
+        return {"index": self._last_index, "instance": i, "pull": fetched > 0, "ttft_s": ttft, "queue_s": queue,
+                "transfer_s": transfer, "prefill_s": prefill, "hit_tokens": hit, "fetched_tokens": fetched,
+                "input_tokens": n_in}
+
+    def _build_view(self) -> None:
+        self._exact = self._view = self._make_view()
+        self._built = True
+
     def _next_view(self) -> None:
-        """Make the next decision's exact view and, through the observer if any, the policy's."""
+        """Make the next decision's exact view and, through the observer if any, the policy's. With
+        the exact observation the view is made on first read (``view``, ``exact_view``, a dispatch
+        that needs it): its fields depend only on the instances and their caches, which nothing
+        changes before the next dispatch, so it is the same whenever it is made, and a caller that
+        never reads it (the lecture's admission problem) never pays for it."""
         obs = self._observer
         if obs is None:
-            self._exact = self._view = self._make_view()
+            self._built = False
             return
         if self._i < len(self._arrival):
             obs.scrape(self._arrival[self._i])  # before anything reads the instances at the new time
         self._exact = v = self._make_view()
         self._view = None if v is None else obs.observe(v)
+        self._built = True
+
+    def uncached_prefill_s(self, i: int) -> list[float]:
+        """Every request's prefill time on instance ``i`` without a prefix hit: its view's
+        ``prefill_s[i]`` in a pool that caches nothing (``cache_blocks`` 0), for the whole trace."""
+        est = self._estimates
+        if est.homogeneous and self._prefill0 is not None:
+            return self._prefill0
+        prefill = est.prefill[est.group[i]]
+        memo: dict[int, float] = {}  # (resampled traces repeat prompt lengths)
+        times = [memo[n] if n in memo else memo.setdefault(n, prefill(n, 0)) for n in self._input]
+        if est.homogeneous:  # remembered: the fast path of serve reads it
+            self._prefill0 = times
+        return times
 
     def _make_view(self) -> RoutingView | None:
         # The hot path of every decision: the prefix fields come from PrefixEstimates (one cost-model
@@ -257,15 +302,53 @@ class RoutingSimulator:
 
     def step(self, action) -> RoutingView | None:
         """Dispatch the pending request to ``action`` (an instance, or ``Route(instance, pull)``)."""
-        if self._view is None:
+        if self._i >= len(self._arrival):  # done
             raise RuntimeError("step: the trace is exhausted; call reset()")
-        return self.dispatch(*self._parse(action))
+        inst, pull = self._parse(action)
+        self.serve(inst, pull)
+        if not self._built:  # view, inlined
+            self._build_view()
+        return self._view
 
     def dispatch(self, i: int, pull: bool) -> RoutingView | None:
         """``step`` for an already valid action: instance ``i`` (0 <= i < n), pull or not."""
-        v = self._exact  # the real service follows the exact state, whatever the policy saw
+        self.serve(i, pull)
+        if not self._built:  # view, inlined
+            self._build_view()
+        return self._view
+
+    def serve(self, i: int, pull: bool) -> None:
+        """``dispatch`` without making the next view (the cluster simulator's prefill pool: its
+        caller reads the view only if its policy does)."""
+        if not self._built and self._uncached and self._observer is None:
+            # no cache anywhere (the lecture's pool): no hit, nothing to pull, and the view's fields
+            # for instance i computed alone: queue_s(now) is pool_load's queue, prefill the
+            # estimate's prefill(n, 0); then the dispatch below
+            k = self._i
+            if k >= len(self._arrival):
+                raise AssertionError("dispatch: the trace is exhausted")
+            now = self._arrival[k]
+            n_in = self._input[k]
+            p0 = self._prefill0
+            if p0 is not None:
+                prefill = p0[k]
+            else:
+                est = self._estimates
+                prefill = est.prefill[est.group[i]](n_in, 0)
+            inst = self.instances[i]
+            queue = inst.busy_until - now  # inst.queue_s(now), inlined
+            if not queue > 0.0:
+                queue = 0.0
+            inst.dispatch(now, 0.0 + prefill, n_in)
+            self._caches[i].insert(self._blocks[k])  # a cache of 0 blocks: counts its evictions
+            self._last_row = row = (now, n_in, i, queue + 0.0 + prefill, queue, 0.0, prefill, 0, 0)
+            self._rows.append(row)
+            self._last_index = k
+            self._i = k + 1
+            return
+        v = self._exact if self._built else self.exact_view  # the real service follows the exact state
         assert v is not None, "dispatch: the trace is exhausted"
-        inst = self.instances[i]
+        k, now, n_in = v.index, v.now, v.input_tokens
         hit = v.hit_tokens[i]
         transfer = 0.0
         fetched = 0
@@ -277,30 +360,35 @@ class RoutingSimulator:
         else:
             prefill = v.prefill_s[i]
         queue = v.queue_s[i]
-        inst.dispatch(v.now, transfer + prefill, v.input_tokens - hit)
+        self.instances[i].dispatch(now, transfer + prefill, n_in - hit)
         self._caches[i].insert(v.block_ids)  # inst.cache
         ttft = queue + transfer + prefill  # = finish - arrival, without the rounding of absolute times
-        self._rows.append((v.now, v.input_tokens, i, ttft, queue, transfer, prefill, hit, fetched))
-        self.last = {"index": v.index, "instance": i, "pull": fetched > 0, "ttft_s": ttft, "queue_s": queue,
-                     "transfer_s": transfer, "prefill_s": prefill, "hit_tokens": hit, "fetched_tokens": fetched,
-                     "input_tokens": v.input_tokens}
-        self._i += 1
-        if self._observer is None:  # the exact view is the policy's (the hot path)
-            self._exact = self._view = self._make_view()
+        self._last_row = row = (now, n_in, i, ttft, queue, transfer, prefill, hit, fetched)
+        self._rows.append(row)
+        self._last_index = k
+        self._i = k + 1
+        if self._observer is None:  # the exact view is the policy's (the hot path): made when read
+            self._built = False
         else:
             self._observer.dispatched(i, pull)
             self._next_view()
-        return self._view
 
     def skip(self) -> RoutingView | None:
         """Pass over the pending request without dispatching it (the cluster simulator's admission
         rejected it): it takes no prefill and touches no cache; returns the next view."""
-        if self.done:  # (not `self._view is None`: mypyc would keep that narrowing past _next_view)
+        self.pass_over()
+        return self.view
+
+    def pass_over(self) -> None:
+        """``skip`` without making the next view."""
+        if self._i >= len(self._arrival):
             raise RuntimeError("skip: the trace is exhausted; call reset()")
-        self.last = None
+        self._last_row = None
         self._i += 1
-        self._next_view()
-        return self._view
+        if self._observer is None:  # _next_view(), inlined: the exact view, made when read
+            self._built = False
+        else:
+            self._next_view()
 
     def result(self, policy: str = "?") -> RoutingResult:
         return RoutingResult(policy, self.trace.name, self.config, self._rows, self.instances, self.cost)
