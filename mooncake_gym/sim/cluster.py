@@ -929,6 +929,12 @@ def _batching_decode_rate(p: ClusterPreset, mix: list, check_tbt: bool, n_reques
             continue
         ends.extend(c.end_s for c in inst.on_event(now) if not c.preempted)
         fill(inst)
+    return _interquartile_rate(ends, n_requests)
+
+
+def _interquartile_rate(ends: list, n_requests: int) -> float:
+    """Completions per second between the first and the third quartile of the completion times
+    ``ends`` (the ramp-up and the drain left out)."""
     ends.sort()
     q1, q3 = len(ends) // 4, 3 * len(ends) // 4
     if q3 - q1 < 10 or ends[q3] <= ends[q1]:
@@ -975,11 +981,7 @@ def _reserve_decode_rate(p: ClusterPreset, mix: list, n_requests: int) -> float:
             pool[j].release(tokens)
             ends.append(end)
         fill(j)
-    ends.sort()
-    q1, q3 = len(ends) // 4, 3 * len(ends) // 4
-    if q3 - q1 < 10 or ends[q3] <= ends[q1]:
-        raise ValueError(f"n_requests: {n_requests} requests are too few to measure the decode pool's rate")
-    return (q3 - q1) / (ends[q3] - ends[q1])
+    return _interquartile_rate(ends, n_requests)
 
 
 def decode_capacity_rate(trace: Trace, preset: str | ClusterPreset = "lecture") -> float:
