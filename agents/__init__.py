@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from importlib import resources
 from pathlib import Path
 
 from mooncake_gym.agents.agentfile import Agent, AgentFormatError, load, save_agent, sha256_of
 
 __all__ = ["Agent", "AgentFormatError", "AgentIntegrityError", "SHIPPED", "SHIPPED_SHA256", "agent_dir", "available",
-           "card", "load_agent", "save_agent"]
+           "card", "load_agent", "load_user_agent", "save_agent"]
 
 #: Shipped agents by name -> the problem they solve.
 SHIPPED = {"ppo_routing": "routing", "ppo_admission": "admission", "ppo_routing_ws": "routing",
@@ -89,3 +90,14 @@ def load_agent(name_or_path: str | os.PathLike, trusted: bool = False, device: s
                     f"({actual[:16]}... != {expected[:16]}...); refusing to load a changed shipped agent")
         return load(d / f"{name}.zip", card=card(name))
     return load(name, trusted=trusted)
+
+
+def load_user_agent(path: str | os.PathLike, trusted: bool = False) -> Agent:
+    """A user's agent for a run (``compare --agent``, ``lab grade --agent``): :func:`load_agent`, its
+    wrappers built once on its own environment before any episode (:meth:`Agent.check_wrappers`),
+    and a note on stderr if it was unpickled."""
+    agent = load_agent(path, trusted=trusted)
+    agent.check_wrappers()
+    if agent.source == "pickle":
+        print(f"note: {path} was unpickled (--unsafe-pickle): loading it could run code", file=sys.stderr)
+    return agent

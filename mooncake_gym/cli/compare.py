@@ -4,9 +4,8 @@ named scenarios (``--scenario``)."""
 
 from __future__ import annotations
 
-import sys
 
-from mooncake_gym.agents import load_agent
+from mooncake_gym.agents import load_user_agent
 from mooncake_gym.cli.options import PRESET_DEFAULT, Command, NoEffect, decode_model, floats, opt, preset_opt
 from mooncake_gym.evaluation.problems import DECISIONS
 from mooncake_gym.evaluation.scenarios import get_scenario
@@ -76,10 +75,7 @@ def _agents_and_tuned(args):
     """``--agent`` (with the shipped agents) and the ``--tuned`` documents, checked against ``--env``."""
     agents = None
     if args.agent:
-        model = load_agent(args.agent, trusted=args.unsafe_pickle)
-        model.check_wrappers()  # before the baselines run
-        if model.source == "pickle":
-            print(f"note: {args.agent} was unpickled (--unsafe-pickle): loading it could run code", file=sys.stderr)
+        model = load_user_agent(args.agent, trusted=args.unsafe_pickle)
         problem = args.agent_env or cmp.problem_of(model)
         if args.env not in ("all", problem) and not args.scenario:
             raise ValueError(f"--agent: the agent solves {problem}, but --env is {args.env}")

@@ -537,12 +537,9 @@ def main(argv=None) -> int:
         policy = args.policy  # run in a child process (mooncake_gym.course.sandbox)
         agent = None
         if args.agent:
-            from mooncake_gym.agents import load_agent
+            from mooncake_gym.agents import load_user_agent
 
-            agent = load_agent(args.agent, trusted=args.unsafe_pickle)
-            agent.check_wrappers()  # before the baselines run
-            if agent.source == "pickle":
-                print(f"note: {args.agent} was unpickled (--unsafe-pickle): loading it could run code", file=sys.stderr)
+            agent = load_user_agent(args.agent, trusted=args.unsafe_pickle)
         setting, scores = grade(args.env, seeds, policy, agent, env_kwargs, args.name, limits)
     except (ValueError, FileNotFoundError) as e:
         parser.exit(2, f"{parser.prog}: error: {e}\n")
