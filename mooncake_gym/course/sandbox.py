@@ -309,7 +309,7 @@ def child() -> None:
         return json.loads(line)
 
     def call(name, args):
-        send({"call": name, "args": [_plain(a) for a in args]})
+        send({"call": name, "args": [_jsonable(a) for a in args]})
         result = receive()["result"]
         if isinstance(result, dict) and "__error__" in result:
             raise ValueError(result["__error__"])
@@ -345,19 +345,10 @@ def child() -> None:
         else:
             action = guarded("the policy", policy, _View(message["view"], call))
             try:
-                send({"action": _plain(action)})
+                send({"action": _jsonable(action)})
             except TypeError:
                 send({"error": f"the policy answered {type(action).__name__} {str(action)[:100]!r}, not an action"})
 
-
-def _plain(x):
-    if isinstance(x, np.generic):
-        return x.item()
-    if isinstance(x, tuple):
-        return [_plain(v) for v in x]
-    if isinstance(x, (bool, int, float, str)) or x is None:
-        return x
-    raise TypeError(type(x).__name__)
 
 
 if __name__ == "__main__":
