@@ -350,6 +350,5 @@ def child() -> None:
                 send({"error": f"the policy answered {type(action).__name__} {str(action)[:100]!r}, not an action"})
 
 
-
 if __name__ == "__main__":
     child()
