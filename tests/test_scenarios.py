@@ -290,3 +290,16 @@ def test_leaderboard_tune_plan_covers_every_tunable_baseline_on_every_scenario()
         tune_plan("routing", policies="kvcentric foo")
     with pytest.raises(ValueError, match="budget"):
         tune_plan("routing", budget=0)
+
+
+def test_the_scenario_page_command_writes_the_checkouts_page(monkeypatch, capsys):
+    """``python -m mooncake_gym.experiments.leaderboard`` writes docs/scenarios.md of this checkout."""
+    from pathlib import Path
+
+    from mooncake_gym.experiments import leaderboard
+
+    written = {}
+    monkeypatch.setattr(leaderboard, "write_atomic", lambda path, text: written.update({Path(path): text}))
+    assert leaderboard.main([]) == 0
+    page = Path(__file__).resolve().parents[1] / "docs" / "scenarios.md"
+    assert list(written) == [page] and written[page] == page.read_text()

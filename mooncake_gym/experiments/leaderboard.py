@@ -195,7 +195,7 @@ def check_tables(tables: str, where: str) -> None:
 
 
 def write_page(root: str | pathlib.Path | None = None) -> pathlib.Path:
-    root = pathlib.Path(__file__).resolve().parents[1] if root is None else pathlib.Path(root)
+    root = pathlib.Path(__file__).resolve().parents[2] if root is None else pathlib.Path(root)
     path = root / PAGE
     write_atomic(path, scenarios_markdown())
     return path
