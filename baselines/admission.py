@@ -118,8 +118,16 @@ class PredictiveRejection(_Admission):
     same time t_d (``decode_s``, default the workload's mean decode time), project the decode pool to
     the moment this request's prefill would finish — add the requests whose prefill finishes by then,
     remove those whose decode ends by then (``AdmissionView.project_decode``) — and admit iff
-    predicted TTFT <= SLO and the request (prompt + mean output) fits on the emptiest projected
-    decode instance: min(projected) + tokens <= ``threshold`` x instance capacity (default 1.0).
+    predicted TTFT <= SLO and the projected decode pool takes the request:
+
+    - under continuous batching (the cluster's realistic presets), the paper's test: the predicted
+      TBT, the iteration time of the fastest projected decode instance with this request on it
+      (``ClusterView.project_decode_step_s``), is within ``threshold`` x the TBT SLO;
+    - under the lecture's reserve model, where the KV reservation is what binds: the request (prompt
+      + mean output) fits on the emptiest projected instance, min(projected) + tokens <=
+      ``threshold`` x instance capacity.
+
+    ``threshold`` defaults to 1.0.
 
     On a long-tailed output distribution the single t_d predicts badly: a request that has decoded
     longer than t_d is counted as gone although it will often run much longer.
@@ -138,6 +146,11 @@ class PredictiveRejection(_Admission):
     def __call__(self, view) -> bool:
         if view.predicted_ttft_s > self._slo(view):
             return False
+        steps = getattr(view, "project_decode_step_s", None)
+        steps = None if steps is None else steps(view.predicted_prefill_finish, decode_s=self.decode_s)
+        if steps is not None:
+            fits = [s for s in steps if s is not None]
+            return bool(fits) and min(fits) <= self.threshold * view.tbt_slo_s
         projected = view.project_decode(view.predicted_prefill_finish, decode_s=self.decode_s)
         return min(projected) + _own_tokens(view) <= self.threshold * view.decode_capacity_per_instance
 

@@ -595,11 +595,40 @@ class ClusterSimulator:
         """See :meth:`ClusterView.project_decode`. Under the ``reserve`` model a request's tokens
         come every ``tbt_s`` from its decode start, so its assumed end is start + the quantile's
         length x ``tbt_s``; under batching it is extrapolated from now at its instance's step time."""
+        return self._project_decode(at_s, decode_s, quantile, output_tokens)[0]
+
+    def project_decode_step_s(self, at_s: float, tokens: int, decode_s: float | None = None,
+                              output_tokens: float | None = None) -> list | None:
+        """Predicted iteration time of each decode instance at ``at_s`` once a request with a prompt
+        of ``tokens`` joins it, on the uniform projection of :meth:`project_decode` (Mooncake v3
+        §7.4: add the requests whose prefill has finished by ``at_s``, remove those whose decode
+        ended before it): the instance's cost model's step time for the projected batch + 1 over the
+        projected context + ``tokens``; None for an instance whose KV would not hold them. None under
+        the ``reserve`` model (its iteration time is fixed)."""
+        if self.reserve:
+            return None
+        used, batch = self._project_decode(at_s, decode_s, None, output_tokens)
+        cap = self.capacity_tokens
+        steps: list[float | None] = []
+        for d, u, b in zip(self.decode, used, batch):
+            context = u + tokens
+            if context + b + 1 > cap:
+                steps.append(None)
+            else:
+                fixed, per_token = cast(BatchingDecodeInstance, d).cost.decode_step_coefficients(b + 1)
+                steps.append(fixed + per_token * context)
+        return steps
+
+    def _project_decode(self, at_s: float, decode_s: float | None, quantile: float | None,
+                        output_tokens: float | None) -> tuple[list, list]:
+        """:meth:`project_decode`'s tokens per decode instance and the number of requests each
+        holds at ``at_s``."""
         now = self.now
         td = self._mean_decode_s() if decode_s is None else decode_s
         out = self.mean_output_tokens if output_tokens is None else output_tokens
         decode = self.decode
         used: list[Any] = [d.used_tokens(now) for d in decode]  # ints, then + float outputs
+        batch = [d.batch for d in decode]
         table = self._quantile_table(quantile) if quantile is not None else None
         n_t = 0 if table is None else len(table)
         tbt = self.preset.tbt_s
@@ -631,16 +660,19 @@ class ClusterSimulator:
             while departures and departures[0][0] <= finish:
                 _, tokens, j = pop(departures)
                 used[j] -= tokens
+                batch[j] -= 1
             tokens = inputs[r] + out
             best = min(range(len(used)), key=used.__getitem__)
             if used[best] + tokens <= cap:
                 used[best] += tokens
+                batch[best] += 1
                 if finish + td <= at_s:
                     push(departures, (finish + td, tokens, best))
         while departures and departures[0][0] <= at_s:
             _, tokens, j = pop(departures)
             used[j] -= tokens
-        return used
+            batch[j] -= 1
+        return used, batch
 
     # -- the reserve model's projections of the decode pool's tokens (the lecture's observation) -----
     def _survival_table(self) -> list[float]:

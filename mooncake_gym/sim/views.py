@@ -400,3 +400,12 @@ class ClusterView(_PoolLoads):
         prefill join at their known prefill end with ``input + output_tokens`` (default the mean
         output) on the emptiest instance if they fit. Individual output lengths are never used."""
         return self._sim.project_decode(at_s, decode_s, quantile, output_tokens)
+
+    def project_decode_step_s(self, at_s: float, decode_s: float | None = None,
+                              output_tokens: float | None = None) -> list | None:
+        """Predicted iteration time (the TBT) of each decode instance at ``at_s`` with this request
+        on it, on :meth:`project_decode`'s uniform projection (every request decoding ``decode_s``,
+        default ``mean_decode_s``): the projected batch + 1 over the projected context + this prompt,
+        by the instance's cost model. None for an instance whose KV would not hold it; None in all
+        under the ``reserve`` decode model, whose iteration time is fixed (Mooncake v3 §7.4)."""
+        return self._sim.project_decode_step_s(at_s, self.input_tokens, decode_s, output_tokens)
