@@ -4,7 +4,7 @@ on the ``--preset``'s cluster (:func:`mooncake_gym.experiments.preset_runs.overl
 from __future__ import annotations
 
 from mooncake_gym.baselines import ADMISSION_POLICIES
-from mooncake_gym.cli.options import JSON, Command, opt, preset_opt
+from mooncake_gym.cli.options import JSON, Command, NoEffect, opt, preset_opt
 from mooncake_gym.experiments.preset_runs import check_overrides, overload_run
 from mooncake_gym.model.workload import load_workload
 from mooncake_gym.reporting import tables as report
@@ -15,14 +15,20 @@ OPTIONS = (
     opt("--policy", default="all", choices=[*ADMISSION_POLICIES, "all"],
         help="admission baseline, or 'all' for one table of every baseline (default all)"),
     opt("--trace", default="synthetic",
-        help="base trace: a Mooncake JSONL file, or 'synthetic' (default); requests are drawn from it i.i.d."),
+        help="base trace: a Mooncake JSONL file, or 'synthetic' (default); requests are drawn from it i.i.d. "
+             "(or, with --replay, replayed)"),
+    opt("--replay", action="store_true",
+        help="replay the trace's own requests at their own arrival times (as Mooncake's Table 3 was measured) "
+             "instead of i.i.d. draws"),
+    opt("--speed", type=float, default=None, limit="speed",
+        help="with --replay: replay the trace this many times as fast (default 1)"),
     opt("--rate", type=float, default=None, limit="rate", synthetic=DEMO3_BASE_RATE,
         help=f"synthetic base trace: session arrivals per second (default {DEMO3_BASE_RATE:g})"),
     opt("--seed", type=int, default=0, limit="seed",
         help="seed of the synthetic base trace and of the i.i.d. draw (default 0)"),
-    opt("--requests", type=int, default=DEMO3_REQUESTS, limit="requests",
+    opt("--requests", type=int, default=None, limit="requests",
         help=f"requests drawn (default {DEMO3_REQUESTS:,})"),
-    opt("--load", type=float, default=DEMO3_LOAD, limit="load",
+    opt("--load", type=float, default=None, limit="load",
         help=f"arrival rate as a multiple of the decode pool's capacity (default {DEMO3_LOAD:g})"),
     opt("--ttft-slo", type=float, default=None, limit="ttft_slo_s",
         help="TTFT SLO in seconds (default 30, or the --preset's)"),
@@ -43,6 +49,13 @@ OPTIONS = (
 )
 
 
+RULES = (
+    NoEffect(("requests", "load", "fresh_blocks"), lambda a: a.replay,
+             "with --replay: the trace's own requests and arrivals are replayed"),
+    NoEffect(("speed",), lambda a: not a.replay, "without --replay: it is the replay speed of the trace"),
+)
+
+
 def check(args) -> None:
     check_overrides(args.preset, n_prefill=args.prefill_instances, ttft_slo_s=args.ttft_slo,
                     n_decode=args.decode_instances, prefill_option="--prefill-instances")
@@ -51,9 +64,12 @@ def check(args) -> None:
 def run(args) -> int:
     base = load_workload(args.trace, rate=args.rate, seed=args.seed)
     names = None if args.policy == "all" else [args.policy]
-    out = overload_run(base, args.preset, args.load, args.requests, names, seed=args.seed,
+    load = DEMO3_LOAD if args.load is None else args.load
+    n_requests = DEMO3_REQUESTS if args.requests is None else args.requests
+    speed = (1.0 if args.speed is None else args.speed) if args.replay else None
+    out = overload_run(base, args.preset, load, n_requests, names, seed=args.seed,
                        n_prefill=args.prefill_instances, n_decode=args.decode_instances, ttft_slo_s=args.ttft_slo,
-                       fresh_blocks=args.fresh_blocks, tbt_headroom=args.tbt_headroom or 0.0)
+                       fresh_blocks=args.fresh_blocks, tbt_headroom=args.tbt_headroom or 0.0, replay_speed=speed)
     if args.plot:
         plot_load_series(out.results, args.plot, title=out.title)
     if args.json:
@@ -68,4 +84,5 @@ def run(args) -> int:
     return 0
 
 
-COMMAND = Command("overload", "admission baselines under overload (Mooncake §7, lecture demo 3)", OPTIONS, run, check)
+COMMAND = Command("overload", "admission baselines under overload (Mooncake §7, lecture demo 3)", OPTIONS, run, check,
+                  RULES)

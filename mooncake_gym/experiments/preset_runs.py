@@ -132,48 +132,72 @@ class Overload:
 
 
 def _lecture_overload(base, preset, load, n_requests, names, seed, n_prefill, n_decode, ttft_slo_s,
-                      fresh_blocks, tbt_headroom) -> Overload:
+                      fresh_blocks, tbt_headroom, replay_speed) -> Overload:
     config = admission.OverloadConfig(**_given(ttft_slo_s=ttft_slo_s, n_prefill=n_prefill, n_decode=n_decode))
-    trace, sat = cluster.overload_workload(base, load, n_requests, seed, config.preset(), pool="decode")
+    trace, sat, load, rate, drawn = _workload(base, config.preset(), load, n_requests, seed, "decode", False,
+                                              replay_speed)
     capacity = sat.decode_per_s
     results = run_baselines("admission", trace, names, config, seed=seed)
     header = (f"base {base.name}: decode pool capacity {capacity:.2f} requests/s "
               f"({config.n_decode} x {config.decode_capacity_tokens:,} tokens, TBT {config.tbt_s:g} s); "
-              f"{len(trace):,} i.i.d. requests at load {load:g} = {load * capacity:.2f}/s; "
-              f"{config.n_prefill} prefill instances, TTFT SLO {config.ttft_slo_s:g} s")
-    fields = {"decode_capacity_per_s": capacity, "load": load, "arrival_rate_per_s": load * capacity,
-              "config": vars(config)}
+              f"{drawn}; {config.n_prefill} prefill instances, TTFT SLO {config.ttft_slo_s:g} s")
+    fields = {"decode_capacity_per_s": capacity, "load": load, "arrival_rate_per_s": rate,
+              **_replay_field(replay_speed), "config": vars(config)}
     return Overload(problems.for_preset("admission", preset), trace, fields, header,
                     f"{trace.name}: prefill and decode load", results)
 
 
 def _cluster_overload(base, preset, load, n_requests, names, seed, n_prefill, n_decode, ttft_slo_s,
-                      fresh_blocks, tbt_headroom) -> Overload:
+                      fresh_blocks, tbt_headroom, replay_speed) -> Overload:
     p = cluster_preset(preset, n_prefill, ttft_slo_s=ttft_slo_s, n_decode=n_decode,
                        prefill_option="--prefill-instances")
-    trace, sat = cluster.overload_workload(base, load, n_requests, seed, p, fresh_blocks=fresh_blocks)
+    trace, sat, load, rate, drawn = _workload(base, p, load, n_requests, seed, "cluster", fresh_blocks, replay_speed)
     results = {name: cluster.simulate(trace, p, admission=make_policy("admission", name), seed=seed,
                                       tbt_headroom=tbt_headroom)
                for name in (list(ADMISSION_POLICIES) if names is None else names)}
     header = (f"base {base.name}: {describe(p)}; measured saturation {sat.cluster_per_s:.2f} requests/s "
               f"({sat.bottleneck} pool first: prefill {sat.prefill_per_s:.2f}/s, decode {sat.decode_per_s:.2f}/s); "
-              f"{len(trace):,} i.i.d. requests at load {load:g} = {load * sat.cluster_per_s:.2f}/s"
+              f"{drawn}"
               + ("; re-drawn requests get fresh blocks for what they brought" if fresh_blocks else "")
               + (f"; decode check within {1 - tbt_headroom:g} x the TBT SLO" if tbt_headroom else ""))
     fields = {"preset": preset_json(p), "saturation": sat._asdict(), "load": load, "fresh_blocks": fresh_blocks,
-              "tbt_headroom": tbt_headroom, "arrival_rate_per_s": load * sat.cluster_per_s}
+              "tbt_headroom": tbt_headroom, "arrival_rate_per_s": rate, **_replay_field(replay_speed)}
     return Overload(problems.for_preset("admission", p), trace, fields, header,
                     f"{trace.name} ({p.name}): prefill and decode load", results)
 
 
 def overload_run(base, preset, load: float, n_requests: int, names, seed: int = 0, n_prefill=None, n_decode=None,
-                 ttft_slo_s=None, fresh_blocks: bool = False, tbt_headroom: float = 0.0) -> Overload:
+                 ttft_slo_s=None, fresh_blocks: bool = False, tbt_headroom: float = 0.0,
+                 replay_speed: float | None = None) -> Overload:
     """``overload`` on ``preset``: the admission baselines of ``names`` (None: all) on ``n_requests``
     requests drawn i.i.d. from ``base`` at ``load`` x the decode pool's capacity (reserve model) or
-    the cluster's measured saturation (batching; ``fresh_blocks`` and ``tbt_headroom`` apply there)."""
+    the cluster's measured saturation (batching; ``fresh_blocks`` and ``tbt_headroom`` apply there).
+    With ``replay_speed`` the trace's own requests and arrivals are replayed instead, ``replay_speed``
+    times as fast (Mooncake's Table 3: its trace at 2x), and ``load`` and ``n_requests`` are unused;
+    the load reported is the replay's mean arrival rate over the same reference rate."""
     build = {"reserve": _lecture_overload, "batching": _cluster_overload}[get_preset(preset).decode_model]
     return build(base, preset, load, n_requests, names, seed, n_prefill, n_decode, ttft_slo_s, fresh_blocks,
-                 tbt_headroom)
+                 tbt_headroom, replay_speed)
+
+
+def _workload(base, p: ClusterPreset, load: float, n_requests: int, seed: int, pool: str, fresh_blocks: bool,
+              replay_speed: float | None) -> tuple:
+    """``(trace, saturation, load, arrival rate, description)`` of ``overload``'s workload on ``p``:
+    ``n_requests`` i.i.d. draws at ``load`` x ``pool``'s reference rate
+    (:func:`mooncake_gym.sim.cluster.load_reference`), or ``base`` replayed at ``replay_speed``."""
+    if replay_speed is None:
+        trace, sat = cluster.overload_workload(base, load, n_requests, seed, p, fresh_blocks=fresh_blocks, pool=pool)
+        rate = load * (sat.cluster_per_s if pool == "cluster" else sat.decode_per_s)
+        return trace, sat, load, rate, f"{len(trace):,} i.i.d. requests at load {load:g} = {rate:.2f}/s"
+    sat, reference = cluster.load_reference(base, p, pool)
+    trace = base.scaled(replay_speed)
+    rate = trace.rate
+    return (trace, sat, rate / reference, rate,
+            f"its {len(trace):,} requests replayed at x{replay_speed:g}: {rate:.2f}/s = load {rate / reference:.2f}")
+
+
+def _replay_field(replay_speed: float | None) -> dict:
+    return {} if replay_speed is None else {"replay_speed": replay_speed}
 
 
 def check_overrides(preset, **overrides) -> None:

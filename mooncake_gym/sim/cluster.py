@@ -1054,10 +1054,21 @@ def overload_workload(base: Trace | None = None, load: float = DEMO3_LOAD, n_req
     ratio climbs with its length."""
     check("load", load)  # a multiple of the saturation throughput
     check("requests", n_requests)
-    if pool not in (None, "cluster", "decode"):
-        raise ValueError(f"pool: expected 'cluster', 'decode' or None, got {pool!r}")
     if base is None:
         base = synthetic_trace(seed, rate=DEMO3_BASE_RATE)
+    sat, rate = load_reference(base, preset, pool)
+    return resample_iid(base, n_requests, load * rate, seed, fresh_blocks=fresh_blocks), sat
+
+
+def load_reference(base: Trace, preset: str | ClusterPreset = "lecture", pool: str | None = None
+                   ) -> tuple[Saturation, float]:
+    """``(saturation, rate)``: the saturation of ``preset``'s pools on ``base``'s request mix and the
+    arrival rate (requests/s) that is load 1 by ``pool``'s definition (:func:`overload_workload`):
+    ``"cluster"``, the smaller of the two pools' rates; ``"decode"``, the decode pool's (under the
+    ``reserve`` model demo 3's closed form :func:`decode_capacity_rate`, carried as the saturation's
+    ``decode_per_s``); None, ``"decode"`` under ``reserve`` and ``"cluster"`` under batching."""
+    if pool not in (None, "cluster", "decode"):
+        raise ValueError(f"pool: expected 'cluster', 'decode' or None, got {pool!r}")
     p = get_preset(preset)
     reserve = p.decode_model == "reserve"
     if pool is None:
@@ -1067,5 +1078,4 @@ def overload_workload(base: Trace | None = None, load: float = DEMO3_LOAD, n_req
         closed = decode_capacity_rate(base, p)
         sat = Saturation(sat.prefill_per_s, closed, min(sat.prefill_per_s, closed),
                          "prefill" if sat.prefill_per_s < closed else "decode")
-    rate = sat.cluster_per_s if pool == "cluster" else sat.decode_per_s
-    return resample_iid(base, n_requests, load * rate, seed, fresh_blocks=fresh_blocks), sat
+    return sat, (sat.cluster_per_s if pool == "cluster" else sat.decode_per_s)
