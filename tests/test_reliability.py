@@ -482,3 +482,19 @@ def test_a_pool_is_bounded_before_it_is_expanded():
     with pytest.raises(ValueError, match="instances: expected at most 1024 instances, got 2,000"):
         parse_instances(["H100"] * 2000)
     assert len(parse_instances("1000xH100+24xA800")) == 1024
+
+
+@pytest.mark.parametrize("text, match", [
+    ("scraped,scrape_period_s=0.000001,scrape_delay_s=100", r"scrape_delay_s: this would make 1e\+08 load snapshots"),
+    ("scraped,scrape_delay_s=1e300", r"scrape_delay_s: expected a finite number in \[0, 100000000.0\]"),
+    ("noisy,noise_sigma=1e9", r"noise_sigma: expected a finite number in \[0, 10\]"),
+    ("approximate,index_ttl_s=inf", r"index_ttl_s: expected a finite number in \[0, 100000000.0\]"),
+    ("precise,kv_event_delay_s=-1", r"kv_event_delay_s: expected a finite number in \[0, 100000000.0\]"),
+])
+def test_observation_parameters_are_bounded_before_any_simulator_is_built(text, match):
+    from mooncake_gym.sim.observation import as_observation
+    with pytest.raises(ValueError, match=match):
+        as_observation(text)
+    # at the bounds the configuration is accepted
+    as_observation("scraped,scrape_period_s=0.001,scrape_delay_s=99.999")
+    as_observation("noisy,noise_sigma=10")

@@ -46,6 +46,9 @@ MAX_GENERATED_REQUESTS = 2_000_000
 MAX_SYNTHETIC_SESSIONS = 1_000_000
 #: Samples of the admission simulator's load series (trace span / ``sample_period_s``).
 MAX_LOAD_SAMPLES = 1_000_000
+#: Load snapshots a router of the ``scraped`` observation mode holds at once (``scrape_delay_s /
+#: scrape_period_s + 1``, each one load per instance), and so takes at a decision at most.
+MAX_SCRAPE_SNAPSHOTS = 100_000
 #: Parameters of an agent file's network, bounded from its card (its layer sizes multiplied out,
 #: every network of the algorithm's policy counted) before anything is built or read: 16 M float32
 #: parameters, 64 MB; the shipped agents have fewer than 40,000.
@@ -84,6 +87,9 @@ LIMITS: dict[str, Limit] = {
     "recent_window_s": Limit(1e-6, 1e8, False, "s"),
     "warmup_s": Limit(0, 1e8, False, "s"),
     "waste_penalty": Limit(0, 1e6, False, "per mean prefill"),
+    # observation modes (sim/observation.py): scrape period and delay, KV-event delay, index TTL
+    "observation_s": Limit(0, 1e8, False, "s"),
+    "noise_sigma": Limit(0, 10, False, "log-normal sigma of the predicted times' error"),
     # cache analysis
     "blocks": Limit(1, 10**10, True, "blocks"),
     "gib": Limit(1e-9, 1e9, False, "GiB"),

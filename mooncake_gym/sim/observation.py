@@ -110,6 +110,7 @@ from typing import Sequence
 
 import numpy as np
 
+from mooncake_gym.model.limits import MAX_SCRAPE_SNAPSHOTS, check, check_bound
 from mooncake_gym.sim.prefill import pool_load
 from mooncake_gym.sim.prefixcache import PrefixCache, match_all
 from mooncake_gym.sim.views import RoutingView
@@ -154,12 +155,17 @@ class ObservationConfig:
         object.__setattr__(self, "_parts", parts := self.parts)  # validated once, then kept
         if "approximate" in parts and "precise" in parts:
             raise ValueError(f"mode: 'approximate' and 'precise' are two prefix indexes; choose one, got {self.mode!r}")
-        for name in ("scrape_period_s", "scrape_delay_s", "kv_event_delay_s", "noise_sigma"):
-            _check_seconds(name, getattr(self, name))
+        for name in ("scrape_period_s", "scrape_delay_s", "kv_event_delay_s"):
+            check("observation_s", getattr(self, name), name)
+        check("noise_sigma", self.noise_sigma)
         if self.index_ttl_s is not None:
-            _check_seconds("index_ttl_s", self.index_ttl_s)
+            check("observation_s", self.index_ttl_s, "index_ttl_s")
             if self.index_ttl_s == 0:
                 raise ValueError("index_ttl_s: expected > 0 seconds or None, got 0")
+        if self.scrape_period_s > 0:  # each router holds the snapshots of the last delay + period
+            check_bound("scrape_delay_s", self.scrape_delay_s / self.scrape_period_s + 1, MAX_SCRAPE_SNAPSHOTS,
+                        "load snapshots held per router (scrape_delay_s / scrape_period_s)",
+                        "lengthen scrape_period_s or shorten scrape_delay_s")
         cap = self.index_capacity_blocks
         if cap is not None and (not isinstance(cap, (int, np.integer)) or isinstance(cap, bool) or cap < 0):
             raise ValueError(f"index_capacity_blocks: expected an integer >= 0 or None, got {cap!r}")
@@ -238,12 +244,6 @@ class ObservationConfig:
 _FIELD_MODE = {"scrape_period_s": "scraped", "scrape_delay_s": "scraped", "inflight": "scraped",
                "index_capacity_blocks": "approximate", "index_ttl_s": "approximate",
                "kv_event_delay_s": "precise", "noise_sigma": "noisy", "routers": "scraped"}
-
-
-def _check_seconds(name: str, value) -> None:
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-    if not ok or not 0 <= value < math.inf:
-        raise ValueError(f"{name}: expected a finite number >= 0, got {value!r}")
 
 
 def as_observation(observation) -> ObservationConfig:
