@@ -6,7 +6,7 @@ import sys
 
 from mooncake_gym.analysis.cache import (DEFAULT_BLOCKS, DEFAULT_MODEL, POLICIES, WINDOWS, analyze_cache,
                                          parse_blocks, parse_gib, parse_policies)
-from mooncake_gym.cli.options import JSON, Command, opt, trace_opts
+from mooncake_gym.cli.options import JSON, Command, opt, trace_format, trace_opts
 from mooncake_gym.model.costmodel import get_model
 from mooncake_gym.model.workload import load_workload
 from mooncake_gym.reporting import tables as report
@@ -39,7 +39,7 @@ def check(args) -> None:
 
 
 def run(args) -> int:
-    trace = load_workload(args.trace, rate=args.rate, seed=args.seed)
+    trace = load_workload(args.trace, rate=args.rate, seed=args.seed, trace_format=trace_format(args))
     analysis = analyze_cache(trace, blocks=args.blocks, gib=args.gib, model=args.model, policies=args.policies,
                              window=args.window)
     if args.plot:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 
 from mooncake_gym.agents import load_user_agent
-from mooncake_gym.cli.options import PRESET_DEFAULT, Command, NoEffect, decode_model, floats, opt, preset_opt
+from mooncake_gym.cli.options import (PRESET_DEFAULT, TRACE_FORMAT, Command, NoEffect, decode_model, floats, opt,
+                                      preset_opt, trace_format)
 from mooncake_gym.evaluation.problems import DECISIONS
 from mooncake_gym.evaluation.scenarios import get_scenario
 from mooncake_gym.experiments import compare as cmp
@@ -23,6 +24,7 @@ OPTIONS = (
         only=(_LECTURE, "the v1 environments' workloads are set by --loads (x the measured saturation)")),
     opt("--loads", type=floats, default=None, limit="load", help="admission loads, x decode capacity (default 2)"),
     opt("--trace", default=None, help="compare on this JSONL trace (routing: replayed; admission: base)"),
+    TRACE_FORMAT,
     opt("--speed", type=float, default=None, limit="speed", help="replay speed of --trace (default 1)"),
     opt("--agent", default=None, only=(_LECTURE, "the shipped and --agent agents act on the v0 environments"),
         help="also evaluate this agent of your own (a zip with its JSON card; loaded without unpickling)"),
@@ -120,7 +122,7 @@ def run(args) -> int:
     agents, tuned = _agents_and_tuned(args)
     if args.scenario:
         return _run_scenarios(args, agents, tuned)
-    trace = read_trace(args.trace) if args.trace else None
+    trace = read_trace(args.trace, format=trace_format(args)) if args.trace else None
     settings = cmp.compare(args.env, args.seeds, args.rates, args.loads, trace, args.speed, agents=agents,
                            plot_dir=args.plot_dir, progress=not (args.json or args.no_progress), threads=args.threads,
                            tuned=tuned, preset=args.preset)

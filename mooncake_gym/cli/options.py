@@ -10,6 +10,7 @@ from typing import Callable
 
 from mooncake_gym.model.limits import check
 from mooncake_gym.model.presets import PRESETS, get_preset
+from mooncake_gym.model.traceformats import TraceFormat, parse_format
 
 _UNSET = object()
 
@@ -70,12 +71,24 @@ def floats(text: str) -> list[float]:
     return values
 
 
+#: ``--trace-format``: how a trace file is read (``mooncake_gym.model.traceformats``)
+TRACE_FORMAT = opt("--trace-format", type=str, default=None, metavar="FORMAT",
+                   help="the --trace file's format: mooncake (JSONL, the default), azure, burstgpt, or "
+                        "csv:timestamp=COL,input=COL,output=COL[,session=COL][,unit=s|ms|datetime]; a source "
+                        "without prefix ids gets them per session where it names sessions, else none")
+
+
+def trace_format(args) -> TraceFormat:
+    """``--trace-format`` parsed (the default: Mooncake's JSONL)."""
+    return parse_format(args.trace_format or "mooncake")
+
+
 def trace_opts(positional: bool = False, rate=4.0, seed=0) -> tuple:
-    """A trace file or 'synthetic', and the synthetic trace's rate and seed (``seed=None``: the seed
-    also serves other randomness, so a trace file does not make it idle)."""
-    trace = opt("trace", help="a Mooncake JSONL trace file, or 'synthetic'") if positional else \
-        opt("--trace", default="synthetic", help="a Mooncake JSONL trace file, or 'synthetic' (default)")
-    return (trace,
+    """A trace file or 'synthetic', its format, and the synthetic trace's rate and seed
+    (``seed=None``: the seed also serves other randomness, so a trace file does not make it idle)."""
+    trace = opt("trace", help="a trace file (see --trace-format), or 'synthetic'") if positional else \
+        opt("--trace", default="synthetic", help="a trace file (see --trace-format), or 'synthetic' (default)")
+    return (trace, TRACE_FORMAT,
             opt("--rate", type=float, default=None, limit="rate", synthetic=rate,
                 help="synthetic trace: session arrivals per second (default 4)"),
             opt("--seed", type=int, default=None, limit="seed", synthetic=_UNSET if seed is None else seed,
@@ -158,6 +171,13 @@ class Command:
                 for v in (value if isinstance(value, list) else [value]):
                     if v is not None:
                         check(o.limit, v, option(o.dest))
+        if given(getattr(args, "trace_format", None)):
+            if getattr(args, "trace", None) in (None, "synthetic"):
+                raise no_effect("trace_format", "without a trace file: it is the format of the trace")
+            try:
+                parse_format(args.trace_format)
+            except ValueError as e:
+                raise ValueError(f"--trace-format: {e}") from None
         for o in self.options:
             if o.synthetic is _UNSET:
                 continue

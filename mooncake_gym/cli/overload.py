@@ -4,7 +4,7 @@ on the ``--preset``'s cluster (:func:`mooncake_gym.experiments.preset_runs.overl
 from __future__ import annotations
 
 from mooncake_gym.baselines import ADMISSION_POLICIES
-from mooncake_gym.cli.options import JSON, Command, NoEffect, opt, preset_opt
+from mooncake_gym.cli.options import JSON, TRACE_FORMAT, Command, NoEffect, opt, preset_opt, trace_format
 from mooncake_gym.experiments.preset_runs import check_overrides, overload_run
 from mooncake_gym.model.workload import load_workload
 from mooncake_gym.reporting import tables as report
@@ -17,6 +17,7 @@ OPTIONS = (
     opt("--trace", default="synthetic",
         help="base trace: a Mooncake JSONL file, or 'synthetic' (default); requests are drawn from it i.i.d. "
              "(or, with --replay, replayed)"),
+    TRACE_FORMAT,
     opt("--replay", action="store_true",
         help="replay the trace's own requests at their own arrival times (as Mooncake's Table 3 was measured) "
              "instead of i.i.d. draws"),
@@ -62,7 +63,7 @@ def check(args) -> None:
 
 
 def run(args) -> int:
-    base = load_workload(args.trace, rate=args.rate, seed=args.seed)
+    base = load_workload(args.trace, rate=args.rate, seed=args.seed, trace_format=trace_format(args))
     names = None if args.policy == "all" else [args.policy]
     load = DEMO3_LOAD if args.load is None else args.load
     n_requests = DEMO3_REQUESTS if args.requests is None else args.requests

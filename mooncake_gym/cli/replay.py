@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from mooncake_gym.baselines import ROUTING_POLICIES
-from mooncake_gym.cli.options import JSON, Command, NoEffect, opt, preset_opt, trace_opts
+from mooncake_gym.cli.options import JSON, Command, NoEffect, opt, preset_opt, trace_format, trace_opts
 from mooncake_gym.experiments.compare import with_tuned
 from mooncake_gym.experiments.preset_runs import check_overrides, replay_setup
 from mooncake_gym.experiments.tune import read_tuned
@@ -79,7 +79,8 @@ def check(args) -> None:
 def run(args) -> int:
     setup = replay_setup(args.preset, args.instances, args.cache_blocks, args.ttft_slo, args.decode_instances,
                          args.pool)
-    trace = load_workload(args.trace, rate=args.rate, seed=args.seed, speed=args.speed)
+    trace = load_workload(args.trace, rate=args.rate, seed=args.seed, trace_format=trace_format(args),
+                          speed=args.speed)
     modes = args.observation or ["exact"]
     observations = [as_observation(m) for m in modes]
     names = None if args.policy == "all" else [args.policy]

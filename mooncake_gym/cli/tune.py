@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from mooncake_gym.cli.options import JSON, Command, NoEffect, floats, no_effect, opt
+from mooncake_gym.cli.options import JSON, TRACE_FORMAT, Command, NoEffect, floats, no_effect, opt, trace_format
 from mooncake_gym.evaluation.problems import DECISIONS
 from mooncake_gym.evaluation.scenarios import get_scenario
 from mooncake_gym.experiments import tune
@@ -30,6 +30,7 @@ OPTIONS = (
     opt("--rates", type=floats, default=None, limit="rate", help="routing session rates (default 4,8)"),
     opt("--loads", type=floats, default=None, limit="load", help="admission loads, x decode capacity (default 2)"),
     opt("--trace", default=None, help="tune on this JSONL trace (routing: replayed; admission: base)"),
+    TRACE_FORMAT,
     opt("--speed", type=float, default=None, limit="speed", help="replay speed of --trace (default 1)"),
     opt("--episode-requests", type=int, default=None,
         help=f"requests per synthetic episode (default {tune.TUNE_EPISODE_REQUESTS}; ppo: hyperparams.yml's)"),
@@ -86,7 +87,7 @@ def _search(args, show) -> dict:
     if args.trace and args.scenario:
         trace = args.trace  # the scenario's required trace, by path (its fingerprint hashes the file)
     elif args.trace:
-        trace = read_trace(args.trace)
+        trace = read_trace(args.trace, format=trace_format(args))
         print("note: a replayed trace is the same workload whatever the seed; for a held-out result, "
               "compare on another trace than the one tuned on", file=sys.stderr)
     return tune.tune_baseline(args.policy, args.env, budget=args.budget, search=args.search, seeds=args.seeds,

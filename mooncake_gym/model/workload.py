@@ -23,12 +23,14 @@ import numpy as np
 from mooncake_gym._files import check_input_file, write_atomic
 from mooncake_gym.model.costmodel import BLOCK_TOKENS
 from mooncake_gym.model.limits import LIMITS, MAX_ID, MAX_INPUT_TOKENS, MAX_SYNTHETIC_SESSIONS, check, check_bound, check_range
+from mooncake_gym.model.traceformats import PREFIX_RULES, TraceFormat, TraceFormatError, parse_format, read_columns
 
-REQUIRED_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
-
-
-class TraceFormatError(ValueError):
-    """A trace file line that does not follow the format; the message names file, line and field."""
+#: A Mooncake JSONL line's required fields; ``hash_ids`` may be left out of every line (then the
+#: ids are made by a rule: :func:`derived_block_ids`), ``session_id`` is optional.
+REQUIRED_FIELDS = ("timestamp", "input_length", "output_length")
+#: Where a trace's prefix block ids come from: its own file (``"trace"``: Mooncake's ``hash_ids``,
+#: or a generator's), or one of :data:`PREFIX_RULES` for a source without them.
+PREFIX_SOURCES = ("trace", *PREFIX_RULES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,15 +61,21 @@ class Trace:
     (int64), ``session_ids`` (int64, -1 where unknown) and ``block_ids`` (a list of tuples of int).
     """
 
-    __slots__ = ("arrival_s", "input_tokens", "output_tokens", "block_ids", "session_ids", "name", "renamed_blocks")
+    __slots__ = ("arrival_s", "input_tokens", "output_tokens", "block_ids", "session_ids", "name", "renamed_blocks",
+                 "prefix_ids")
 
-    def __init__(self, arrival_s, input_tokens, output_tokens, block_ids, session_ids=None, name="trace"):
+    def __init__(self, arrival_s, input_tokens, output_tokens, block_ids, session_ids=None, name="trace",
+                 prefix_ids: str = "trace"):
         """Columns are validated here (ranges of ``mooncake_gym.model.limits``): finite non-decreasing
         arrivals >= 0, integer token counts and ids in range, distinct ids within a request.
 
         Block ids that are not prefix hashes (an id seen after two different predecessors) are
         normalised to prefix semantics: see :func:`prefix_block_ids`; ``renamed_blocks`` counts the
-        block occurrences that got a new id (0 for Mooncake's traces)."""
+        block occurrences that got a new id (0 for Mooncake's traces). ``prefix_ids`` says where the
+        ids come from (:data:`PREFIX_SOURCES`): the trace itself, or a rule for a source without
+        them (:func:`derived_block_ids`)."""
+        if prefix_ids not in PREFIX_SOURCES:
+            raise ValueError(f"prefix_ids: expected one of {list(PREFIX_SOURCES)}, got {prefix_ids!r}")
         arrivals = _float_column("arrival_s", arrival_s)
         n = len(arrivals)
         lengths = {len(arrivals), _length(input_tokens), _length(output_tokens), _length(block_ids),
@@ -91,14 +99,17 @@ class Trace:
                                                                                   "session_id"),
             name,
             renamed,
+            prefix_ids,
         )
 
-    def _set(self, arrival_s, input_tokens, output_tokens, block_ids, session_ids, name, renamed_blocks=0):
+    def _set(self, arrival_s, input_tokens, output_tokens, block_ids, session_ids, name, renamed_blocks=0,
+             prefix_ids="trace"):
         for column in (arrival_s, input_tokens, output_tokens, session_ids):
             column.flags.writeable = False  # validated once: the columns cannot be changed afterwards
         self.arrival_s, self.input_tokens, self.output_tokens = arrival_s, input_tokens, output_tokens
         self.block_ids, self.session_ids, self.name = block_ids, session_ids, name
         self.renamed_blocks = renamed_blocks
+        self.prefix_ids = prefix_ids
 
     @classmethod
     def from_requests(cls, requests: Iterable[Request], name: str = "trace") -> "Trace":
@@ -162,7 +173,7 @@ class Trace:
         blocks = self.block_ids
         out = Trace.__new__(Trace)
         out._set(arrivals, self.input_tokens[idx], self.output_tokens[idx], [blocks[i] for i in idx.tolist()],
-                 self.session_ids[idx], name or self.name, self.renamed_blocks)
+                 self.session_ids[idx], name or self.name, self.renamed_blocks, self.prefix_ids)
         return out
 
     def head(self, n: int) -> "Trace":
@@ -198,6 +209,7 @@ class Trace:
             "ideal_hit_ratio": hit_tokens / max(1, int(inp.sum())),
             "ideal_block_hit_ratio": hit_blocks / max(1, total_blocks),
             "renamed_blocks": self.renamed_blocks,
+            "prefix_ids": self.prefix_ids,
         }
 
 
@@ -344,6 +356,10 @@ def _parse_line(text: str, where: str, block_tokens: int):
             raise TraceFormatError(f"{where}: field '{name}' is missing")
     for name in ("timestamp", "input_length", "output_length"):
         _check_field(where, name, obj[name], name)
+    session = obj.get("session_id", -1)
+    _check_field(where, "session_id", session, "session_id")
+    if "hash_ids" not in obj:
+        return obj["timestamp"], obj["input_length"], obj["output_length"], None, session
     ids = obj["hash_ids"]
     if not isinstance(ids, list) or not all(_is_int(b) for b in ids):
         raise TraceFormatError(f"{where}: field 'hash_ids': expected a list of integers")
@@ -359,8 +375,6 @@ def _parse_line(text: str, where: str, block_tokens: int):
     if dup is not None:
         raise TraceFormatError(f"{where}: field 'hash_ids': id {dup} appears twice; prefix-hash ids of one "
                                f"request are distinct")
-    session = obj.get("session_id", -1)
-    _check_field(where, "session_id", session, "session_id")
     return obj["timestamp"], obj["input_length"], obj["output_length"], ids, session
 
 
@@ -381,11 +395,31 @@ def _check_field(where: str, name: str, value, kind: str) -> None:
         raise TraceFormatError(f"{where}: field '{name}': expected <= {lim.hi:,} {lim.unit}, got {_short(value)}")
 
 
-def read_trace(path: str | os.PathLike, block_tokens: int = BLOCK_TOKENS) -> Trace:
-    """Read a Mooncake JSONL trace, validating every line (errors name file, line and field);
-    ``block_tokens`` is the tokens per prefix block of its ``hash_ids``."""
+def read_trace(path: str | os.PathLike, block_tokens: int = BLOCK_TOKENS, format: "str | TraceFormat" = "mooncake",
+               prefix: str | None = None) -> Trace:
+    """Read a trace file, validating every line (errors name file, line and field).
+
+    ``format``: ``"mooncake"`` (Mooncake's JSONL, the default), ``"azure"``, ``"burstgpt"`` or
+    ``"csv:timestamp=COL,input=COL,output=COL[,session=COL][,unit=s|ms|datetime]"``
+    (:mod:`mooncake_gym.model.traceformats`). ``block_tokens`` is the tokens per prefix block.
+    A source without prefix ids (the CSV formats, a JSONL without ``hash_ids``) gets ids by the rule
+    ``prefix`` (:func:`derived_block_ids`; default ``"session"`` where the source names sessions,
+    else ``"none"``); the trace's ``prefix_ids`` records which."""
     path = os.fspath(path)
     check("block_tokens", block_tokens)
+    fmt = parse_format(format)
+    if prefix is not None and prefix not in PREFIX_RULES:
+        raise ValueError(f"prefix: expected one of {list(PREFIX_RULES)} or None, got {prefix!r}")
+    name = os.path.splitext(os.path.basename(path))[0]
+    if fmt.kind != "mooncake":
+        cols = read_columns(path, fmt)
+        rule = prefix or ("session" if cols.session_ids is not None else "none")
+        if rule == "session" and cols.session_ids is None:
+            raise ValueError(f"prefix: 'session' needs a session column, and {path} ({fmt}) has none; "
+                             f"use 'none' or name the column (csv:...,session=COL)")
+        return Trace(cols.arrival_s, cols.input_tokens, cols.output_tokens,
+                     derived_block_ids(cols.input_tokens, cols.session_ids, rule, block_tokens),
+                     cols.session_ids, name=name, prefix_ids=rule)
     check_input_file(path, "trace")
     ts, inp, out, ids, sess = [], [], [], [], []
     last_ts = None
@@ -398,7 +432,17 @@ def read_trace(path: str | os.PathLike, block_tokens: int = BLOCK_TOKENS) -> Tra
                 raise TraceFormatError(f"{where}: not valid UTF-8 (byte {e.start + 1})") from None
             if not text.strip():
                 continue
-            t, i, o, h, s = _parse_line(text, where, block_tokens)
+            try:
+                t, i, o, h, s = _parse_line(text, where, block_tokens)
+            except TraceFormatError as e:
+                if lineno == 1 and "," in text and not text.lstrip().startswith("{"):  # a CSV header?
+                    raise TraceFormatError(f"{e}; it looks like a CSV file: give its format (azure, burstgpt or "
+                                           f"csv:timestamp=COL,input=COL,output=COL)") from None
+                raise
+            if ids and (h is None) != (ids[0] is None):
+                raise TraceFormatError(f"{where}: field 'hash_ids': {'missing' if h is None else 'present'} "
+                                       f"here but {'present' if h is None else 'missing'} on the first line; "
+                                       f"give it on every line or on none")
             if last_ts is not None and t < last_ts:
                 raise TraceFormatError(f"{where}: field 'timestamp': goes backwards ({t} < {last_ts})")
             last_ts = t
@@ -409,8 +453,49 @@ def read_trace(path: str | os.PathLike, block_tokens: int = BLOCK_TOKENS) -> Tra
             sess.append(s)
     if not ts:
         raise TraceFormatError(f"{path}: the trace has no requests")
-    name = os.path.splitext(os.path.basename(path))[0]
-    return Trace(np.asarray(ts, dtype=np.float64) / 1000.0, inp, out, ids, sess, name=name)
+    arrivals = np.asarray(ts, dtype=np.float64) / 1000.0
+    if ids[0] is not None:
+        if prefix is not None:
+            raise ValueError(f"prefix: {path} has its own hash_ids; leave prefix out")
+        return Trace(arrivals, inp, out, ids, sess, name=name)
+    has_sessions = any(x >= 0 for x in sess)
+    rule = prefix or ("session" if has_sessions else "none")
+    if rule == "session" and not has_sessions:
+        raise ValueError(f"prefix: 'session' needs session_id fields, and {path} has none; use 'none'")
+    return Trace(arrivals, inp, out, derived_block_ids(inp, sess if has_sessions else None, rule, block_tokens),
+                 sess, name=name, prefix_ids=rule)
+
+
+def derived_block_ids(input_tokens: Sequence[int], session_ids: Sequence[int] | None, rule: str,
+                      block_tokens: int = BLOCK_TOKENS) -> list[tuple[int, ...]]:
+    """Prefix block ids for a trace whose source has none, by ``rule``:
+
+    - ``"none"``: every request gets ``ceil(input / block_tokens)`` ids of its own: no request
+      shares a prefix (what a trace without prefix information lets one assume, at worst);
+    - ``"session"``: a request shares with the previous request of its session (a multi-turn
+      conversation, whose next prompt begins with the previous one) that request's *full* blocks,
+      ``min(floor(previous input / block_tokens), floor(input / block_tokens))`` leading ids (a
+      partial last block hashes differently once more tokens follow), and gets new ids for the
+      rest. A request without a session (id -1) shares nothing.
+    """
+    if rule not in PREFIX_RULES:
+        raise ValueError(f"prefix: expected one of {list(PREFIX_RULES)}, got {rule!r}")
+    out: list[tuple[int, ...]] = []
+    last: dict[int, tuple[tuple[int, ...], int]] = {}  # session -> (its last request's ids, full blocks)
+    fresh = 0
+    for k, n in enumerate(input_tokens):
+        blocks = math.ceil(n / block_tokens)
+        s = -1 if session_ids is None or rule == "none" else int(session_ids[k])
+        shared: tuple[int, ...] = ()
+        if s >= 0 and s in last:
+            prev, full = last[s]
+            shared = prev[:min(full, n // block_tokens)]
+        ids = shared + tuple(range(fresh, fresh + blocks - len(shared)))
+        fresh += blocks - len(shared)
+        out.append(ids)
+        if s >= 0:
+            last[s] = (ids, n // block_tokens)
+    return out
 
 
 def trace_lines(trace: Trace) -> Iterator[str]:
@@ -828,15 +913,16 @@ def redrawn_block_ids(trace: Trace, indices: Sequence[int]) -> list[tuple[int, .
 
 
 def load_workload(trace: str | os.PathLike | Trace = "synthetic", rate: float = 4.0, seed: int = 0,
-                  speed: float = 1.0, **synthetic_kw) -> Trace:
-    """A trace object from a path, the word ``synthetic`` (generator at ``rate``, ``seed``) or a Trace."""
+                  speed: float = 1.0, trace_format: "str | TraceFormat" = "mooncake", **synthetic_kw) -> Trace:
+    """A trace object from a path (in ``trace_format``: :func:`read_trace`), the word ``synthetic``
+    (generator at ``rate``, ``seed``) or a Trace."""
     check("speed", speed)
     if isinstance(trace, Trace):
         t = trace
     elif str(trace) == "synthetic":
         t = synthetic_trace(seed, rate, **synthetic_kw)
     else:
-        t = read_trace(trace)
+        t = read_trace(trace, format=trace_format)
     return t if speed == 1 else t.scaled(speed)
 
 
