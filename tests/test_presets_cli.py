@@ -65,7 +65,21 @@ def test_replay_on_a_cluster_preset_prints_ttft_and_tbt_per_router(capsys, small
     header, columns, _, *rows = capsys.readouterr().out.strip().splitlines()
     assert "preset h100: 4 prefill + 8 decode instances" in header and "TTFT SLO 10 s" in header
     assert "mean TTFT s" in columns and "mean TBT s" in columns and "TBT<=SLO" in columns
-    assert [r.split()[0] for r in rows] == list(ROUTING_POLICIES)
+    assert [r.split()[0] for r in rows] == [*ROUTING_POLICIES, "bound"]
+    # the bound row: no policy's mean TTFT is below it
+    bound = float(rows[-1].split()[1])
+    assert all(float(r.split()[1]) >= bound for r in rows[:-1])
+
+
+def test_replay_json_carries_the_bound_no_policy_beats(capsys, small_trace):
+    from mooncake_gym.analysis.bounds import cluster_ttft_bound, ttft_lower_bound
+    from mooncake_gym.model.presets import RoutingConfig
+    tr = read_trace(small_trace)
+    doc = run_json(capsys, "replay", "--trace", small_trace, "--preset", "mooncake")
+    assert doc["bound"]["mean_ttft_s"] == cluster_ttft_bound(tr, "mooncake").mean_ttft_s
+    assert all(m["mean_ttft_s"] >= doc["bound"]["mean_ttft_s"] for m in doc["results"].values())
+    doc = run_json(capsys, "replay", "--trace", small_trace, "--instances", "3")
+    assert doc["bound"]["mean_ttft_s"] == ttft_lower_bound(tr, RoutingConfig(n_instances=3)).mean_ttft_s
 
 
 def test_replay_overrides_and_observation_reach_the_cluster(capsys, small_trace):

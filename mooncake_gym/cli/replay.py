@@ -91,8 +91,10 @@ def run(args) -> int:
         by_mode[mode] = {name: runs[name] if policy is None else
                          setup.simulate(trace, policy.policy, args.seed, observation)
                          for name, policy in with_tuned(dict.fromkeys(runs), "routing", args.tuned_docs).items()}
+    bound = setup.bound(trace)  # what no routing policy beats: every table ends with it
     if args.json:
-        doc = {"trace": trace.name, "requests": len(trace), "rate_per_s": trace.rate, **setup.setup_json}
+        doc = {"trace": trace.name, "requests": len(trace), "rate_per_s": trace.rate, **setup.setup_json,
+               "bound": {"mean_ttft_s": bound}}
         if len(modes) == 1:
             doc["observation"] = asdict(observations[0])
             doc["results"] = {n: r.metrics for n, r in by_mode[modes[0]].items()}
@@ -106,6 +108,7 @@ def run(args) -> int:
         columns = [columns[0], ("observation", "observation", None), *columns[1:]]
     rows = [{**setup.problem.run_row(name, r.metrics), "observation": mode}
             for mode, res in by_mode.items() for name, r in res.items()]
+    rows.append({"policy": "bound", "mean_ttft_s": bound})
     seen = "" if len(modes) > 1 or observations[0].exact else f"; observation {modes[0]}"
     print(f"{trace.name}: {len(trace)} requests, {trace.rate:.2f} requests/s; {setup.describe}{seen}"
           + ("\n" if args.markdown else ""))

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from itertools import groupby
 from typing import Callable
 
+from mooncake_gym.analysis import bounds
 from mooncake_gym.baselines import ADMISSION_POLICIES, ROUTING_POLICIES, make_policy, run_baselines
 from mooncake_gym.evaluation import problems
 from mooncake_gym.evaluation.problems import (CLUSTER_ADMISSION_COLUMNS, CLUSTER_ROUTING_COLUMNS,  # noqa: F401
@@ -78,6 +79,9 @@ class Replay:
     describe: str
     #: ``simulate(trace, policy, seed, observation) -> result``: one routing policy on the cluster
     simulate: Callable
+    #: ``bound(trace) -> float``: a lower bound on every routing policy's mean TTFT on ``trace``
+    #: (:mod:`mooncake_gym.analysis.bounds`)
+    bound: Callable
 
     def run(self, trace, names, seed: int, threshold: float | None, observation) -> dict:
         """Every routing baseline of ``names`` (None: all) on ``trace``, ``threshold`` kvcentric's."""
@@ -98,7 +102,8 @@ def _lecture_replay(preset, n_prefill, cache_blocks, ttft_slo_s, n_decode, pool)
     def simulate(trace, policy, seed, observation):
         return routing.simulate(trace, policy, config, seed=seed, observation=observation)
 
-    return Replay(problems.for_preset("routing", preset), {"config": config_json}, text, simulate)
+    return Replay(problems.for_preset("routing", preset), {"config": config_json}, text, simulate,
+                  lambda trace: bounds.ttft_lower_bound(trace, config).mean_ttft_s)
 
 
 def _cluster_replay(preset, n_prefill, cache_blocks, ttft_slo_s, n_decode, pool) -> Replay:
@@ -107,7 +112,8 @@ def _cluster_replay(preset, n_prefill, cache_blocks, ttft_slo_s, n_decode, pool)
     def simulate(trace, policy, seed, observation):
         return cluster.simulate(trace, p, routing=policy, seed=seed, observation=observation)
 
-    return Replay(problems.for_preset("routing", p), {"preset": preset_json(p)}, describe(p), simulate)
+    return Replay(problems.for_preset("routing", p), {"preset": preset_json(p)}, describe(p), simulate,
+                  lambda trace: bounds.cluster_ttft_bound(trace, p).mean_ttft_s)
 
 
 def replay_setup(preset, n_prefill=None, cache_blocks=None, ttft_slo_s=None, n_decode=None, pool=None) -> Replay:
