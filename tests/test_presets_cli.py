@@ -69,6 +69,9 @@ def test_replay_on_a_cluster_preset_prints_ttft_and_tbt_per_router(capsys, small
     # the bound row: no policy's mean TTFT is below it
     bound = float(rows[-1].split()[1])
     assert all(float(r.split()[1]) >= bound for r in rows[:-1])
+    # one policy's table is its row alone (the bound is in --json)
+    assert main(["replay", "--trace", small_trace, "--preset", "h100", "--policy", "kvcentric"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].split()[0] == "kvcentric"
 
 
 def test_replay_json_carries_the_bound_no_policy_beats(capsys, small_trace):
@@ -78,7 +81,7 @@ def test_replay_json_carries_the_bound_no_policy_beats(capsys, small_trace):
     doc = run_json(capsys, "replay", "--trace", small_trace, "--preset", "mooncake")
     assert doc["bound"]["mean_ttft_s"] == cluster_ttft_bound(tr, "mooncake").mean_ttft_s
     assert all(m["mean_ttft_s"] >= doc["bound"]["mean_ttft_s"] for m in doc["results"].values())
-    doc = run_json(capsys, "replay", "--trace", small_trace, "--instances", "3")
+    doc = run_json(capsys, "replay", "--trace", small_trace, "--instances", "3", "--policy", "kvcentric")
     assert doc["bound"]["mean_ttft_s"] == ttft_lower_bound(tr, RoutingConfig(n_instances=3)).mean_ttft_s
 
 
