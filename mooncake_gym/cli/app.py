@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mooncake_gym.cli import bench, cache, compare, lecture, overload, replay, trace, train, tune
+from mooncake_gym.cli import bench, cache, compare, lecture, overload, replay, sweep, trace, train, tune
 from mooncake_gym.reporting.plots import check_plot_dir, check_plot_path
 
 #: The commands in the order ``--help`` lists them; ``trace`` has subcommands (``trace.COMMANDS``).
-COMMANDS = (lecture.COMMAND, replay.COMMAND, overload.COMMAND, cache.COMMAND, train.COMMAND, compare.COMMAND,
-            tune.COMMAND, bench.COMMAND)
+COMMANDS = (lecture.COMMAND, replay.COMMAND, overload.COMMAND, sweep.COMMAND, cache.COMMAND, train.COMMAND,
+            compare.COMMAND, tune.COMMAND, bench.COMMAND)
 
 
 class _Parser(argparse.ArgumentParser):

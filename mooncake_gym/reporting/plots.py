@@ -4,6 +4,11 @@
   of Mooncake v3 Figure 9 (lecture demo 3).
 - :func:`plot_hit_rate`: hit rate versus capacity (``mooncake-gym cache --plot``).
 - :func:`compare_plots`: the figures of ``mooncake-gym compare --plot-dir``.
+- :func:`plot_sweep`: mean and P99 TTFT, TBT attainment and token goodput against load
+  (``mooncake-gym sweep --plot``).
+
+Every figure that draws one line per policy gives each its own colour and marker
+(:func:`policy_styles`), so that tables of 17 policies stay readable.
 """
 
 from __future__ import annotations
@@ -179,3 +184,48 @@ def compare_plots(settings, plot_dir: str | os.PathLike) -> list[str]:
         fig.tight_layout()
         written.append(_save(fig, f"{stem}_ttft_cdf.png"))
     return written
+
+
+#: Markers cycled with the colours of :func:`policy_styles`
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
+
+
+def policy_styles(names) -> dict:
+    """``{name: {"color", "marker", "linestyle"}}``: a distinct colour (matplotlib's tab10, then the
+    light halves of tab20, then tab20b) and marker for each of up to 40 policies, in the order
+    given; beyond that the styles repeat with a dashed line."""
+    from matplotlib import colormaps
+
+    colours = [*colormaps["tab10"].colors, *colormaps["tab20"].colors[1::2], *colormaps["tab20b"].colors]
+    return {name: {"color": colours[k % len(colours)], "marker": _MARKERS[k % len(_MARKERS)],
+                   "linestyle": "-" if k < len(colours) else "--"}
+            for k, name in enumerate(dict.fromkeys(names))}
+
+
+#: The panels of :func:`plot_sweep`: (metric, axis label, log scale)
+SWEEP_PANELS = (("mean_ttft_s", "mean TTFT (s)", True), ("p99_ttft_s", "P99 TTFT (s)", True),
+                ("tbt_attainment", "share of requests with TBT <= SLO", False),
+                ("token_goodput_per_s", "token goodput (good requests' output tokens / s)", False))
+
+
+def plot_sweep(rows, path: str | os.PathLike, title: str = "") -> str:
+    """One panel per metric of :data:`SWEEP_PANELS` against load, one line per policy
+    (:func:`mooncake_gym.experiments.sweep.sweep`'s rows)."""
+    fig = _figure(11, 8)
+    names = list(dict.fromkeys(r["policy"] for r in rows))
+    styles = policy_styles(names)
+    for k, (metric, label, log) in enumerate(SWEEP_PANELS):
+        ax = fig.add_subplot(2, 2, k + 1)
+        for name in names:
+            mine = [r for r in rows if r["policy"] == name]
+            ax.plot([r["load"] for r in mine], [r[metric] for r in mine], label=name, markersize=5, **styles[name])
+        ax.set_xlabel("load (x measured saturation)")
+        ax.set_ylabel(label)
+        if log:
+            ax.set_yscale("log")
+        ax.grid(True, alpha=0.3)
+    fig.axes[0].legend(fontsize=7, ncol=2)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return _save(fig, path)
