@@ -151,6 +151,67 @@ def test_fuzz_trace_lines(tmp_path_factory, lines):
     assert out.read_bytes() == again.read_bytes()
 
 
+csv_cell = st.one_of(st.integers(-5, 3000).map(str), st.floats(allow_nan=True, allow_infinity=True).map(str),
+                    st.sampled_from(["", "x", "2023-11-16 18:15:46.6805900", "2023-02-30 00:00:00", "1e400",
+                                     "12.0", '"a,b"', "NaN"]), st.text(max_size=8))
+csv_header = st.sampled_from(["TIMESTAMP,ContextTokens,GeneratedTokens",
+                              "Timestamp,Session ID,Model,Request tokens,Response tokens",
+                              "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type", "a,b", ""])
+
+
+@examples(300, 5000)
+@given(header=csv_header, rows=st.lists(st.lists(csv_cell, min_size=0, max_size=6), max_size=5),
+       fmt=st.sampled_from(["azure", "burstgpt", "csv:timestamp=a,input=b,output=b", "csv:timestamp=Timestamp,"
+                            "input=Request tokens,output=Response tokens,session=Model,unit=ms"]),
+       prefix=st.sampled_from([None, "none", "session"]))
+def test_fuzz_csv_traces(tmp_path_factory, header, rows, fmt, prefix):
+    """A CSV trace in any of the importers' formats is read into a valid Trace or refused with a
+    TraceFormatError naming the file (a ValueError naming ``prefix`` for a rule the source cannot
+    follow), never another exception."""
+    path = tmp_path_factory.mktemp("csv") / "t.csv"
+    path.write_text("\n".join([header, *(",".join(r) for r in rows)]) + "\n", encoding="utf-8",
+                    errors="surrogatepass")
+    try:
+        trace = read_trace(path, format=fmt, prefix=prefix)
+    except TraceFormatError as e:
+        assert str(e).startswith(f"{path}"), e
+        event("refused")
+        return
+    except ValueError as e:
+        assert str(e).startswith("prefix: "), e
+        event("refused: prefix rule")
+        return
+    event("read")
+    check_trace_invariants(trace)
+    assert trace.prefix_ids in ("none", "session")
+
+
+@examples(300, 3000)
+@given(text=st.one_of(st.text(max_size=40), st.builds(
+    lambda mode, key, value: f"{mode},{key}={value}",
+    st.sampled_from(["scraped", "noisy", "approximate", "precise", "scraped+noisy", "exact"]),
+    st.sampled_from(["scrape_period_s", "scrape_delay_s", "noise_sigma", "index_ttl_s", "kv_event_delay_s",
+                     "routers", "inflight", "index_capacity_blocks"]),
+    st.one_of(st.floats(allow_nan=True, allow_infinity=True).map(str), st.integers(-5, 10**12).map(str),
+              st.sampled_from(["true", "false", "x", ""])))))
+def test_fuzz_observation_modes(text):
+    """An observation mode string is an ObservationConfig or a ValueError naming the observation
+    string or the setting at fault."""
+    from dataclasses import fields
+
+    from mooncake_gym.sim.observation import ObservationConfig, as_observation
+    names = ("observation", *(f.name for f in fields(ObservationConfig)))
+    try:
+        config = as_observation(text)
+    except ValueError as e:
+        assert str(e).split(":")[0] in names, e
+        event("refused")
+        return
+    event("accepted")
+    if config.scrape_period_s > 0:
+        assert config.scrape_delay_s / config.scrape_period_s <= 100_000
+
+
 column_value = st.one_of(st.integers(-3, 3000), st.floats(allow_nan=True, allow_infinity=True), edge_ints,
                          st.sampled_from(["5", None, True]))
 
