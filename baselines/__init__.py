@@ -6,6 +6,7 @@ names the command line uses to policy factories; :func:`make_policy` builds one 
 """
 
 from mooncake_gym.sim.admission import simulate as _simulate_admission
+from mooncake_gym.sim.policy import is_policy_spec, load_policy
 from mooncake_gym.sim.routing import simulate as _simulate_routing
 
 from mooncake_gym.baselines.admission import (ADMISSION_POLICIES, ADMISSION_V1_POLICIES, BaselineAdmission, DistributionPredictiveRejection, EarlyRejection,
@@ -19,9 +20,14 @@ POLICIES = {"routing": ROUTING_POLICIES, "admission": ADMISSION_POLICIES, "admis
 
 
 def make_policy(problem: str, name: str, **kwargs):
-    """A fresh policy of ``problem`` ('routing' or 'admission') by ``name``, e.g. ('routing', 'cache')."""
+    """A fresh policy of ``problem`` ('routing' or 'admission') by ``name``, e.g. ('routing', 'cache'),
+    or a user's own policy named ``FILE.py:NAME`` or ``MODULE:NAME`` (:func:`mooncake_gym.sim.policy.load_policy`)."""
     if problem not in POLICIES:
         raise ValueError(f"problem: expected one of {sorted(POLICIES)}, got {problem!r}")
+    if is_policy_spec(name):
+        if kwargs:
+            raise ValueError(f"policy {name}: a user's policy takes no knobs, got {sorted(kwargs)}")
+        return load_policy(name)
     registry = POLICIES[problem]
     if name not in registry:
         raise ValueError(f"policy: unknown {problem} policy {name!r}; expected one of {sorted(registry)}")
@@ -44,7 +50,7 @@ def run_baselines(problem: str, trace, names=None, config=None, cost=None, seed:
     registry = POLICIES[problem]
     names = list(registry) if names is None else list(names)
     for name in names:
-        if name not in registry:
+        if name not in registry and not is_policy_spec(name):
             raise ValueError(f"policy: unknown {problem} policy {name!r}; expected one of {sorted(registry)} or 'all'")
     if problem == "routing":
         return {name: _simulate_routing(trace, make_policy(problem, name, **(

@@ -11,6 +11,7 @@ from typing import Callable
 from mooncake_gym.model.limits import check
 from mooncake_gym.model.presets import PRESETS, get_preset
 from mooncake_gym.model.traceformats import TraceFormat, parse_format
+from mooncake_gym.sim.policy import is_policy_spec, load_policy
 
 _UNSET = object()
 
@@ -69,6 +70,25 @@ def floats(text: str) -> list[float]:
     if not values or any(not v > 0 for v in values):
         raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
     return values
+
+
+def policy_opt(registry, what: str) -> Opt:
+    """``--policy``: a baseline of ``registry``, ``all``, or a user's policy ``FILE.py:NAME`` /
+    ``MODULE:NAME`` (``mooncake_gym.sim.policy.load_policy``; imported by the command's check)."""
+    def policy(text: str) -> str:
+        if text == "all" or text in registry or is_policy_spec(text):
+            return text
+        raise argparse.ArgumentTypeError(f"expected one of {[*registry, 'all']} or FILE.py:NAME / MODULE:NAME "
+                                         f"(your own {what} policy), got {text!r}")
+    return opt("--policy", default="all", type=policy, metavar="NAME|all|FILE.py:NAME",
+               help=f"{what} baseline, 'all' for one table of every baseline (default all), or your own {what} "
+                    f"policy: a function view -> action in FILE.py or MODULE (docs/examples/my_router.py)")
+
+
+def check_policy(args) -> None:
+    """A user's ``--policy FILE.py:NAME`` imported before any work (its errors named in one line)."""
+    if is_policy_spec(args.policy):
+        load_policy(args.policy)
 
 
 #: ``--trace-format``: how a trace file is read (``mooncake_gym.model.traceformats``)

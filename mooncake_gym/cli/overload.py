@@ -4,7 +4,8 @@ on the ``--preset``'s cluster (:func:`mooncake_gym.experiments.preset_runs.overl
 from __future__ import annotations
 
 from mooncake_gym.baselines import ADMISSION_POLICIES
-from mooncake_gym.cli.options import JSON, TRACE_FORMAT, Command, NoEffect, opt, preset_opt, trace_format
+from mooncake_gym.cli.options import (JSON, TRACE_FORMAT, Command, NoEffect, check_policy, opt, policy_opt,
+                                      preset_opt, trace_format)
 from mooncake_gym.experiments.preset_runs import check_overrides, overload_run
 from mooncake_gym.model.workload import load_workload
 from mooncake_gym.reporting import tables as report
@@ -12,8 +13,7 @@ from mooncake_gym.reporting.plots import plot_load_series
 from mooncake_gym.sim.admission import DEMO3_BASE_RATE, DEMO3_LOAD, DEMO3_REQUESTS
 
 OPTIONS = (
-    opt("--policy", default="all", choices=[*ADMISSION_POLICIES, "all"],
-        help="admission baseline, or 'all' for one table of every baseline (default all)"),
+    policy_opt(ADMISSION_POLICIES, "admission"),
     opt("--trace", default="synthetic",
         help="base trace: a Mooncake JSONL file, or 'synthetic' (default); requests are drawn from it i.i.d. "
              "(or, with --replay, replayed)"),
@@ -58,6 +58,7 @@ RULES = (
 
 
 def check(args) -> None:
+    check_policy(args)
     check_overrides(args.preset, n_prefill=args.prefill_instances, ttft_slo_s=args.ttft_slo,
                     n_decode=args.decode_instances, prefill_option="--prefill-instances")
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from mooncake_gym.baselines import ROUTING_POLICIES
-from mooncake_gym.cli.options import JSON, Command, NoEffect, opt, preset_opt, trace_format, trace_opts
+from mooncake_gym.cli.options import (JSON, Command, NoEffect, check_policy, opt, policy_opt, preset_opt,
+                                      trace_format, trace_opts)
 from mooncake_gym.experiments.compare import with_tuned
 from mooncake_gym.experiments.preset_runs import check_overrides, replay_setup
 from mooncake_gym.experiments.tune import read_tuned
@@ -21,8 +22,7 @@ _CLUSTER = ("batching",)
 
 OPTIONS = (
     *trace_opts(rate=4.0, seed=None),
-    opt("--policy", default="all", choices=[*ROUTING_POLICIES, "all"],
-        help="routing baseline, or 'all' for one table of every baseline (default all)"),
+    policy_opt(ROUTING_POLICIES, "routing"),
     opt("--instances", type=int, default=None, limit="n_instances",
         help="prefill instances (default 8, or --pool's or the --preset's)"),
     opt("--decode-instances", type=int, default=None, limit="n_decode",
@@ -58,6 +58,7 @@ RULES = (
 
 
 def check(args) -> None:
+    check_policy(args)
     if args.pool is not None:
         n = len(parse_instances(args.pool))
         if args.instances is not None and args.instances != n:

@@ -10,6 +10,7 @@ from mooncake_gym.model.presets import PRESETS, get_preset
 from mooncake_gym.model.workload import load_workload
 from mooncake_gym.reporting import tables as report
 from mooncake_gym.reporting.plots import plot_sweep
+from mooncake_gym.sim.policy import is_policy_spec, load_policy
 
 COLUMNS = [("load", "load", ".2f"), ("policy", "policy", None), ("arrival_rate_per_s", "req/s", ".2f"),
            ("mean_ttft_s", "mean TTFT s", ".2f"), ("p99_ttft_s", "P99 TTFT s", ".2f"),
@@ -25,7 +26,8 @@ def _names(text: str) -> list[str]:
 OPTIONS = (
     opt("--decision", choices=list(SWEEP_POLICIES), default="routing",
         help="which decision the baselines own: routing (every request admitted) or admission (default routing)"),
-    opt("--policy", default="all", help="baselines, comma-separated, or 'all' (default all)"),
+    opt("--policy", default="all",
+        help="baselines or your own policies (FILE.py:NAME, MODULE:NAME), comma-separated, or 'all' (default all)"),
     opt("--loads", type=floats, default=None, limit="load",
         help="loads, x the cluster's measured saturation (default 0.5,0.7,0.9,1.1 for routing, "
              "0.5,1,1.5,2,3 for admission)"),
@@ -44,7 +46,9 @@ def check(args) -> None:
     if args.policy != "all":
         known = SWEEP_POLICIES[args.decision]
         for name in _names(args.policy):
-            if name not in known:
+            if is_policy_spec(name):
+                load_policy(name)
+            elif name not in known:
                 raise ValueError(f"--policy: expected {args.decision} baselines of {list(known)} or 'all', got {name!r}")
         if len(set(_names(args.policy))) != len(_names(args.policy)):
             raise ValueError(f"--policy: a baseline is named twice in {args.policy!r}")

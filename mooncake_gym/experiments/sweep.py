@@ -16,6 +16,7 @@ from mooncake_gym.model.limits import check
 from mooncake_gym.model.presets import get_preset
 from mooncake_gym.model.workload import Trace
 from mooncake_gym.sim import cluster
+from mooncake_gym.sim.policy import is_policy_spec, load_policy
 
 #: The decisions a sweep can hand to baselines, and their baselines.
 SWEEP_POLICIES = {"routing": ROUTING_POLICIES, "admission": ADMISSION_POLICIES}
@@ -28,7 +29,8 @@ SWEEP_METRICS = ("mean_ttft_s", "p99_ttft_s", "ttft_attainment", "tbt_attainment
 
 def sweep(base: Trace, preset, decision: str, names, loads, n_requests: int, seed: int = 0,
           fresh_blocks: bool = False) -> dict:
-    """Every policy of ``names`` (None: all of ``decision``'s) at every load of ``loads`` on
+    """Every policy of ``names`` (None: all of ``decision``'s baselines; a name may be a user's
+    ``FILE.py:NAME``, :func:`mooncake_gym.sim.policy.load_policy`) at every load of ``loads`` on
     ``preset``; returns ``{"saturation": ..., "rows": [{load, policy, arrival_rate_per_s, metrics...}]}``,
     the metrics :data:`SWEEP_METRICS` and ``token_goodput_per_s`` (token goodput over the run's span to
     the last arrival: what the cluster earns per second at that load)."""
@@ -36,10 +38,13 @@ def sweep(base: Trace, preset, decision: str, names, loads, n_requests: int, see
         raise ValueError(f"decision: expected one of {list(SWEEP_POLICIES)}, got {decision!r}")
     names = list(SWEEP_POLICIES[decision]) if names is None else list(names)
     for name in names:
-        if name not in SWEEP_POLICIES[decision]:
+        if name not in SWEEP_POLICIES[decision] and not is_policy_spec(name):
             raise ValueError(f"policy: expected {decision} baselines of {list(SWEEP_POLICIES[decision])}, got {name!r}")
     loads = [check("load", x) for x in loads]
     check("requests", n_requests)
+    for name in names:
+        if is_policy_spec(name):
+            load_policy(name)  # a user's policy that fails to import fails before any run
     p = get_preset(preset)
     sat, reference = cluster.load_reference(base, p, "cluster")
     rows = []

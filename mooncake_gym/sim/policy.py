@@ -10,6 +10,10 @@ A policy may carry a ``name`` attribute for tables; otherwise its class or funct
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import os
+import sys
 from typing import Any, Callable, Protocol, runtime_checkable
 
 import numpy as np
@@ -33,3 +37,51 @@ def reset_policy(policy: Callable, seed: int | np.random.Generator | None) -> No
     if callable(reset):
         rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
         reset(rng)
+
+
+def is_policy_spec(name: str) -> bool:
+    """Whether ``name`` names a user's policy (``module:attribute`` or ``path.py:attribute``)
+    rather than a baseline."""
+    return isinstance(name, str) and ":" in name
+
+
+def load_policy(spec: str) -> Callable:
+    """A user's policy from ``spec``: ``path/to/file.py:name`` (the file is imported from its path)
+    or ``package.module:name`` (imported from ``sys.path``). ``name`` is a function ``(view) ->
+    action`` or a class, instantiated with no arguments. Importing the file RUNS its code: for your
+    own files (a student's submission is graded in a child process instead: ``lab grade``).
+    ``ValueError`` naming ``spec`` for a missing file, a module that fails to import, a missing
+    attribute or one that is not callable."""
+    where, sep, attr = spec.rpartition(":")
+    if not sep or not where or not attr.isidentifier():
+        raise ValueError(f"policy: expected MODULE:NAME or FILE.py:NAME with NAME a Python name, got {spec!r}")
+    try:
+        if where.endswith(".py"):
+            if not os.path.isfile(where):
+                raise ValueError(f"policy {spec}: no file {where!r}")
+            module_name = f"mooncake_gym_user_policy_{abs(hash(os.path.abspath(where)))}"
+            module = sys.modules.get(module_name)
+            if module is None:
+                file_spec = importlib.util.spec_from_file_location(module_name, where)
+                if file_spec is None or file_spec.loader is None:
+                    raise ValueError(f"policy {spec}: cannot import {where!r}")
+                module = importlib.util.module_from_spec(file_spec)
+                file_spec.loader.exec_module(module)
+                sys.modules[module_name] = module
+        else:
+            module = importlib.import_module(where)
+    except ValueError:
+        raise
+    except Exception as e:  # the user's module failed at import: one line naming it, no traceback
+        raise ValueError(f"policy {spec}: importing {where} failed: {type(e).__name__}: {e}".splitlines()[0]) from None
+    policy = getattr(module, attr, None)
+    if policy is None:
+        raise ValueError(f"policy {spec}: {where} has no {attr!r}")
+    if isinstance(policy, type):
+        try:
+            policy = policy()
+        except Exception as e:
+            raise ValueError(f"policy {spec}: {attr}() failed: {type(e).__name__}: {e}".splitlines()[0]) from None
+    if not callable(policy):
+        raise ValueError(f"policy {spec}: {attr} is not callable (expected a function view -> action)")
+    return policy
