@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pytest
+from helpers import trace_of
 
 from mooncake_gym.sim import admission as overload
 from mooncake_gym.sim import routing
@@ -19,16 +20,6 @@ from mooncake_gym.model.workload import Trace, synthetic_trace
 
 COST = CostModel.realistic()
 ONE = get_preset("mooncake").with_(n_prefill=1, n_decode=1)
-
-
-def trace_of(*requests):
-    """(arrival_s, input_tokens, output_tokens) tuples; distinct blocks, no sharing."""
-    blocks, nxt = [], 0
-    for _, n, _ in requests:
-        k = math.ceil(n / 512)
-        blocks.append(tuple(range(nxt, nxt + k)))
-        nxt += k
-    return Trace([r[0] for r in requests], [r[1] for r in requests], [r[2] for r in requests], blocks)
 
 
 # --- continuous batching, by hand -----------------------------------------------------------------

@@ -1,28 +1,17 @@
 """Mooncake v3 §7.4's prediction-based early rejection on the cluster: the decode pool projected to
 the moment a request's prefill would finish, and its predicted TBT compared with the SLO."""
 
-import math
 
 import pytest
+from helpers import trace_of
 
 from mooncake_gym.baselines import make_policy
 from mooncake_gym.model.costmodel import CostModel
 from mooncake_gym.model.presets import get_preset
-from mooncake_gym.model.workload import Trace
 from mooncake_gym.sim.cluster import ClusterSimulator, simulate
 
 COST = CostModel.realistic()
 ONE = get_preset("mooncake").with_(n_prefill=1, n_decode=1)
-
-
-def trace_of(*requests):
-    """(arrival_s, input_tokens, output_tokens) tuples; distinct blocks, no sharing."""
-    blocks, nxt = [], 0
-    for _, n, _ in requests:
-        k = math.ceil(n / 512)
-        blocks.append(tuple(range(nxt, nxt + k)))
-        nxt += k
-    return Trace([r[0] for r in requests], [r[1] for r in requests], [r[2] for r in requests], blocks)
 
 
 def second_arrival(preset=ONE, first=(0.0, 1000, 5000)):
