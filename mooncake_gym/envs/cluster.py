@@ -235,6 +235,13 @@ GOODPUT_REWARD_DOC = """\
     ``info["metrics"]``: the reward is the primary metric, less the waste penalty."""
 
 
+def shared_sections(rewards: str) -> str:
+    """The sections of the v1 environments' pages from Observation Space to Episode End, which they
+    share but for ``rewards``, the text of their Rewards section."""
+    return "\n\n".join(("    ## Observation Space", OBSERVATION_DOC, "    ## Rewards", rewards, "    ## Info", INFO_DOC,
+                        "    ## Starting State", WORKLOAD_DOC, "    ## Episode End", END_DOC))
+
+
 class ClusterEnv(gym.Env):
     """The base of the v1 environments (see the module docstring); not registered itself.
 

@@ -6,7 +6,6 @@ import heapq
 import math
 import struct
 
-import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
@@ -14,7 +13,7 @@ from mooncake_gym.model.costmodel import CostModel
 from mooncake_gym.sim.admission import (DEMO3_BASE_RATE, REJECTED_AFTER_PREFILL, REJECTED_AT_ARRIVAL, LectureAdmission,
                                         OverloadConfig, check_admit, check_load_samples, decode_capacity_rate)
 from mooncake_gym.model.workload import synthetic_trace
-from mooncake_gym.envs.common import (INTEGER_TYPES, RENDER_MODES, ValueOrRange, as_trace, check, in_space,
+from mooncake_gym.envs.common import (INTEGER_TYPES, PicturedEnv, ValueOrRange, as_trace, check, in_space,
                                       check_render_mode, episode_workload)
 from mooncake_gym.envs.viewer import AdmissionViewer
 
@@ -31,7 +30,7 @@ DEFAULT_LOAD = 2.0
 _PACK = {n: struct.Struct(f"={n}f").pack for n in (11, 12)}
 
 
-class OverloadAdmissionEnv(gym.Env):
+class OverloadAdmissionEnv(PicturedEnv):
     """
     ## Description
 
@@ -172,8 +171,6 @@ class OverloadAdmissionEnv(gym.Env):
 
     * v0: initial version.
     """
-
-    metadata = {"render_modes": list(RENDER_MODES), "render_fps": 4}
 
     def __init__(self, load=None, load_range=None, base_trace=None, trace=None, speed: float = 1.0,
                  episode_requests: int = 2000, n_prefill: int = 8, n_decode: int = 8,
@@ -321,13 +318,6 @@ class OverloadAdmissionEnv(gym.Env):
         if terminated:
             info["metrics"] = sim.result("env").metrics
         return self._observe(), float(reward), bool(terminated), False, info
-
-    def render(self):
-        if self.render_mode is None or self.sim is None:
-            return None
-        if self.render_mode == "ansi":
-            return self._picture()
-        return self._frame()
 
     def _frame(self) -> np.ndarray:
         """The two pools as an RGB picture (``render_mode="rgb_array"``; ``envs/viewer.py``)."""

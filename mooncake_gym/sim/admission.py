@@ -158,6 +158,13 @@ def check_load_samples(name: str, span_s: float, config: OverloadConfig) -> None
                 "raise sample_period_s, or use a shorter workload (a higher rate or load, fewer requests)")
 
 
+def _cluster_counter(name: str, empty):
+    """A read-only attribute of :class:`LectureAdmission`: its cluster's ``name`` (``empty`` for an
+    empty trace, which has no cluster)."""
+    return property(lambda self: empty if self.cluster is None else getattr(self.cluster, name),
+                    doc=f"The cluster's ``{name}``.")
+
+
 class LectureAdmission:
     """The lecture's admission problem on the one cluster: pauses at each arrival for admit / reject.
 
@@ -234,33 +241,13 @@ class LectureAdmission:
     def now(self) -> float:
         return self._horizon if self.cluster is None else self.cluster.now
 
-    @property
-    def completed(self) -> int:
-        return 0 if self.cluster is None else self.cluster.granted
-
-    @property
-    def completed_in_slo(self) -> int:
-        return 0 if self.cluster is None else self.cluster.granted_in_ttft_slo
-
-    @property
-    def rejected_at_arrival(self) -> int:
-        return 0 if self.cluster is None else self.cluster.rejected_at_arrival
-
-    @property
-    def rejected_after_prefill(self) -> int:
-        return 0 if self.cluster is None else self.cluster.rejected_after_prefill
-
-    @property
-    def wasted_prefill_s(self) -> float:
-        return 0.0 if self.cluster is None else self.cluster.wasted_prefill_s
-
-    @property
-    def admitted(self) -> int:
-        return 0 if self.cluster is None else self.cluster.admitted
-
-    @property
-    def outcome(self) -> list:
-        return [] if self.cluster is None else self.cluster.outcome
+    completed = _cluster_counter("granted", 0)
+    completed_in_slo = _cluster_counter("granted_in_ttft_slo", 0)
+    rejected_at_arrival = _cluster_counter("rejected_at_arrival", 0)
+    rejected_after_prefill = _cluster_counter("rejected_after_prefill", 0)
+    wasted_prefill_s = _cluster_counter("wasted_prefill_s", 0.0)
+    admitted = _cluster_counter("admitted", 0)
+    outcome = _cluster_counter("outcome", [])
 
     @property
     def decode_used_per_instance(self) -> list[int]:
