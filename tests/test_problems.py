@@ -118,3 +118,13 @@ def test_run_baselines_names_the_problems_it_runs_and_passes_kvcentrics_threshol
     got = run_baselines("routing", trace, ["cache", "kvcentric"], threshold=1.5)
     assert got["kvcentric"].metrics == routing.simulate(trace, make_policy("routing", "kvcentric", threshold=1.5)).metrics
     assert got["cache"].metrics == routing.simulate(trace, make_policy("routing", "cache")).metrics  # no knob for it
+
+
+def test_an_agents_problem_is_the_registry_problem_of_its_env_id():
+    from types import SimpleNamespace
+
+    for name in cmp.AGENT_PROBLEMS:
+        assert cmp.problem_of(SimpleNamespace(env_id=problems.get(name).env_id)) == name
+    with pytest.raises(ValueError, match=f"trained on {CONDUCTOR_ENV_ID}, which is none of {ROUTING_ENV_ID}, "
+                                         f"{ADMISSION_ENV_ID}, {ADMISSION_V1_ENV_ID}$"):
+        cmp.problem_of(SimpleNamespace(env_id=CONDUCTOR_ENV_ID))

@@ -48,7 +48,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
@@ -64,11 +64,6 @@ from mooncake_gym.sim.metrics import (COMPLETED, OUTCOME_NAMES, PENDING, REJECTE
                                       REJECTED_AT_ARRIVAL, load_correlation)
 from mooncake_gym.sim.policies import LeastQueue
 from mooncake_gym.sim.views import ADMISSION_VIEW_FIELDS, AdmissionView, Route, check_admit
-
-
-def _check(name: str, ok: bool, expected: str, value: Any) -> None:
-    if not ok:
-        raise ValueError(f"{name}: expected {expected}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -102,7 +97,8 @@ class OverloadConfig:
         for name in ("n_prefill", "n_decode", "decode_capacity_tokens", "tbt_s", "ttft_slo_s", "sample_period_s",
                      "recent_window_s", "warmup_s"):
             check(name, getattr(self, name))  # the ranges of mooncake_gym.model.limits
-        _check("oracle", isinstance(self.oracle, bool), "True or False", self.oracle)
+        if not isinstance(self.oracle, bool):
+            raise ValueError(f"oracle: expected True or False, got {self.oracle!r}")
 
     @property
     def pool_capacity_tokens(self) -> int:
