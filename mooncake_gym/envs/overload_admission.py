@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import struct
 
 import numpy as np
 from gymnasium import spaces
@@ -12,7 +13,7 @@ from mooncake_gym.model.costmodel import CostModel
 from mooncake_gym.sim.admission import (DEMO3_BASE_RATE, REJECTED_AFTER_PREFILL, REJECTED_AT_ARRIVAL, LectureAdmission,
                                         OverloadConfig, check_admit, check_load_samples, decode_capacity_rate)
 from mooncake_gym.model.workload import synthetic_trace
-from mooncake_gym.envs.common import (INTEGER_TYPES, PicturedEnv, ValueOrRange, as_clipped_float32, as_trace, check,
+from mooncake_gym.envs.common import (INTEGER_TYPES, PicturedEnv, ValueOrRange, as_trace, check,
                                       check_render_mode, episode_workload, in_space)
 from mooncake_gym.envs.features import (DEFAULT_WASTE_PENALTY, IN_PREFILL_CAP_PER_INSTANCE, INPUT_TOKENS_CAP,
                                         OUTPUT_TOKENS_CAP, TTFT_CAP_SLO)
@@ -21,6 +22,8 @@ from mooncake_gym.envs.viewer import AdmissionViewer
 LOG1P_INPUT_TOKENS_CAP = math.log1p(INPUT_TOKENS_CAP)  # request length feature: log1p(tokens) / this
 #: Load (arrivals over the decode pool's capacity rate) with neither ``load`` nor ``load_range``: demo 3's.
 DEFAULT_LOAD = 2.0
+#: The observation's floats as float32 bytes, by its size (a module's: a Struct does not pickle).
+_PACK = {n: struct.Struct(f"={n}f").pack for n in (11, 12)}
 
 
 class OverloadAdmissionEnv(PicturedEnv):
@@ -252,7 +255,9 @@ class OverloadAdmissionEnv(PicturedEnv):
         ]
         if self._oracle:
             vals.append(v.output_tokens / OUTPUT_TOKENS_CAP)
-        return as_clipped_float32(vals)
+        # as_clipped_float32(vals), inlined: each clipped to [0, 1] (clip01), packed by this size's packer
+        return np.frombuffer(bytearray(_PACK[len(vals)](*[0.0 if x < 0.0 else (1.0 if x > 1.0 else x) for x in vals])),
+                             np.float32)
 
     # -- Gymnasium API ------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
