@@ -23,12 +23,10 @@ from __future__ import annotations
 import functools
 import os
 
-from mooncake_gym.agents.train import load_hyperparams
-from mooncake_gym.envs import ADMISSION_ENV_ID, ROUTING_ENV_ID
+from mooncake_gym.agents.train import ENV_IDS, load_hyperparams
 
-#: The problems by their command-line name and their env ids.
-ENV_PROBLEMS = {"routing": ROUTING_ENV_ID, "admission": ADMISSION_ENV_ID}
-#: The end-of-episode metrics the callback reports, per problem.
+#: The end-of-episode metrics the callback reports, per problem (of :data:`ENV_IDS`, the problems
+#: trained by their command-line name and their env ids).
 DOMAIN_METRICS = {"routing": ("mean_ttft_s", "hit_ratio"),
                   "admission": ("completed", "goodput", "wasted_prefill_s")}
 #: RLlib PPO settings :func:`train_rllib` accepts in ``overrides`` (RLlib's names).
@@ -72,7 +70,7 @@ def register_rllib_envs() -> None:
     """Register both env ids with RLlib (``ray.tune.registry.register_env``); call after ``ray.init``."""
     from ray.tune.registry import register_env
 
-    for env_id in ENV_PROBLEMS.values():
+    for env_id in ENV_IDS.values():
         register_env(env_id, functools.partial(make_env, env_id))
 
 
@@ -81,8 +79,9 @@ def _domain_metrics(info) -> dict:
     metrics = (info or {}).get("metrics")
     if not metrics:
         return {}
-    problem = "routing" if "hit_ratio" in metrics else "admission"
-    return {k: float(metrics[k]) for k in DOMAIN_METRICS[problem]}
+    # the first problem whose metrics it carries (an admission episode's have no hit ratio)
+    keys = next((keys for keys in DOMAIN_METRICS.values() if all(k in metrics for k in keys)), ())
+    return {k: float(metrics[k]) for k in keys}
 
 
 @functools.cache
@@ -111,9 +110,9 @@ def __getattr__(name):  # DomainMetricsCallback is built on first use: importing
 def rllib_hyperparams(env: str) -> tuple[dict, dict]:
     """PPO settings in RLlib's names and the training env kwargs, from ``agents/hyperparams.yml``
     (SB3's names translated: a train batch is one rollout of every env, ``n_steps x n_envs``)."""
-    if env not in ENV_PROBLEMS:
-        raise ValueError(f"env: expected one of {sorted(ENV_PROBLEMS)}, got {env!r}")
-    hp = load_hyperparams(ENV_PROBLEMS[env])
+    if env not in ENV_IDS:
+        raise ValueError(f"env: expected one of {sorted(ENV_IDS)}, got {env!r}")
+    hp = load_hyperparams(ENV_IDS[env])
     training = {
         "lr": hp["learning_rate"], "gamma": hp["gamma"], "lambda_": hp["gae_lambda"],
         "entropy_coeff": hp["ent_coef"], "clip_param": hp["clip_range"],
@@ -142,7 +141,7 @@ def ppo_config(env: str, num_env_runners: int = 0, seed: int = 0, env_kwargs: di
     training["minibatch_size"] = min(training["minibatch_size"], training["train_batch_size_per_learner"])
     hidden = training.pop("fcnet_hiddens")
     return (PPOConfig()
-            .environment(ENV_PROBLEMS[env], env_config={**env_defaults, **(env_kwargs or {})})
+            .environment(ENV_IDS[env], env_config={**env_defaults, **(env_kwargs or {})})
             .env_runners(num_env_runners=num_env_runners, num_envs_per_env_runner=1)
             .training(**training)
             .rl_module(model_config=DefaultModelConfig(fcnet_hiddens=hidden))
@@ -178,8 +177,8 @@ def train_rllib(env: str, iterations: int, num_env_runners: int = 0, address: st
     import torch
 
     torch.set_num_threads(threads)
-    if env not in ENV_PROBLEMS:
-        raise ValueError(f"--env: expected one of {sorted(ENV_PROBLEMS)}, got {env!r}")
+    if env not in ENV_IDS:
+        raise ValueError(f"--env: expected one of {sorted(ENV_IDS)}, got {env!r}")
     if not isinstance(iterations, int) or iterations < 1:
         raise ValueError(f"--iterations: expected an integer >= 1, got {iterations!r}")
     config = ppo_config(env, num_env_runners, seed, env_kwargs, overrides)

@@ -252,37 +252,48 @@ def scenario_workloads(long_factor: float = 6.0, long_instances: int = 2, min_lo
             for name, envs in (SCENARIO_ENVS if envs is None else envs).items()]
 
 
-def complete_routing_card(path, compare_json, notes: str, per_scenario: bool = False) -> dict:
-    """Add to the card ``path`` (``OUT/NAME.json`` of :func:`warm_start_ppo` on routing scenarios)
-    what the card format names beside the training record: ``trained_on`` and ``never_saw`` (the
-    other routing scenarios, and the held-out seeds), ``evaluation`` from the JSON of ``mooncake-gym
-    compare --scenario ... --agent OUT/NAME.zip --json`` (``compare_json``: per scenario the agent's
-    mean TTFT and the best baseline row's, default or tuned; the bound and the agents are not
-    baselines), ``notes``; with ``per_scenario``, ``scenarios`` (the scenarios it was trained on:
-    ``compare`` shows it only there, ``mooncake_gym.experiments.compare.agent_scenarios``). Returns the card."""
+def complete_card(path, compare_json, notes: str, evaluation_of, fields) -> dict:
+    """Add to the agent card ``path`` (``OUT/NAME.json`` of :func:`warm_start_ppo`) what the card
+    format names beside the training record: ``env_kwargs`` (the first workload's),
+    ``fields(training)`` (``timesteps``, ``trained_on``, ``never_saw``...), ``timesteps_run``,
+    ``wall_time_s``, ``evaluation`` (``evaluation_of(setting, seeds)`` per setting of the JSON of
+    ``mooncake-gym compare --scenario ... --agent OUT/NAME.zip --json``, ``compare_json``) and
+    ``notes``. Returns the card."""
     path = Path(path)
     card = json.loads(path.read_text())
     doc = json.loads(Path(compare_json).read_text())
-    trained = [w["scenario"] for w in card["training"]["workloads"]]
-    evaluation = []
-    for setting in doc["settings"]:
+    t = card["training"]
+    card.update({"env_kwargs": t["workloads"][0]["env_kwargs"], **fields(t), "timesteps_run": t["timesteps_run"],
+                 "wall_time_s": t["wall_time_s"], "notes": notes,
+                 "evaluation": [evaluation_of(setting, doc["seeds"]) for setting in doc["settings"]]})
+    write_atomic(path, json.dumps(card, indent=2) + "\n")
+    return card
+
+
+def complete_routing_card(path, compare_json, notes: str, per_scenario: bool = False) -> dict:
+    """:func:`complete_card` of an agent trained on routing scenarios: ``trained_on`` and
+    ``never_saw`` (the other routing scenarios, and the held-out seeds), ``evaluation`` per scenario
+    the agent's mean TTFT and the best baseline row's, default or tuned (the bound and the agents
+    are not baselines); with ``per_scenario``, ``scenarios`` (the scenarios it was trained on:
+    ``compare`` shows it only there, ``mooncake_gym.experiments.compare.agent_scenarios``)."""
+    def evaluation_of(setting: dict, seeds) -> dict:
         rows = {r["policy"]: r["mean_ttft_s"] for r in setting["rows"]}
         # a baseline's row is NAME, or NAME (tuned) / NAME (tuned on SCENARIO) with tuned knobs
         baselines = {n: t for n, t in rows.items() if n.split(" (tuned")[0] in POLICIES["routing"]}
         best = min(baselines, key=baselines.get)
-        evaluation.append({"scenario": setting["scenario"], "seeds": doc["seeds"],
-                           "agent_mean_ttft_s": rows["user_agent"], "best_baseline": best,
-                           "best_baseline_mean_ttft_s": baselines[best], "ratio": rows["user_agent"] / baselines[best]})
-    t = card["training"]
-    card.update({"env_kwargs": t["workloads"][0]["env_kwargs"], "timesteps": t["selected_timestep"],
-                 "timesteps_run": t["timesteps_run"], "wall_time_s": t["wall_time_s"],
-                 "trained_on": [{"scenario": w["scenario"], "env_kwargs": w["env_kwargs"]} for w in t["workloads"]],
-                 "never_saw": [s.name for s in scenarios_of("routing") if s.name not in trained]
-                 + ["seeds >= 1,000,000 (compare's held-out seeds)"],
-                 "evaluation": evaluation, "notes": notes,
-                 **({"scenarios": trained} if per_scenario else {})})
-    write_atomic(path, json.dumps(card, indent=2) + "\n")
-    return card
+        return {"scenario": setting["scenario"], "seeds": seeds, "agent_mean_ttft_s": rows["user_agent"],
+                "best_baseline": best, "best_baseline_mean_ttft_s": baselines[best],
+                "ratio": rows["user_agent"] / baselines[best]}
+
+    def fields(t: dict) -> dict:
+        trained = [w["scenario"] for w in t["workloads"]]
+        return {"timesteps": t["selected_timestep"],
+                "trained_on": [{"scenario": w["scenario"], "env_kwargs": w["env_kwargs"]} for w in t["workloads"]],
+                "never_saw": [s.name for s in scenarios_of("routing") if s.name not in trained]
+                + ["seeds >= 1,000,000 (compare's held-out seeds)"],
+                **({"scenarios": trained} if per_scenario else {})}
+
+    return complete_card(path, compare_json, notes, evaluation_of, fields)
 
 
 if __name__ == "__main__":  # python -m mooncake_gym.agents.warmstart OUT [--scenarios | --sanity] [--demo-seeds N]
@@ -307,11 +318,11 @@ if __name__ == "__main__":  # python -m mooncake_gym.agents.warmstart OUT [--sce
         ap.error("--only: give --scenarios too (a per-scenario agent trains on a registered scenario)")
     if a.only:
         try:
-            problem = get_scenario(a.only).problem
+            env_id = get_scenario(a.only).base_env_id
         except ValueError as e:
             ap.error(f"--only: {e}")
-        if problem != "routing":
-            ap.error(f"--only: expected a routing scenario, got {a.only!r} (a {problem} scenario)")
+        if env_id != ENV_ID:
+            ap.error(f"--only: expected a scenario of {ENV_ID}, got {a.only!r} (a scenario of {env_id})")
     if a.scenarios:
         f, k, load = a.teacher.split(",")
         workloads = scenario_workloads(float(f), int(k), float(load), None if a.only is None else {a.only: a.envs})

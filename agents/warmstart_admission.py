@@ -20,14 +20,15 @@ opportunity-cost features.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 
-from mooncake_gym._files import write_atomic
 from mooncake_gym.agents.warmstart import _wrapped, warm_start_ppo
+from mooncake_gym.agents.warmstart import complete_card as complete_card_of
 from mooncake_gym.baselines.admission import ContextRule
 from mooncake_gym.envs.wrappers import AdmissionRuleFeatures
-from mooncake_gym.sim.policy import reset_policy
+from mooncake_gym.evaluation.episodes import run_episode
 
 ENV_ID = "mooncake_gym/OverloadAdmission-v1"
 NAME = "ppo_admission_v1"
@@ -141,9 +142,7 @@ def cem_init(generations: int = 15, population: int = 12, elite: int = 3, budget
 
 
 def _teacher_goodput(env, teacher, seed: int) -> float:
-    reset_policy(teacher, int(seed))
-    base = env.unwrapped
-    return episode_goodput(env, seed, lambda obs: base.encode_action(teacher(base.decision_view())))
+    return float(run_episode(env, teacher, int(seed))["token_goodput"])
 
 
 def train(out, budget_s: float = 1500.0, demo_seeds: int = 8, timesteps: int = 5_000_000, chunk: int = 40_000,
@@ -164,38 +163,30 @@ def train(out, budget_s: float = 1500.0, demo_seeds: int = 8, timesteps: int = 5
 
 
 def complete_card(out, compare_json, notes: str, name: str = NAME) -> dict:
-    """Add to ``OUT/NAME.json`` (default ``ppo_admission_v1.json``) what the card format names beside the training record
-    (``env_kwargs``, ``timesteps``, ``wall_time_s``, ``trained_on``, ``never_saw``, ``evaluation``,
-    ``notes``): ``evaluation`` from the JSON of ``mooncake-gym compare --scenario
+    """:func:`mooncake_gym.agents.warmstart.complete_card` of ``OUT/NAME.json`` (default
+    ``ppo_admission_v1.json``): ``evaluation`` from the JSON of ``mooncake-gym compare --scenario
     admission-load2,admission-load3 --agent OUT/ppo_admission_v1.zip --json`` (``compare_json``), the
     agent's row and the best other row of each scenario (and ``early``'s, the waste reference)."""
-    from pathlib import Path
-
-    path = Path(out) / f"{name}.json"
-    card = json.loads(path.read_text())
-    doc = json.loads(Path(compare_json).read_text())
     keys = ("token_goodput", "goodput_requests", "wasted_prefill_gpu_s")
-    evaluation = []
-    for setting in doc["settings"]:
+
+    def evaluation_of(setting: dict, seeds) -> dict:
         rows = {r["policy"]: {k: r[k] for k in keys} | {k + "_ci95": r[k + "_ci95"] for k in keys}
                 for r in setting["rows"]}
         agent = rows.pop("user_agent")
         best = max(rows, key=lambda n: rows[n]["token_goodput"])
-        evaluation.append({"scenario": setting["scenario"], "seeds": doc["seeds"], "agent": agent,
-                           "best_other": {"policy": best, **rows[best]}, "early": rows["early"],
-                           "ratio_to_best_other": agent["token_goodput"] / rows[best]["token_goodput"]})
-    t = card["training"]
-    trained_on = [w["env_kwargs"] for w in t["workloads"]]
-    unseen_loads = [f"admission-load{load:g}" for load in TEACHERS if load not in [w["load"] for w in trained_on]]
-    card.update({"env_kwargs": trained_on[0], "timesteps": t["timesteps_run"],
-                 "timesteps_run": t["timesteps_run"], "wall_time_s": t["wall_time_s"],
-                 "trained_on": trained_on,
-                 "never_saw": ["held-out seeds (>= 1,000,000)", *unseen_loads, "admission-load1.5",
-                               "admission-tight-slo", "other output-length prediction errors than sigma 0.5",
-                               "Conductor-v1"],
-                 "evaluation": evaluation, "notes": notes})
-    write_atomic(path, json.dumps(card, indent=2) + "\n")
-    return card
+        return {"scenario": setting["scenario"], "seeds": seeds, "agent": agent,
+                "best_other": {"policy": best, **rows[best]}, "early": rows["early"],
+                "ratio_to_best_other": agent["token_goodput"] / rows[best]["token_goodput"]}
+
+    def fields(t: dict) -> dict:
+        trained_on = [w["env_kwargs"] for w in t["workloads"]]
+        unseen_loads = [f"admission-load{load:g}" for load in TEACHERS if load not in [w["load"] for w in trained_on]]
+        return {"timesteps": t["timesteps_run"], "trained_on": trained_on,
+                "never_saw": ["held-out seeds (>= 1,000,000)", *unseen_loads, "admission-load1.5",
+                              "admission-tight-slo", "other output-length prediction errors than sigma 0.5",
+                              "Conductor-v1"]}
+
+    return complete_card_of(Path(out) / f"{name}.json", compare_json, notes, evaluation_of, fields)
 
 
 if __name__ == "__main__":

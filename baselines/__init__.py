@@ -34,6 +34,15 @@ def make_policy(problem: str, name: str, **kwargs):
     return registry[name](**kwargs)
 
 
+#: The simulator each problem's baselines run on alone (the lecture's two problems):
+#: ``function(trace, policy, config, cost, seed, observation) -> result``.
+SIMULATORS = {
+    "routing": _simulate_routing,
+    "admission": lambda trace, policy, config, cost, seed, observation: _simulate_admission(trace, policy, config,
+                                                                                            cost, seed),
+}
+
+
 def run_baselines(problem: str, trace, names=None, config=None, cost=None, seed: int = 0,
                   threshold: float | None = None, observation=None) -> dict:
     """Run ``problem``'s baselines named ``names`` (default all, in registry order) on the same
@@ -45,18 +54,16 @@ def run_baselines(problem: str, trace, names=None, config=None, cost=None, seed:
     - ``"admission"``: the lecture's admission problem (:func:`mooncake_gym.sim.admission.simulate`,
       ``config`` an ``OverloadConfig``).
     """
-    if problem not in ("routing", "admission"):
-        raise ValueError(f"problem: expected 'routing' or 'admission', got {problem!r}")
-    registry = POLICIES[problem]
+    if problem not in SIMULATORS:
+        raise ValueError(f"problem: expected one of {sorted(SIMULATORS)}, got {problem!r}")
+    registry, simulate = POLICIES[problem], SIMULATORS[problem]
     names = list(registry) if names is None else list(names)
     for name in names:
         if name not in registry and not is_policy_spec(name):
             raise ValueError(f"policy: unknown {problem} policy {name!r}; expected one of {sorted(registry)} or 'all'")
-    if problem == "routing":
-        return {name: _simulate_routing(trace, make_policy(problem, name, **(
-                    {"threshold": threshold} if name == "kvcentric" and threshold is not None else {})),
-                    config, cost, seed, observation) for name in names}
-    return {name: _simulate_admission(trace, make_policy(problem, name), config, cost, seed) for name in names}
+    knobs = {"kvcentric": {"threshold": threshold}} if threshold is not None else {}
+    return {name: simulate(trace, make_policy(problem, name, **knobs.get(name, {})), config, cost, seed, observation)
+            for name in names}
 
 
 __all__ = ["run_baselines", "ROUTING_POLICIES", "ADMISSION_POLICIES", "ADMISSION_V1_POLICIES", "POLICIES", "BaselineAdmission", "EarlyRejection",

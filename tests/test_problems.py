@@ -84,3 +84,47 @@ def test_compare_and_tune_draw_their_workloads_from_the_problem(name):
     assert setting.problem == name and setting.env_id == p.env_id
     assert p.workloads((4.0,), (2.0,), None, 1.0, 3000, preset)[0] == (setting.label, setting.env_kwargs)
     assert problems.get("admission-v1").workloads is None  # its workloads are the scenarios'
+
+
+def test_compare_plots_draws_what_the_settings_problem_names(tmp_path):
+    """compare's figures come from the registry (``Problem.plot``), not from the problem's name: the
+    TTFT distribution for the lecture's routing problem, the load series for the others."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from mooncake_gym.reporting.plots import compare_plots
+
+    assert [p.name for p in problems.PROBLEMS.values() if p.plot == "ttft"] == ["routing"]
+    assert {p.plot for p in problems.PROBLEMS.values()} == {"ttft", "load_series"}
+    ttft = SimpleNamespace(ttft_s=np.array([0.5, 1.0, 2.0]))
+    loads = SimpleNamespace(sample_times_s=[0.0, 5.0], prefill_load=[0.0, 1.0], decode_load=[0.5, 0.5])
+    settings = [SimpleNamespace(problem="routing", label="r", episodes={"a": [{"result": ttft}]}),
+                SimpleNamespace(problem="routing-cluster", label="c", episodes={"a": [{"result": loads}]})]
+    written = compare_plots(settings, tmp_path)
+    assert [w.rsplit("/", 1)[-1] for w in written] == ["01_routing_ttft_box.png", "01_routing_ttft_cdf.png",
+                                                        "02_routing-cluster_load_series.png"]
+
+
+def test_run_baselines_names_the_problems_it_runs_and_passes_kvcentrics_threshold():
+    from mooncake_gym.baselines import SIMULATORS, make_policy, run_baselines
+    from mooncake_gym.model.workload import synthetic_trace
+    from mooncake_gym.sim import routing
+
+    assert sorted(SIMULATORS) == ["admission", "routing"]
+    with pytest.raises(ValueError, match=r"problem: expected one of \['admission', 'routing'\], got 'conductor'"):
+        run_baselines("conductor", None)
+    trace = synthetic_trace(0, 4.0, duration_s=20.0)
+    got = run_baselines("routing", trace, ["cache", "kvcentric"], threshold=1.5)
+    assert got["kvcentric"].metrics == routing.simulate(trace, make_policy("routing", "kvcentric", threshold=1.5)).metrics
+    assert got["cache"].metrics == routing.simulate(trace, make_policy("routing", "cache")).metrics  # no knob for it
+
+
+def test_an_agents_problem_is_the_registry_problem_of_its_env_id():
+    from types import SimpleNamespace
+
+    for name in cmp.AGENT_PROBLEMS:
+        assert cmp.problem_of(SimpleNamespace(env_id=problems.get(name).env_id)) == name
+    with pytest.raises(ValueError, match=f"trained on {CONDUCTOR_ENV_ID}, which is none of {ROUTING_ENV_ID}, "
+                                         f"{ADMISSION_ENV_ID}, {ADMISSION_V1_ENV_ID}$"):
+        cmp.problem_of(SimpleNamespace(env_id=CONDUCTOR_ENV_ID))

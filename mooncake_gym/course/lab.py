@@ -47,6 +47,8 @@ ROUTING_CHECK_SEEDS = (501, 502, 503)
 ADMISSION_CHECK_SEEDS = (601, 602, 603)
 ROUTING_CHECK_KWARGS = {"rate": 8.0, "episode_requests": 1000}
 ADMISSION_CHECK_KWARGS = {"load": 2.0, "episode_requests": 2000}
+#: The problems ``grade`` grades (the lecture's two, on their v0 environments), with their default workloads.
+GRADE_KWARGS = {"routing": ROUTING_CHECK_KWARGS, "admission": ADMISSION_CHECK_KWARGS}
 
 
 @dataclass(frozen=True)
@@ -433,16 +435,15 @@ def grade(env: str, seeds, policy=None, agent=None, env_kwargs: dict | None = No
     time or memory limit, a crash) gets no row; its score is 0 and ``scores[name]["failure"]`` says
     why."""
     from mooncake_gym.experiments.compare import Setting, policies_for, run_setting
-    from mooncake_gym.envs import ADMISSION_ENV_ID, ROUTING_ENV_ID
+    from mooncake_gym.evaluation import problems
     from mooncake_gym.evaluation.episodes import ModelPolicy, ViewPolicy
 
-    if env not in ("routing", "admission"):
-        raise ValueError(f"--env: expected routing or admission, got {env!r}")
+    if env not in GRADE_KWARGS:
+        raise ValueError(f"--env: expected {' or '.join(GRADE_KWARGS)}, got {env!r}")
     if (policy is None) == (agent is None):
         raise ValueError("grade: give exactly one of --policy and --agent")
-    defaults = ROUTING_CHECK_KWARGS if env == "routing" else ADMISSION_CHECK_KWARGS
-    kwargs = {**defaults, **(env_kwargs or {})}
-    env_id = ROUTING_ENV_ID if env == "routing" else ADMISSION_ENV_ID
+    kwargs = {**GRADE_KWARGS[env], **(env_kwargs or {})}
+    env_id = problems.get(env).env_id
     label = f"{env}: {', '.join(f'{k}={v}' for k, v in kwargs.items())}; {len(seeds)} hidden seeds"
     setting = Setting(env, label, env_id, kwargs)
     failure, submission = None, policy
@@ -507,7 +508,7 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="the checked exercises, by notebook")
     g = sub.add_parser("grade", help="evaluate a submitted policy or agent next to the baselines on hidden seeds")
-    g.add_argument("--env", required=True, choices=["routing", "admission"])
+    g.add_argument("--env", required=True, choices=list(GRADE_KWARGS))
     who = g.add_mutually_exclusive_group(required=True)
     who.add_argument("--policy", help="module:function or path/file.py:function, a policy(view) -> action, run in a "
                                       "child process with time and memory limits (mooncake_gym.course.sandbox)")

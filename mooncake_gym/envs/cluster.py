@@ -24,18 +24,14 @@ from mooncake_gym.model.prediction import DEFAULT_PREDICTION_SIGMA, check_sigma,
 from mooncake_gym.model.presets import ClusterPreset, get_preset
 from mooncake_gym.model.workload import synthetic_trace
 from mooncake_gym.envs.common import ValueOrRange, as_float32, as_trace, check_range, clipped, episode_workload
-from mooncake_gym.envs.features import PER_INSTANCE_FEATURES, QUEUE_CAP_SLO, TIME_UNIT_S, routing_features
+from mooncake_gym.envs.features import (DEFAULT_WASTE_PENALTY, IN_PREFILL_CAP_PER_INSTANCE, OUTPUT_TOKENS_CAP,
+                                        PER_INSTANCE_FEATURES, QUEUE_CAP_SLO, TIME_UNIT_S, TTFT_CAP_SLO, routing_features)
 
 #: Caps of the normalised decode and request features: a value at or above the cap reads 1.
 BATCH_CAP = 256  # requests in one decode instance's batch
 STEP_CAP_SLO = 2.0  # iteration times, in multiples of the TBT SLO
-TTFT_CAP_SLO = 1.5  # the predicted TTFT, in multiples of the TTFT SLO
-IN_PREFILL_CAP_PER_INSTANCE = 20
-OUTPUT_TOKENS_CAP = 4096
 DECODE_FEATURES = 4
 REQUEST_FEATURES = 3  # after v0's two request features
-#: Default weight of wasted prefill in the goodput reward, per mean prefill time wasted.
-DEFAULT_WASTE_PENALTY = 0.1
 
 
 @functools.cache
@@ -235,6 +231,13 @@ GOODPUT_REWARD_DOC = """\
     ``info["metrics"]``: the reward is the primary metric, less the waste penalty."""
 
 
+def shared_sections(rewards: str) -> str:
+    """The sections of the v1 environments' pages from Observation Space to Episode End, which they
+    share but for ``rewards``, the text of their Rewards section."""
+    return "\n\n".join(("    ## Observation Space", OBSERVATION_DOC, "    ## Rewards", rewards, "    ## Info", INFO_DOC,
+                        "    ## Starting State", WORKLOAD_DOC, "    ## Episode End", END_DOC))
+
+
 class ClusterEnv(gym.Env):
     """The base of the v1 environments (see the module docstring); not registered itself.
 
@@ -256,13 +259,10 @@ class ClusterEnv(gym.Env):
         check_range("episode_requests", episode_requests, 1, None, integer=True)
         check_range("speed", speed, 1e-6)
         check_range("waste_penalty", waste_penalty, 0.0)
-        if not isinstance(oracle, bool):
-            raise ValueError(f"oracle: expected True or False, got {oracle!r}")
-        if not isinstance(prediction, bool):
-            raise ValueError(f"prediction: expected True or False, got {prediction!r}")
+        for name, flag in (("oracle", oracle), ("prediction", prediction), ("fresh_blocks", fresh_blocks)):
+            if not isinstance(flag, bool):
+                raise ValueError(f"{name}: expected True or False, got {flag!r}")
         self.prediction = prediction
-        if not isinstance(fresh_blocks, bool):
-            raise ValueError(f"fresh_blocks: expected True or False, got {fresh_blocks!r}")
         self.fresh_blocks = fresh_blocks
         self.prediction_sigma = check_sigma(prediction_sigma)
         if render_mode is not None:

@@ -7,6 +7,7 @@ import math
 import os
 import struct
 
+import gymnasium as gym
 import numpy as np
 
 from mooncake_gym.model.limits import MAX_SYNTHETIC_SESSIONS, check, check_bound, check_range  # noqa: F401  (check_range: moved)
@@ -212,3 +213,18 @@ def check_render_mode(render_mode):
     if render_mode is not None and render_mode not in RENDER_MODES:
         raise ValueError(f"render_mode: expected None or one of {RENDER_MODES}, got {render_mode!r}")
     return render_mode
+
+
+class PicturedEnv(gym.Env):
+    """The v0 environments' rendering: ``render()`` is their ``_picture()`` text with
+    ``render_mode="ansi"``, their ``_frame()`` RGB array with ``"rgb_array"`` (``envs/viewer.py``),
+    None without a render mode or before ``reset``."""
+
+    metadata = {"render_modes": list(RENDER_MODES), "render_fps": 4}
+
+    def render(self):
+        if self.render_mode is None or self.sim is None:
+            return None
+        if self.render_mode == "ansi":
+            return self._picture()
+        return self._frame()

@@ -8,8 +8,8 @@ from gymnasium import spaces
 from mooncake_gym.sim.cluster import ClusterAction
 from mooncake_gym.sim.routing import Route
 from mooncake_gym.model.prediction import DEFAULT_PREDICTION_SIGMA
-from mooncake_gym.envs.cluster import (ARGUMENTS_DOC, DEFAULT_WASTE_PENALTY, END_DOC, GOODPUT_REWARD_DOC, INFO_DOC, OBSERVATION_DOC,
-                      SPEED_DOC, WORKLOAD_DOC, ClusterEnv)
+from mooncake_gym.envs.cluster import (ARGUMENTS_DOC, DEFAULT_WASTE_PENALTY, GOODPUT_REWARD_DOC, SPEED_DOC, ClusterEnv,
+                                       shared_sections)
 from mooncake_gym.envs.common import INTEGER_TYPES
 
 _REJECT = ClusterAction(False, None, None)
@@ -38,25 +38,7 @@ class ConductorV1Env(ClusterEnv):
     that accept the request), ``j < D`` asks instance ``j``. An action not of shape (4,) or outside
     the space raises ``ValueError``.
 
-    ## Observation Space
-
-{OBSERVATION_DOC}
-
-    ## Rewards
-
-{GOODPUT_REWARD_DOC}
-
-    ## Info
-
-{INFO_DOC}
-
-    ## Starting State
-
-{WORKLOAD_DOC}
-
-    ## Episode End
-
-{END_DOC}
+{shared_sections(GOODPUT_REWARD_DOC)}
 
     ## Arguments
 

@@ -18,6 +18,11 @@ TIME_UNIT_S = 0.1  # times are log-scaled, log1p(t / 0.1 s) / log1p(cap / 0.1 s)
 QUEUED_REQUESTS_CAP = 50
 INPUT_TOKENS_CAP = 200_000  # the request length feature is log1p(tokens) / log1p(cap)
 PER_INSTANCE_FEATURES = 5
+TTFT_CAP_SLO = 1.5  # the predicted TTFT, in multiples of the TTFT SLO
+IN_PREFILL_CAP_PER_INSTANCE = 20  # requests in prefill, per prefill instance
+OUTPUT_TOKENS_CAP = 4096  # a request's output length (the oracle's feature)
+#: Default weight of wasted prefill in the admission environments' rewards, per mean prefill time wasted.
+DEFAULT_WASTE_PENALTY = 0.1
 
 
 def routing_features(v: RoutingView, time_scale: float) -> list[float]:

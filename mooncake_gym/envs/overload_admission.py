@@ -6,7 +6,6 @@ import heapq
 import math
 import struct
 
-import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
@@ -14,24 +13,20 @@ from mooncake_gym.model.costmodel import CostModel
 from mooncake_gym.sim.admission import (DEMO3_BASE_RATE, REJECTED_AFTER_PREFILL, REJECTED_AT_ARRIVAL, LectureAdmission,
                                         OverloadConfig, check_admit, check_load_samples, decode_capacity_rate)
 from mooncake_gym.model.workload import synthetic_trace
-from mooncake_gym.envs.common import (INTEGER_TYPES, RENDER_MODES, ValueOrRange, as_trace, check, in_space,
-                                      check_render_mode, episode_workload)
+from mooncake_gym.envs.common import (INTEGER_TYPES, PicturedEnv, ValueOrRange, as_trace, check,
+                                      check_render_mode, episode_workload, in_space)
+from mooncake_gym.envs.features import (DEFAULT_WASTE_PENALTY, IN_PREFILL_CAP_PER_INSTANCE, INPUT_TOKENS_CAP,
+                                        OUTPUT_TOKENS_CAP, TTFT_CAP_SLO)
 from mooncake_gym.envs.viewer import AdmissionViewer
 
-INPUT_TOKENS_CAP = 200_000
 LOG1P_INPUT_TOKENS_CAP = math.log1p(INPUT_TOKENS_CAP)  # request length feature: log1p(tokens) / this
-OUTPUT_TOKENS_CAP = 4096
-TTFT_CAP_SLO = 1.5  # predicted TTFT feature: TTFT / (1.5 SLO)
-IN_PREFILL_CAP_PER_INSTANCE = 20
-#: Default weight of wasted prefill in the reward, per mean prefill time wasted (see the docstring).
-DEFAULT_WASTE_PENALTY = 0.1
 #: Load (arrivals over the decode pool's capacity rate) with neither ``load`` nor ``load_range``: demo 3's.
 DEFAULT_LOAD = 2.0
 #: The observation's floats as float32 bytes, by its size (a module's: a Struct does not pickle).
 _PACK = {n: struct.Struct(f"={n}f").pack for n in (11, 12)}
 
 
-class OverloadAdmissionEnv(gym.Env):
+class OverloadAdmissionEnv(PicturedEnv):
     """
     ## Description
 
@@ -172,8 +167,6 @@ class OverloadAdmissionEnv(gym.Env):
 
     * v0: initial version.
     """
-
-    metadata = {"render_modes": list(RENDER_MODES), "render_fps": 4}
 
     def __init__(self, load=None, load_range=None, base_trace=None, trace=None, speed: float = 1.0,
                  episode_requests: int = 2000, n_prefill: int = 8, n_decode: int = 8,
@@ -321,13 +314,6 @@ class OverloadAdmissionEnv(gym.Env):
         if terminated:
             info["metrics"] = sim.result("env").metrics
         return self._observe(), float(reward), bool(terminated), False, info
-
-    def render(self):
-        if self.render_mode is None or self.sim is None:
-            return None
-        if self.render_mode == "ansi":
-            return self._picture()
-        return self._frame()
 
     def _frame(self) -> np.ndarray:
         """The two pools as an RGB picture (``render_mode="rgb_array"``; ``envs/viewer.py``)."""

@@ -6,8 +6,8 @@ from gymnasium import spaces
 
 from mooncake_gym.sim.cluster import ClusterAction
 from mooncake_gym.model.prediction import DEFAULT_PREDICTION_SIGMA
-from mooncake_gym.envs.cluster import (ARGUMENTS_DOC, DEFAULT_WASTE_PENALTY, END_DOC, GOODPUT_REWARD_DOC, INFO_DOC, OBSERVATION_DOC,
-                      SPEED_DOC, WORKLOAD_DOC, ClusterEnv)
+from mooncake_gym.envs.cluster import (ARGUMENTS_DOC, DEFAULT_WASTE_PENALTY, GOODPUT_REWARD_DOC, SPEED_DOC, ClusterEnv,
+                                       shared_sections)
 from mooncake_gym.envs.common import INTEGER_TYPES, in_space
 
 _ACTIONS = (ClusterAction(False, None, None), ClusterAction(True, None, None))
@@ -33,25 +33,7 @@ class OverloadAdmissionV1Env(ClusterEnv):
     ``Discrete(2)``: 0 = reject at arrival, 1 = admit. Both are legal at every step; an action
     outside the space (or not an integer) raises ``ValueError``.
 
-    ## Observation Space
-
-{OBSERVATION_DOC}
-
-    ## Rewards
-
-{GOODPUT_REWARD_DOC}
-
-    ## Info
-
-{INFO_DOC}
-
-    ## Starting State
-
-{WORKLOAD_DOC}
-
-    ## Episode End
-
-{END_DOC}
+{shared_sections(GOODPUT_REWARD_DOC)}
 
     ## Arguments
 

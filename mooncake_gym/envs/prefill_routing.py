@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import math
 
-import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
 from mooncake_gym.model.costmodel import CostModel
 from mooncake_gym.sim.observation import as_observation
 from mooncake_gym.sim.routing import RoutingConfig, RoutingSimulator, RoutingView, check_route
-from mooncake_gym.envs.common import INTEGER_TYPES, in_space, RENDER_MODES, WorkloadSpec, as_float32, check, check_render_mode
+from mooncake_gym.envs.common import INTEGER_TYPES, in_space, PicturedEnv, WorkloadSpec, as_float32, check, check_render_mode
 from mooncake_gym.envs.features import PER_INSTANCE_FEATURES, QUEUE_CAP_SLO, TIME_UNIT_S, routing_features
 from mooncake_gym.envs.viewer import RoutingViewer
 
-class PrefillRoutingEnv(gym.Env):
+class PrefillRoutingEnv(PicturedEnv):
     """
     ## Description
 
@@ -201,8 +200,6 @@ class PrefillRoutingEnv(gym.Env):
       their defaults nothing changes.
     """
 
-    metadata = {"render_modes": list(RENDER_MODES), "render_fps": 4}
-
     def __init__(self, n_instances: int | None = None, cache_blocks=3000, ttft_slo_s: float = 5.0, rate=None,
                  rate_range=None, trace=None, speed: float = 1.0, episode_requests: int | None = 1000,
                  duration_s: float = 600.0, allow_pull: bool = True, reward: str = "ttft",
@@ -305,13 +302,6 @@ class PrefillRoutingEnv(gym.Env):
             return np.ones(2 * n, np.int8)
         best = v.best_hit_tokens
         return np.frombuffer(bytearray([1] * n + [h < best for h in v.hit_tokens]), np.int8)
-
-    def render(self):
-        if self.render_mode is None or self.sim is None:
-            return None
-        if self.render_mode == "ansi":
-            return self._picture()
-        return self._frame()
 
     def _frame(self) -> np.ndarray:
         """The cluster as an RGB picture (``render_mode="rgb_array"``; ``envs/viewer.py``)."""

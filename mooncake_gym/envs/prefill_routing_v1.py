@@ -6,8 +6,15 @@ from gymnasium import spaces
 
 from mooncake_gym.sim.cluster import ClusterAction
 from mooncake_gym.sim.routing import Route
-from mooncake_gym.envs.cluster import (ARGUMENTS_DOC, END_DOC, INFO_DOC, OBSERVATION_DOC, SPEED_DOC, WORKLOAD_DOC, ClusterEnv)
+from mooncake_gym.envs.cluster import ARGUMENTS_DOC, SPEED_DOC, ClusterEnv, shared_sections
 from mooncake_gym.envs.common import INTEGER_TYPES, in_space
+
+
+TTFT_REWARD_DOC = """\
+    ``-TTFT / SLO`` of the request just routed (its TTFT is known at the decision: the prefill
+    instances are FIFO and deterministic), as in v0: the return is minus the episode's total TTFT
+    in SLO units. What the routing does to the decode side shows only in ``info["metrics"]`` at the
+    end (TBT, goodput)."""
 
 
 class PrefillRoutingV1Env(ClusterEnv):
@@ -33,28 +40,7 @@ class PrefillRoutingV1Env(ClusterEnv):
     holds the best prefix already does nothing), as in v0. An action outside the space (or not an
     integer) raises ``ValueError``.
 
-    ## Observation Space
-
-{OBSERVATION_DOC}
-
-    ## Rewards
-
-    ``-TTFT / SLO`` of the request just routed (its TTFT is known at the decision: the prefill
-    instances are FIFO and deterministic), as in v0: the return is minus the episode's total TTFT
-    in SLO units. What the routing does to the decode side shows only in ``info["metrics"]`` at the
-    end (TBT, goodput).
-
-    ## Info
-
-{INFO_DOC}
-
-    ## Starting State
-
-{WORKLOAD_DOC}
-
-    ## Episode End
-
-{END_DOC}
+{shared_sections(TTFT_REWARD_DOC)}
 
     ## Arguments
 

@@ -80,7 +80,7 @@ from mooncake_gym.baselines.admission import ContextRule, EarlyRejection, decode
 from mooncake_gym.baselines.routing import KVCentric
 from mooncake_gym.baselines.sizesplit import ServiceScale
 from mooncake_gym.envs.common import clip01
-from mooncake_gym.envs.features import QUEUE_CAP_SLO, TIME_UNIT_S
+from mooncake_gym.envs.features import OUTPUT_TOKENS_CAP, QUEUE_CAP_SLO, TIME_UNIT_S, TTFT_CAP_SLO
 
 #: Features appended per instance, and for the request.
 RULE_FEATURES_PER_INSTANCE = 4
@@ -163,7 +163,7 @@ class RoutingRelativeFeatures(RoutingRuleFeatures):
 #: Scales of :class:`AdmissionRuleFeatures` (the module docstring's admission table).
 CONTEXT_CAP_TOKENS = 20_000
 FOOTPRINT_LOG_CAP = math.log1p(1e8)
-OUTPUT_LOG_CAP = math.log1p(4096)
+OUTPUT_LOG_CAP = math.log1p(OUTPUT_TOKENS_CAP)
 RATE_EMA = 0.02  # weight of the newest inter-arrival time (about 50 arrivals)
 #: The rules whose decisions are features 10-13: context rules (low, high, max_footprint), then early's threshold.
 CONTEXT_RULES = ((0.7, 0.9, 8000), (0.5, 0.8, 8000), (0.5, 0.9, 12000))
@@ -225,7 +225,7 @@ class AdmissionRuleFeatures(gym.ObservationWrapper):
         vals = [load / 2, view.decode_used_per_instance[j] / cap, view.decode_step_with_s[j] / (2 * view.tbt_slo_s),
                 view.decode_batch[j] / 256, context / CONTEXT_CAP_TOKENS,
                 math.log1p(context * out) / FOOTPRINT_LOG_CAP, math.log1p(out) / OUTPUT_LOG_CAP,
-                view.predicted_ttft_s / (1.5 * view.ttft_slo_s),
+                view.predicted_ttft_s / (TTFT_CAP_SLO * view.ttft_slo_s),
                 view.requests_in_prefill / (20 * self._n_prefill), self._rate(view.now) / self._rate_den]
         vals += [1.0 if rule(view) else 0.0 for rule in self._rules]
         vals.append(1.0 if self._early(view) else 0.0)

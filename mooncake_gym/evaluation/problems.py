@@ -295,6 +295,9 @@ class Problem:
     workloads: Callable | None = None
     #: ``--trace`` is replayed (routing), else it is a base trace, used with ``--env`` naming this problem only
     replays_trace: bool = False
+    #: compare's figures of a setting (``reporting.plots.compare_plots``): the TTFT distribution
+    #: per policy (``"ttft"``) or the first seed's load series (``"load_series"``)
+    plot: str = "load_series"
 
     def policy(self, name: str, label: str | None = None, **knobs) -> ViewPolicy:
         """Baseline ``name`` with ``knobs``, as a row ``label`` (default ``name``); its ``env_kwargs``
@@ -326,7 +329,7 @@ PROBLEMS: dict[str, Problem] = {p.name: p for p in (
     Problem("routing", "routing", "reserve", ROUTING_ENV_ID, "routing", "mean_ttft_s", "min", _ROUTING_GOALS,
             ROUTING_COLUMNS, routing_row, ROUTING_COLUMNS, routing_row, routing_bound,
             scenario_problems=("routing",), env_ids=(ROUTING_ENV_ID,), workloads=_lecture_routing,
-            replays_trace=True),
+            replays_trace=True, plot="ttft"),
     Problem("admission", "admission", "reserve", ADMISSION_ENV_ID, "admission", "goodput", "max",
             {"goodput": "max", "completed": "max", "wasted_prefill_s": "min", "rejected_after_prefill": "min",
              "return": "max"},

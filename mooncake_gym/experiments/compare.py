@@ -11,7 +11,6 @@ import math
 from dataclasses import dataclass, field
 
 from mooncake_gym.agents import available, load_agent
-from mooncake_gym.envs import ADMISSION_ENV_ID, ADMISSION_V1_ENV_ID, ROUTING_ENV_ID
 from mooncake_gym.evaluation import problems
 from mooncake_gym.evaluation.episodes import check_model_fits, evaluate, ModelPolicy
 from mooncake_gym.evaluation.scenarios import get_scenario, SCENARIOS
@@ -287,17 +286,16 @@ def problem_of(model) -> str:
     and action spaces it has."""
     import gymnasium as gym
 
-
     env_id = getattr(model, "env_id", None)
-    for name in AGENT_PROBLEMS:
-        if env_id == problems.get(name).env_id:
+    env_ids = {name: problems.get(name).env_id for name in AGENT_PROBLEMS}
+    for name, problem_env_id in env_ids.items():
+        if env_id == problem_env_id:
             return name
     if env_id is not None:
-        raise ValueError(f"--agent: it was trained on {env_id}, which is none of {ROUTING_ENV_ID}, {ADMISSION_ENV_ID}, "
-                         f"{ADMISSION_V1_ENV_ID}")
+        raise ValueError(f"--agent: it was trained on {env_id}, which is none of {', '.join(env_ids.values())}")
     fits = []
-    for problem, env_id in (("routing", ROUTING_ENV_ID), ("admission", ADMISSION_ENV_ID)):
-        env = gym.make(env_id)
+    for problem in (name for name in AGENT_PROBLEMS if problems.get(name).decode_model == "reserve"):  # v0's envs
+        env = gym.make(env_ids[problem])
         try:
             check_model_fits(model, env)
             fits.append(problem)

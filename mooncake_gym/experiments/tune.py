@@ -30,7 +30,7 @@ import sys
 import numpy as np
 
 from mooncake_gym._files import check_input_file, write_atomic
-from mooncake_gym.agents.rllib import ENV_PROBLEMS, init_ray, require_ray, rllib_hyperparams, train_rllib
+from mooncake_gym.agents.rllib import ENV_IDS, init_ray, require_ray, rllib_hyperparams, train_rllib
 from mooncake_gym.baselines import make_policy, POLICIES
 from mooncake_gym.evaluation import problems
 from mooncake_gym.evaluation.episodes import evaluate
@@ -276,8 +276,8 @@ def tune_ppo(env: str, budget: int | None = None, search: str = "grid", iteratio
     """Sweep RLlib PPO's ``knobs`` (default ``PPO_KNOBS``) on ``env`` with Ray Tune: each trial
     trains ``iterations`` iterations from ``seed``; the best has the highest last mean episode return.
     ``overrides`` (RLlib names, e.g. ``train_batch_size``) apply to every trial."""
-    if env not in ENV_PROBLEMS:
-        raise ValueError(f"--env: expected one of {sorted(ENV_PROBLEMS)}, got {env!r}")
+    if env not in ENV_IDS:
+        raise ValueError(f"--env: expected one of {sorted(ENV_IDS)}, got {env!r}")
     if not isinstance(iterations, int) or iterations < 1:
         raise ValueError(f"--iterations: expected an integer >= 1, got {iterations!r}")
     if not isinstance(num_env_runners, int) or num_env_runners < 0:

@@ -18,6 +18,7 @@ from typing import Mapping
 
 import numpy as np
 from mooncake_gym._files import replacing
+from mooncake_gym.evaluation import problems
 
 
 def _figure(width: float, height: float):
@@ -155,7 +156,7 @@ def compare_plots(settings, plot_dir: str | os.PathLike) -> list[str]:
     written = []
     for k, s in enumerate(settings):
         stem = os.path.join(os.fspath(plot_dir), f"{k + 1:02d}_{s.problem}")
-        if s.problem != "routing":
+        if problems.get(s.problem).plot == "load_series":
             series = {name: eps[0]["result"] for name, eps in s.episodes.items()}
             written.append(plot_load_series(series, f"{stem}_load_series.png", title=s.label))
             continue

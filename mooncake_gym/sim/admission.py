@@ -48,7 +48,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
@@ -64,11 +64,6 @@ from mooncake_gym.sim.metrics import (COMPLETED, OUTCOME_NAMES, PENDING, REJECTE
                                       REJECTED_AT_ARRIVAL, load_correlation)
 from mooncake_gym.sim.policies import LeastQueue
 from mooncake_gym.sim.views import ADMISSION_VIEW_FIELDS, AdmissionView, Route, check_admit
-
-
-def _check(name: str, ok: bool, expected: str, value: Any) -> None:
-    if not ok:
-        raise ValueError(f"{name}: expected {expected}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -102,7 +97,8 @@ class OverloadConfig:
         for name in ("n_prefill", "n_decode", "decode_capacity_tokens", "tbt_s", "ttft_slo_s", "sample_period_s",
                      "recent_window_s", "warmup_s"):
             check(name, getattr(self, name))  # the ranges of mooncake_gym.model.limits
-        _check("oracle", isinstance(self.oracle, bool), "True or False", self.oracle)
+        if not isinstance(self.oracle, bool):
+            raise ValueError(f"oracle: expected True or False, got {self.oracle!r}")
 
     @property
     def pool_capacity_tokens(self) -> int:
@@ -156,6 +152,13 @@ def check_load_samples(name: str, span_s: float, config: OverloadConfig) -> None
     check_bound(name, span_s / config.sample_period_s + 1, MAX_LOAD_SAMPLES,
                 f"load-series samples (a span of {span_s:.3g} s / sample_period_s {config.sample_period_s:g})",
                 "raise sample_period_s, or use a shorter workload (a higher rate or load, fewer requests)")
+
+
+def _cluster_counter(name: str, empty):
+    """A read-only attribute of :class:`LectureAdmission`: its cluster's ``name`` (``empty`` for an
+    empty trace, which has no cluster)."""
+    return property(lambda self: empty if self.cluster is None else getattr(self.cluster, name),
+                    doc=f"The cluster's ``{name}``.")
 
 
 class LectureAdmission:
@@ -234,33 +237,13 @@ class LectureAdmission:
     def now(self) -> float:
         return self._horizon if self.cluster is None else self.cluster.now
 
-    @property
-    def completed(self) -> int:
-        return 0 if self.cluster is None else self.cluster.granted
-
-    @property
-    def completed_in_slo(self) -> int:
-        return 0 if self.cluster is None else self.cluster.granted_in_ttft_slo
-
-    @property
-    def rejected_at_arrival(self) -> int:
-        return 0 if self.cluster is None else self.cluster.rejected_at_arrival
-
-    @property
-    def rejected_after_prefill(self) -> int:
-        return 0 if self.cluster is None else self.cluster.rejected_after_prefill
-
-    @property
-    def wasted_prefill_s(self) -> float:
-        return 0.0 if self.cluster is None else self.cluster.wasted_prefill_s
-
-    @property
-    def admitted(self) -> int:
-        return 0 if self.cluster is None else self.cluster.admitted
-
-    @property
-    def outcome(self) -> list:
-        return [] if self.cluster is None else self.cluster.outcome
+    completed = _cluster_counter("granted", 0)
+    completed_in_slo = _cluster_counter("granted_in_ttft_slo", 0)
+    rejected_at_arrival = _cluster_counter("rejected_at_arrival", 0)
+    rejected_after_prefill = _cluster_counter("rejected_after_prefill", 0)
+    wasted_prefill_s = _cluster_counter("wasted_prefill_s", 0.0)
+    admitted = _cluster_counter("admitted", 0)
+    outcome = _cluster_counter("outcome", [])
 
     @property
     def decode_used_per_instance(self) -> list[int]:
