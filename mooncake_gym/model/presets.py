@@ -23,6 +23,14 @@ from mooncake_gym.model.costmodel import CostModel, InstanceSpec
 from mooncake_gym.model.limits import LIMITS, check
 
 DECODE_MODELS = ("batching", "reserve")
+#: What a decode instance does with a request it preempts (``ClusterPreset.preemption``).
+PREEMPTION_MODES = ("abort", "recompute", "swap")
+#: The engines' mechanisms on the realistic presets: chunked prefill batching with a budget of 8,192
+#: tokens per iteration (SGLang's default ``chunked_prefill_size`` on large GPUs and vLLM's
+#: ``max_num_batched_tokens`` for online serving; the cost model's chunk) and preemption by
+#: recomputation (vLLM's default: "Preempted requests are recomputed when sufficient KV cache space
+#: becomes available again", docs.vllm.ai, Optimization and Tuning).
+ENGINE = dict(prefill_token_budget=8192, preemption="recompute")
 
 
 @mypyc_attr(native_class=False)  # a frozen dataclass set in __post_init__
@@ -40,12 +48,18 @@ class RoutingConfig:
         name (``"H800"``) stands for ``InstanceSpec(gpu=name)`` (8 GPUs at 60 % MFU), and a string
         such as ``"4xH800+4xA800"`` for that list. Each instance then prefills at its own speed
         (``CostModel`` with that instance); the served model, block size and RDMA are the cluster's.
+    prefill_token_budget: 0 (default: each instance prefills one request at a time, FIFO, its time
+        known at dispatch) or the new tokens one model iteration takes from the instance's queue
+        (chunked prefill batching as vLLM's ``max_num_batched_tokens`` / SGLang's
+        ``chunked_prefill_size``: ``mooncake_gym.sim.prefill.PrefillEngine``; realistic cost models
+        only).
     """
 
     n_instances: int | None = None
     cache_blocks: int | tuple[int, ...] = 3000
     ttft_slo_s: float = 5.0
     instances: tuple[InstanceSpec, ...] | None = None
+    prefill_token_budget: int = 0
 
     def __post_init__(self):
         if self.instances is not None:
@@ -68,6 +82,7 @@ class RoutingConfig:
         else:
             check("cache_blocks", blocks)
         check("ttft_slo_s", self.ttft_slo_s)
+        check_token_budget(self.prefill_token_budget)
 
     def instance_cache_blocks(self) -> tuple[int, ...]:
         """Each instance's prefix-cache capacity in blocks."""
@@ -83,6 +98,13 @@ class RoutingConfig:
         if self.instances is None:
             return (cost,) * n
         return tuple(replace(cost, instance=spec) for spec in self.instances)
+
+
+def check_token_budget(budget) -> None:
+    """``prefill_token_budget``: 0 (no batching) or the new tokens of one prefill iteration."""
+    if not (isinstance(budget, int) and not isinstance(budget, bool) and 0 <= budget <= 10**7):
+        raise ValueError(f"prefill_token_budget: expected an integer in 0..10**7 (0: one request at a time), "
+                         f"got {budget!r}")
 
 
 _POOL_PART = re.compile(r"^\s*(?:(\d+)\s*[xX*]\s*)?([A-Za-z0-9]+)\s*$")
@@ -148,6 +170,14 @@ class ClusterPreset:
       generations, each instance ``prefill_cost``'s with that GPU (its FLOPs, HBM bandwidth and
       NVLink all-reduce bandwidth from ``mooncake_gym.model.costmodel``'s per-GPU tables; the model, MFU,
       chunking and overheads the same), as ``RoutingConfig(instances=...)`` builds them.
+    - ``prefill_token_budget``: 0 (one request at a time per prefill instance, FIFO) or the new
+      tokens each prefill iteration takes from the queue's head, possibly a chunk of a long prompt
+      and several short ones (chunked prefill as vLLM and SGLang run it; see ``RoutingConfig``).
+    - ``preemption``: what a decode instance does with the request it evicts when its KV runs out:
+      ``"abort"`` (it ends, outcome ``PREEMPTED``), ``"recompute"`` (vLLM's default: its KV is
+      dropped, it waits at the head of the instance's queue and, once there is room, its prompt and
+      the tokens made so far are prefilled again on the instance, stalling that iteration) or
+      ``"swap"`` (its KV is copied to host memory and back over PCIe).
     """
 
     name: str
@@ -163,6 +193,8 @@ class ClusterPreset:
     decode_capacity_tokens: int | None = None
     tbt_s: float = 0.05
     prefill_gpus: tuple[str, ...] | None = None
+    prefill_token_budget: int = 0
+    preemption: str = "abort"
 
     def __post_init__(self):
         if self.prefill_gpus is not None:
@@ -174,6 +206,12 @@ class ClusterPreset:
                 raise ValueError(f"prefill_gpus: expected one GPU per prefill instance ({self.n_prefill}), got "
                                  f"{len(gpus)}: {self.prefill_gpus!r}")
             object.__setattr__(self, "prefill_gpus", gpus)
+        check_token_budget(self.prefill_token_budget)
+        if self.prefill_token_budget and not self.prefill_cost.instance.realistic:
+            raise ValueError("prefill_token_budget: batching needs a realistic prefill cost model "
+                             "(CostModel.realistic), whose iterations it batches")
+        if self.preemption not in PREEMPTION_MODES:
+            raise ValueError(f"preemption: expected one of {PREEMPTION_MODES}, got {self.preemption!r}")
         if self.decode_model not in DECODE_MODELS:
             raise ValueError(f"decode_model: expected one of {DECODE_MODELS}, got {self.decode_model!r}")
         for name in ("n_prefill", "n_decode"):
@@ -207,7 +245,8 @@ class ClusterPreset:
         SLO; with ``prefill_gpus``, one ``InstanceSpec`` per instance)."""
         instances = None if self.prefill_gpus is None else tuple(
             replace(self.prefill_cost.instance, gpu=gpu) for gpu in self.prefill_gpus)
-        return RoutingConfig(self.n_prefill, self.cache_blocks, self.ttft_slo_s, instances=instances)
+        return RoutingConfig(self.n_prefill, self.cache_blocks, self.ttft_slo_s, instances=instances,
+                             prefill_token_budget=self.prefill_token_budget)
 
     def with_(self, **changes) -> "ClusterPreset":
         """A copy with some fields changed (``preset.with_(n_decode=4)``)."""
@@ -227,7 +266,7 @@ PRESETS: dict[str, ClusterPreset] = {
         "Mooncake's testbed (v3 §8): 8 + 8 nodes of 8x A800-SXM4-80GB serving LLaMA2-70B; chunked prefill "
         "with TP8 all-reduces; continuous-batching decode with KV growing per token; TTFT 30 s, TBT 100 ms",
         CostModel.realistic("llama2-70b", "A800"), CostModel.realistic("llama2-70b", "A800"),
-        8, 8, 5800, 30.0, 0.1, "batching"),
+        8, 8, 5800, 30.0, 0.1, "batching", **ENGINE),
     # Under this cost model the 8 + 8 testbed is prefill-bound on Mooncake's and the synthetic
     # request mixes (long prompts, short outputs: the decode pool completes 6-17x what the prefill
     # pool does; ``cluster.saturation``). Mooncake §7's overload is a decode pool that saturates
@@ -237,14 +276,14 @@ PRESETS: dict[str, ClusterPreset] = {
         "Mooncake's hardware and model with 16 prefill + 1 decode nodes, so that the decode pool saturates "
         "first (Mooncake §7's overload); otherwise as 'mooncake'",
         CostModel.realistic("llama2-70b", "A800"), CostModel.realistic("llama2-70b", "A800"),
-        16, 1, 5800, 30.0, 0.1, "batching"),
+        16, 1, 5800, 30.0, 0.1, "batching", **ENGINE),
     # the same cluster with a tight TTFT SLO (interactive chat; Mooncake's 30 s is for long documents):
     # prompts whose own prefill exceeds 8 s cannot be good at all (scenario admission-tight-slo)
     "mooncake-overload-tight": ClusterPreset(
         "mooncake-overload-tight",
         "'mooncake-overload' with a TTFT SLO of 8 s (an assumption: interactive chat)",
         CostModel.realistic("llama2-70b", "A800"), CostModel.realistic("llama2-70b", "A800"),
-        16, 1, 5800, 8.0, 0.1, "batching"),
+        16, 1, 5800, 8.0, 0.1, "batching", **ENGINE),
     # two GPU generations in the prefill pool (as the routing-heterogeneous scenario's 4xH800+4xA800):
     # H800 nodes compute 3.2x as fast (989 vs 312 dense BF16 TFLOPS per GPU) but all-reduce over a
     # slower NVLink (costmodel.NVLINK_ALLREDUCE_BUSBW); the decode pool is the testbed's
@@ -253,12 +292,12 @@ PRESETS: dict[str, ClusterPreset] = {
         "'mooncake' with a prefill pool of two GPU generations: 4 nodes of 8x H800 and 4 of 8x A800, all "
         "serving LLaMA2-70B with the same realistic model; decode as 'mooncake'",
         CostModel.realistic("llama2-70b", "A800"), CostModel.realistic("llama2-70b", "A800"),
-        8, 8, 5800, 30.0, 0.1, "batching", prefill_gpus="4xH800+4xA800"),
+        8, 8, 5800, 30.0, 0.1, "batching", prefill_gpus="4xH800+4xA800", **ENGINE),
     "h100": ClusterPreset(
         "h100",
         "the same cluster of 8x H100-SXM5-80GB nodes serving LLaMA3-70B",
         CostModel.realistic("llama3-70b", "H100"), CostModel.realistic("llama3-70b", "H100"),
-        8, 8, 5800, 30.0, 0.1, "batching"),
+        8, 8, 5800, 30.0, 0.1, "batching", **ENGINE),
 }
 
 

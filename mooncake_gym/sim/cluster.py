@@ -49,6 +49,7 @@ slot was won under load. :func:`length_class_of` splits requests by output lengt
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections import deque
@@ -182,6 +183,7 @@ class ClusterSimulator:
         self.reserve = p.decode_model == "reserve"
         self._arrival, self._input, self._output, _ = trace.columns()
         self._routing_config = p.routing_config()
+        self._batched: bool = p.prefill_token_budget > 0
         # the decode footprint the instance checks: the prompt (batching: it grows from there), or
         # the whole reservation (the lecture's model)
         if self.reserve:
@@ -215,7 +217,7 @@ class ClusterSimulator:
             self.decode = list(self._reserving)
         else:
             check_s = p.tbt_slo_s * (1 - self.tbt_headroom)  # x 1.0 exactly without headroom
-            self._batching = [BatchingDecodeInstance(j, p.decode_cost, self.capacity_tokens, check_s)
+            self._batching = [BatchingDecodeInstance(j, p.decode_cost, self.capacity_tokens, check_s, p.preemption)
                               for j in range(p.n_decode)]
             self.decode = list(self._batching)
         n = len(self._arrival)
@@ -314,18 +316,23 @@ class ClusterSimulator:
             row = prefill._last_row  # (arrival, input, instance, ttft, queue, transfer, prefill, hit, fetched)
             assert row is not None  # set by the dispatch
             k = row[2]
-            finish = prefill.instances[k].busy_until
             now = self._arrival[i]
             self.admitted += 1
             self.prefill_instance[i] = k
-            self.ttft_s[i] = finish - now
             self.prefill_s[i] = row[5] + row[6]
             if decode is not None:  # (None, the default rule, is not stored)
                 self._target[i] = decode
-            self._in_prefill[i] = finish
-            self._prefill_fifo[k].append((finish, i))
-            self._seq += 1  # _push(finish, _PREFILL_DONE, i), inlined
-            heapq.heappush(self._heap, (finish, _PREFILL_DONE, self._seq, i))
+            if self._batched:  # its first token's time is known once its last iteration is formed (_sync)
+                finish = now + row[3]  # the estimate at dispatch, until then
+                self._in_prefill[i] = finish
+                self._prefill_fifo[k].append((finish, i))
+            else:
+                finish = prefill.instances[k].busy_until
+                self.ttft_s[i] = finish - now
+                self._in_prefill[i] = finish
+                self._prefill_fifo[k].append((finish, i))
+                self._seq += 1  # _push(finish, _PREFILL_DONE, i), inlined
+                heapq.heappush(self._heap, (finish, _PREFILL_DONE, self._seq, i))
         self._i = i + 1
         self._advance()
 
@@ -359,6 +366,8 @@ class ClusterSimulator:
         while self._i < n:
             i = self._i
             now = self._arrival[i]
+            if self._batched:
+                self._sync(now)
             if heap and heap[0][0] <= now:
                 self._run_until(now)
             if self._never_fits[i]:
@@ -371,9 +380,32 @@ class ClusterSimulator:
                 self._sample_until(now)
             return
         # every request has arrived: finish the series at the horizon, then drain
+        if self._batched:
+            self._sync(self._horizon)
         self._sample_until(math.inf)
+        if self._batched:
+            self._sync(math.inf)
         self._run_until(math.inf)
         self._done = True
+
+    def _sync(self, t: float) -> None:
+        """Batching prefill: form the prefill pool's iterations that start before ``t`` and schedule
+        the end of each prefill they end (its first token: TTFT known from here)."""
+        prefill = self.prefill
+        prefill.sync(t)
+        ends = prefill.prefill_ends
+        if ends:
+            arrival, in_prefill, heap = self._arrival, self._in_prefill, self._heap
+            for r, end in ends:
+                self.ttft_s[r] = end - arrival[r]
+                fifo = self._prefill_fifo[self.prefill_instance[r]]
+                old = in_prefill[r]
+                fifo.remove((old, r))  # the estimate at dispatch replaced by the end, in order of ends
+                bisect.insort(fifo, (end, r))
+                in_prefill[r] = end
+                self._seq += 1
+                heapq.heappush(heap, (end, _PREFILL_DONE, self._seq, r))
+            ends.clear()
 
     def _run_until(self, t: float) -> None:
         heap = self._heap
@@ -433,7 +465,11 @@ class ClusterSimulator:
 
     def _prefill_done(self, t: float, r: int) -> None:
         del self._in_prefill[r]
-        self._prefill_fifo[self.prefill_instance[r]].popleft()
+        fifo = self._prefill_fifo[self.prefill_instance[r]]
+        if fifo[0][1] == r:
+            fifo.popleft()
+        else:  # batching: an instance's prompts may end out of their arrival order (a pull not yet there)
+            fifo.remove((t, r))
         tokens = self._footprint[r]
         target = self._target.pop(r, -1) if self._target else -1  # -1: the default rule's choice
         if self.reserve:
@@ -815,6 +851,11 @@ class ClusterResult:
             members = classes == k
             n = int(members.sum())
             self.metrics[f"accepted_{name}"] = float(credited[members].sum() / n) if n else float("nan")
+        if p.preemption != "abort":  # the engines' preemption (re-queued, not aborted): what it cost
+            batching = [d for d in sim.decode if isinstance(d, BatchingDecodeInstance)]
+            self.metrics["preemptions"] = sum(d.preemptions for d in batching)
+            self.metrics["preemption_stall_s"] = float(sum([d.preemption_stall_s for d in batching]))
+            self.metrics["recomputed_tokens"] = sum(d.recomputed_tokens for d in batching)
 
 
 def simulate(trace: Trace, preset: str | ClusterPreset = "mooncake", admission: Callable | None = None,
@@ -885,6 +926,7 @@ def saturation(trace: Trace, preset: str | ClusterPreset = "mooncake", decode_ch
     view = pool_sim.view
     while view is not None:
         view = pool_sim.step(router(view))
+    pool_sim.finish()  # batching: the iterations still to form
     prefill_rate = len(trace) / max(inst.busy_until for inst in pool_sim.instances)
     cap = p.capacity_tokens
     mix = [(i, o) for i, o in zip(inputs, outputs) if i + o <= cap]
@@ -903,7 +945,8 @@ def saturation(trace: Trace, preset: str | ClusterPreset = "mooncake", decode_ch
 def _batching_decode_rate(p: ClusterPreset, mix: list, check_tbt: bool, n_requests: int) -> float:
     """Completions per second of ``p``'s batching decode pool fed from an infinite backlog of ``mix``
     ((input, output) pairs, repeated up to ``n_requests``), between the first and the last quarter."""
-    pool = [BatchingDecodeInstance(j, p.decode_cost, p.capacity_tokens, p.tbt_slo_s) for j in range(p.n_decode)]
+    pool = [BatchingDecodeInstance(j, p.decode_cost, p.capacity_tokens, p.tbt_slo_s, p.preemption)
+            for j in range(p.n_decode)]
     ends: list[float] = []
     heap: list = []
     nxt = 0

@@ -1,9 +1,11 @@
-"""The prefill instance shared by both simulators: a FIFO server with an optional local prefix cache."""
+"""The prefill instance shared by both simulators: a FIFO server with an optional local prefix cache,
+and the engine that batches its queue per iteration (chunked prefill, :class:`PrefillEngine`)."""
 
 from __future__ import annotations
 
 from collections import deque
 
+from mooncake_gym.model.costmodel import PrefillTime
 from mooncake_gym.sim.prefixcache import PrefixCache
 
 
@@ -20,7 +22,8 @@ class PrefillInstance:
     after a call to ``queued_requests(now)`` on a busy instance (an idle one holds none).
     """
 
-    __slots__ = ("index", "busy_until", "cache", "_finishes", "busy_s", "requests", "_tokens", "queued_tokens")
+    __slots__ = ("index", "busy_until", "cache", "_finishes", "busy_s", "requests", "_tokens", "queued_tokens",
+                 "engine")
 
     def __init__(self, index: int, cache_blocks: int | None = None, cached: bool = True):
         self.index = index
@@ -31,6 +34,7 @@ class PrefillInstance:
         self.requests = 0
         self._tokens: deque[int] = deque()  # computed tokens of each request in _finishes
         self.queued_tokens = 0
+        self.engine: PrefillEngine | None = None  # set: the queue is batched per iteration (PrefillEngine)
 
     def queue_s(self, now: float) -> float:
         """Seconds of work queued ahead of a request dispatched at ``now``."""
@@ -39,6 +43,8 @@ class PrefillInstance:
 
     def queued_requests(self, now: float) -> int:
         """Requests dispatched here that have not finished by ``now`` (including the one in service)."""
+        if self.engine is not None:
+            return self.engine.queued_requests(now)
         f = self._finishes
         while f and f[0] <= now:
             f.popleft()
@@ -76,7 +82,11 @@ def pool_load(instances: list[PrefillInstance], now: float) -> tuple[tuple, tupl
     queue, queued, tokens = [], [], []
     for inst in instances:
         b = inst.busy_until
-        if b > now:
+        if inst.engine is not None:  # a batching instance: its engine counts (busy_until: an estimate)
+            queue.append(b - now if b > now else 0.0)
+            queued.append(inst.engine.queued_requests(now))
+            tokens.append(inst.queued_tokens)
+        elif b > now:
             f = inst._finishes  # holds busy_until's request at least
             if f[0] <= now:
                 inst.queued_requests(now)  # forget the requests finished by now
@@ -88,3 +98,134 @@ def pool_load(instances: list[PrefillInstance], now: float) -> tuple[tuple, tupl
             queued.append(0)
             tokens.append(0)
     return tuple(queue), tuple(queued), tuple(tokens)
+
+
+class PrefillJob:
+    """A prompt in a :class:`PrefillEngine`'s queue: request ``r``, tokens ``pos..n`` still to
+    compute, computable from ``ready_s`` on (after its prefix pull), ``extra_s`` of per-request time
+    (overhead, the cached prefix's load not hidden behind compute) spent in the iteration of its last
+    chunk, ``est_s`` the estimate of its remaining time served alone."""
+
+    __slots__ = ("r", "n", "pos", "ready_s", "extra_s", "est_s", "tokens")
+
+    def __init__(self, r: int, n: int, pos: int, ready_s: float, extra_s: float, est_s: float):
+        self.r, self.n, self.pos, self.ready_s, self.extra_s, self.est_s = r, n, pos, ready_s, extra_s, est_s
+        self.tokens = n - pos  # computed tokens in all
+
+
+class PrefillEngine:
+    """Chunked prefill batching on one prefill instance, as vLLM and SGLang schedule it.
+
+    Each model iteration takes up to ``budget`` new tokens from the queue in arrival order: the rest
+    of the head prompt, or a chunk of it, then the next prompts (a prompt whose prefix pull has not
+    arrived yet is passed over), until the budget is spent. An iteration of ``t`` tokens whose
+    chunks' FLOPs take ``c`` seconds lasts ``PrefillTime.iteration_s(c, t)`` (max(compute, weights
+    read) + all-reduces + iteration overhead) plus the per-request time (``extra_s``) of the prompts
+    it ends; a prompt's first token comes at the end of the iteration holding its last chunk. A lone
+    prompt whose chunks fill the budget takes exactly ``PrefillTime``'s time.
+
+    Event-driven: an iteration is formed when it starts, from the prompts queued then, so a request
+    arriving at ``t`` changes only iterations starting at or after ``t``. :meth:`advance` forms
+    every iteration starting before ``t`` and appends ``(r, first token time)`` of the prompts they
+    end to ``ended``. What a router reads of the instance is an estimate: ``busy_until`` = the
+    formed iterations' end + each queued prompt's remaining time served alone (``est_s``).
+    """
+
+    __slots__ = ("budget", "time", "jobs", "est_s", "ended", "iterations", "timing", "inst", "waiting",
+                 "_ends")
+
+    def __init__(self, budget: int, timing: PrefillTime, inst: PrefillInstance):
+        if not timing.realistic:
+            raise ValueError("prefill_token_budget: batching needs a realistic prefill cost model (CostModel.realistic)")
+        self.budget = budget
+        self.timing = timing
+        self.inst = inst
+        self.time = 0.0  # the end of the last formed iteration
+        self.jobs: deque[PrefillJob] = deque()  # queued prompts (ended ones left behind the head: skipped)
+        self.waiting = 0  # prompts in jobs not ended
+        self.est_s = 0.0  # sum of their est_s
+        self.ended: list[tuple[int, float]] = []  # (request, first token time) as iterations are formed
+        self._ends: deque[tuple[float, int]] = deque()  # (first token time, tokens) of ended prompts, in order
+        self.iterations = 0
+
+    def add(self, r: int, now: float, ready_s: float, n: int, h: int, est_s: float) -> None:
+        """Queue request ``r`` (tokens ``h..n`` to compute, ready at ``ready_s``, ``est_s`` its
+        prefill time served alone) at ``now``."""
+        extra = est_s - self.timing._chunked_compute(n, h)
+        self.jobs.append(PrefillJob(r, n, h, ready_s, extra if extra > 0.0 else 0.0, est_s))
+        self.waiting += 1
+        self.est_s += est_s
+        inst = self.inst
+        inst.queued_tokens += n - h
+        inst.requests += 1
+        start = self.time if self.time > now else now
+        inst.busy_until = start + self.est_s
+
+    def queued_requests(self, now: float) -> int:
+        """Prompts queued or in an iteration at ``now`` (those ended by ``now`` forgotten)."""
+        ends = self._ends
+        while ends and ends[0][0] <= now:
+            self.inst.queued_tokens -= ends.popleft()[1]
+        return self.waiting + len(ends)
+
+    def advance(self, t: float) -> None:
+        """Form every iteration that starts before ``t``."""
+        jobs = self.jobs
+        timing = self.timing
+        inst = self.inst
+        while self.waiting:
+            s = self.time
+            first = -1.0  # the earliest ready time if nothing is ready at s
+            ready = False
+            for job in jobs:
+                if job.pos < job.n:
+                    if job.ready_s <= s:
+                        ready = True
+                        break
+                    if first < 0.0 or job.ready_s < first:
+                        first = job.ready_s
+            if not ready:
+                s = first
+            if s >= t:
+                break
+            left = self.budget
+            compute = 0.0
+            tokens = 0
+            extra = 0.0
+            done: list[PrefillJob] = []
+            for job in jobs:
+                if job.pos >= job.n or job.ready_s > s:
+                    continue
+                take = job.n - job.pos
+                if take > left:
+                    take = left
+                e = job.pos + take
+                compute += timing.chunk_compute_s(job.pos, e)
+                tokens += take
+                left -= take
+                if e == job.n:
+                    extra += job.extra_s
+                    done.append(job)
+                    self.est_s -= job.est_s
+                else:  # a chunk: its remaining time served alone from here
+                    rest = timing._chunked_compute(job.n, e) + job.extra_s
+                    self.est_s += rest - job.est_s
+                    job.est_s = rest
+                job.pos = e
+                if left == 0:
+                    break
+            dur = timing.iteration_s(compute, tokens) + extra
+            end = s + dur
+            self.time = end
+            self.iterations += 1
+            inst.busy_s += dur
+            for job in done:
+                self.ended.append((job.r, end))
+                self._ends.append((end, job.tokens))
+            self.waiting -= len(done)
+            while jobs and jobs[0].pos >= jobs[0].n:
+                jobs.popleft()
+        if not self.waiting:
+            self.est_s = 0.0
+        start = self.time if self.time > t else t
+        inst.busy_until = start + self.est_s if self.waiting else self.time

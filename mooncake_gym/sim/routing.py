@@ -22,6 +22,14 @@ Model (Mooncake v3 §6, Algorithm 1):
 Since service is FIFO and deterministic, each request's TTFT is known at dispatch:
 ``TTFT = queue + transfer + prefill``, where queue is the work already queued on the instance.
 
+With ``RoutingConfig(prefill_token_budget=B)`` each instance batches its queue per iteration
+instead (chunked prefill, ``prefill.PrefillEngine``): a request's TTFT is then known only once the
+iteration holding its last chunk is formed (it depends on what arrives later), the pull runs on the
+NICs while the instance computes others (the request is ready for its iterations when it arrives),
+and the view's ``queue_s`` and the row's TTFT at dispatch are estimates (the formed iterations'
+end + each queued prompt's time served alone) until :meth:`RoutingSimulator.sync` forms the
+iterations; the results hold the real TTFTs.
+
 A pool may be heterogeneous (``RoutingConfig(instances="4xH800+4xA800")``, per-instance
 ``cache_blocks``): each instance prefills at its own GPU's speed (its own ``CostModel``). What the
 policy sees is the exact view by default; ``observation=`` (``mooncake_gym.sim.observation``) puts
@@ -31,11 +39,12 @@ prefix index, noisy estimates), while every dispatched request is still served e
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 
-from mooncake_gym.sim.prefill import PrefillInstance, pool_load
+from mooncake_gym.sim.prefill import PrefillEngine, PrefillInstance, pool_load
 from mooncake_gym.model.costmodel import CostModel
 from mooncake_gym._native import mypyc_attr
 from mooncake_gym.sim.observation import Observer, as_observation, observation_rng
@@ -194,6 +203,12 @@ class RoutingSimulator:
         self._arrival, self._input, self._output, self._blocks = trace.columns()
         self._estimates = PrefixEstimates(self.costs)
         self._prefill0: list[float] | None = None  # uncached_prefill_s of a homogeneous pool, once asked
+        self._budget: int = self.config.prefill_token_budget
+        if self._budget:
+            for i, c in enumerate(self.costs):
+                if not c.instance.realistic:
+                    raise ValueError(f"prefill_token_budget: batching needs realistic cost models (CostModel.realistic); "
+                                     f"instance {i}'s is not")
         self.reset()
 
     # -- stepping -------------------------------------------------------------------------------
@@ -201,8 +216,14 @@ class RoutingSimulator:
         self.instances = [PrefillInstance(i, b) for i, b in enumerate(self.config.instance_cache_blocks())]
         self._caches = cast("list[PrefixCache]", [inst.cache for inst in self.instances])  # all cached
         self._cache_blocks = self.config.instance_cache_blocks()
+        self._batched: bool = self._budget > 0
+        if self._batched:
+            for inst, c in zip(self.instances, self.costs):
+                inst.engine = PrefillEngine(self._budget, c.prefill_time(), inst)
+        self._row_of: dict[int, int] = {}  # batching: request -> its row in _rows, until its TTFT is known
+        self.prefill_ends: list[tuple[int, float]] = []  # batching: (request, first token time) since last read
         # every cache holds 0 blocks (the lecture's pool): no instance ever has a prefix hit
-        self._uncached: bool = not any(self._cache_blocks)
+        self._uncached: bool = not any(self._cache_blocks) and not self._batched
         self._i = 0
         self._rows: list[tuple] = []  # one outcome per dispatched request (fields of _ARRAYS)
         self._last_row: tuple | None = None  # the last dispatched request's row of _rows (None after a skip)
@@ -262,6 +283,8 @@ class RoutingSimulator:
             self._built = False
             return
         if self._i < len(self._arrival):
+            if self._batched:
+                self.sync(self._arrival[self._i])
             obs.scrape(self._arrival[self._i])  # before anything reads the instances at the new time
         self._exact = v = self._make_view()
         self._view = None if v is None else obs.observe(v)
@@ -287,6 +310,8 @@ class RoutingSimulator:
         if i >= len(self._arrival):
             return None
         now = self._arrival[i]
+        if self._batched:
+            self.sync(now)
         ids = self._blocks[i]
         ks = match_all(self._caches, ids)
         n_in = self._input[i]
@@ -360,7 +385,12 @@ class RoutingSimulator:
         else:
             prefill = v.prefill_s[i]
         queue = v.queue_s[i]
-        self.instances[i].dispatch(now, transfer + prefill, n_in - hit)
+        engine = self.instances[i].engine
+        if engine is None:
+            self.instances[i].dispatch(now, transfer + prefill, n_in - hit)
+        else:  # queued for batching: the pull runs on the NICs meanwhile; TTFT known when formed
+            self._row_of[k] = len(self._rows)
+            engine.add(k, now, now + transfer, n_in, hit, prefill)
         self._caches[i].insert(v.block_ids)  # inst.cache
         ttft = queue + transfer + prefill  # = finish - arrival, without the rounding of absolute times
         self._last_row = row = (now, n_in, i, ttft, queue, transfer, prefill, hit, fetched)
@@ -390,7 +420,37 @@ class RoutingSimulator:
         else:
             self._next_view()
 
+    def sync(self, t: float) -> None:
+        """Batching: form every prefill iteration that starts before ``t`` on every instance; each
+        request they end gets its real TTFT in the results and is listed in ``prefill_ends``
+        (request, first token time). Nothing without batching."""
+        if not self._batched:
+            return
+        rows, row_of, ends = self._rows, self._row_of, self.prefill_ends
+        for inst in self.instances:
+            engine = inst.engine
+            assert engine is not None
+            if engine.waiting:
+                engine.advance(t)
+                if engine.ended:
+                    for k, end in engine.ended:
+                        pos = row_of.pop(k)
+                        now, n_in, i, _, _, transfer, prefill, hit, fetched = rows[pos]
+                        ttft = end - now
+                        wait = ttft - transfer - prefill
+                        row = (now, n_in, i, ttft, wait if wait > 0.0 else 0.0, transfer, prefill, hit, fetched)
+                        rows[pos] = row
+                        if pos == len(rows) - 1 and self._last_row is not None:
+                            self._last_row = row
+                        ends.append((k, end))
+                    engine.ended.clear()
+
+    def finish(self) -> None:
+        """Batching: form every remaining iteration (the pool drains); nothing without batching."""
+        self.sync(math.inf)
+
     def result(self, policy: str = "?") -> RoutingResult:
+        self.finish()
         return RoutingResult(policy, self.trace.name, self.config, self._rows, self.instances, self.cost)
 
 
