@@ -194,3 +194,71 @@ def test_every_request_ends_once_under_heavy_preemption(mode):
     done = res.outcome == COMPLETED
     assert (res.end_s[done] >= res.decode_start_s[done]).all() and np.isfinite(res.tbt_s[done]).all()
     assert all(not d.waiting for d in sim.decode)
+
+
+# --- KV transfers over shared NICs ---------------------------------------------------------------------
+B = 100e9  # bytes/s per NIC in these tests
+
+
+def test_a_nic_splits_its_bandwidth_among_its_transfers():
+    from mooncake_gym.sim.network import Network
+    net = Network(3, B)
+    net.add(0.0, 0, 2, 1e9, "a")  # alone: 10 ms at B
+    assert net.next_s == pytest.approx(0.01, rel=1e-12)
+    net.add(0.004, 1, 2, 1e9, "b")  # node 2 receives both from 4 ms on: B / 2 each
+    # a: 0.6e9 bytes left at 4 ms, at B / 2: drains at 4 + 12 = 16 ms
+    assert net.next_s == pytest.approx(0.016, rel=1e-12)
+    assert net.drained(0.016) == ["a"]
+    # b: 0.6e9 sent by 16 ms (at B / 2 for 12 ms), 0.4e9 left alone at B: 4 ms more
+    assert net.next_s == pytest.approx(0.020, rel=1e-12)
+    assert net.drained(0.020) == ["b"] and net.next_s == math.inf
+    net.add(1.0, 0, 1, 1e9, "c")  # one sender, two receivers: the sender's NIC is shared
+    net.add(1.0, 0, 2, 2e9, "d")
+    assert net.next_s == pytest.approx(1.02, rel=1e-12)  # c at B / 2
+    assert net.drained(net.next_s) == ["c"]
+    assert net.next_s == pytest.approx(1.03, rel=1e-12)  # d: 1e9 left at B
+    with pytest.raises(ValueError, match="bandwidth"):
+        Network(2, 0.0)
+
+
+def test_incast_at_a_decode_node_delays_the_first_token_interval():
+    # two prompts prefilled at once on two prefill nodes, both sent to decode instance 0: the copies'
+    # tails (what outlasts the prefill, streamed layer by layer) share its NIC, half the bandwidth each
+    n = 4000
+    p = get_preset("mooncake").with_(n_prefill=2, n_decode=2)
+    from mooncake_gym.sim.views import ClusterAction
+    sim = ClusterSimulator(trace_of((0.0, n, 3), (0.0, n, 3)), p)
+    sim.step(ClusterAction(True, Route(0), 0))
+    sim.step(ClusterAction(True, Route(1), 0))
+    res = sim.result()
+    T = COST.prefill_s(n)
+    assert res.ttft_s.tolist() == pytest.approx([T, T], rel=1e-12)
+    copy = COST.transfer_s(n)
+    tail = max(0.0, copy - T) + copy / COST.model.n_layers  # alone: the last layer's share after the prefill
+    join = T + 2 * tail  # both tails through one NIC at half its bandwidth: twice as long
+    assert res.decode_start_s.tolist() == pytest.approx([join, join], rel=1e-9)
+    steps = [COST.decode_step_s(2, 2 * n + 2 * k) for k in range(2)]
+    # the first interval: from the first token (the prefill's end) to the end of the first iteration
+    assert res.end_s.tolist() == pytest.approx([join + sum(steps)] * 2, rel=1e-9)
+    assert res.tbt_s.tolist() == pytest.approx([join - T + steps[0]] * 2, rel=1e-9)
+    # with a NIC each (the other decode instance for the second), no wait: the tail alone
+    sim = ClusterSimulator(trace_of((0.0, n, 3), (0.0, n, 3)), p)
+    sim.step(ClusterAction(True, Route(0), 0))
+    sim.step(ClusterAction(True, Route(1), 1))
+    assert sim.result().decode_start_s.tolist() == pytest.approx([T + tail] * 2, rel=1e-9)
+    assert sim.network.transfers == 2
+
+
+def test_a_pull_over_an_idle_nic_takes_the_transfer_time_and_then_the_prefill():
+    # request 0 brings a prefix of 10 blocks to prefill node 0; request 1 (the prefix + 1,000 tokens)
+    # comes when everything is idle and is sent to node 1 with a pull: copy, then prefill of the rest
+    p = get_preset("mooncake").with_(n_prefill=2, n_decode=1)
+    prefix = tuple(range(10))
+    tr = Trace([0.0, 30.0], [5120, 6120], [2, 2], [prefix, prefix + (10, 11)])
+    from mooncake_gym.sim.views import ClusterAction
+    sim = ClusterSimulator(tr, p)
+    sim.step(ClusterAction(True, Route(0), None))
+    sim.step(ClusterAction(True, Route(1, True), None))
+    res = sim.result()
+    assert res.metrics["fetched_tokens"] == 5120
+    assert res.ttft_s[1] == pytest.approx(COST.transfer_s(5120) + COST.prefill_s(6120, 5120), rel=1e-9)

@@ -29,8 +29,9 @@ PREEMPTION_MODES = ("abort", "recompute", "swap")
 #: tokens per iteration (SGLang's default ``chunked_prefill_size`` on large GPUs and vLLM's
 #: ``max_num_batched_tokens`` for online serving; the cost model's chunk) and preemption by
 #: recomputation (vLLM's default: "Preempted requests are recomputed when sufficient KV cache space
-#: becomes available again", docs.vllm.ai, Optimization and Tuning).
-ENGINE = dict(prefill_token_budget=8192, preemption="recompute")
+#: becomes available again", docs.vllm.ai, Optimization and Tuning); KV transfers sharing each node's
+#: NIC (one 800 Gbps NIC set per node, Mooncake v3 §2 and FAST'25 Table 1).
+ENGINE = dict(prefill_token_budget=8192, preemption="recompute", shared_nics=True)
 
 
 @mypyc_attr(native_class=False)  # a frozen dataclass set in __post_init__
@@ -178,6 +179,10 @@ class ClusterPreset:
       dropped, it waits at the head of the instance's queue and, once there is room, its prompt and
       the tokens made so far are prefilled again on the instance, stalling that iteration) or
       ``"swap"`` (its KV is copied to host memory and back over PCIe).
+    - ``shared_nics``: KV transfers (prefix pulls between prefill nodes, prompt KV copies from
+      prefill to decode nodes) share each node's NIC with the others it sends or receives at the
+      same time (``mooncake_gym.sim.network``); False: each copy has a whole NIC. Needs
+      ``prefill_token_budget``.
     """
 
     name: str
@@ -195,6 +200,7 @@ class ClusterPreset:
     prefill_gpus: tuple[str, ...] | None = None
     prefill_token_budget: int = 0
     preemption: str = "abort"
+    shared_nics: bool = False
 
     def __post_init__(self):
         if self.prefill_gpus is not None:
@@ -210,6 +216,11 @@ class ClusterPreset:
         if self.prefill_token_budget and not self.prefill_cost.instance.realistic:
             raise ValueError("prefill_token_budget: batching needs a realistic prefill cost model "
                              "(CostModel.realistic), whose iterations it batches")
+        if not isinstance(self.shared_nics, bool):
+            raise ValueError(f"shared_nics: expected True or False, got {self.shared_nics!r}")
+        if self.shared_nics and not self.prefill_token_budget:
+            raise ValueError("shared_nics: the NICs are shared in the batching prefill's event loop; "
+                             "set prefill_token_budget too")
         if self.preemption not in PREEMPTION_MODES:
             raise ValueError(f"preemption: expected one of {PREEMPTION_MODES}, got {self.preemption!r}")
         if self.decode_model not in DECODE_MODELS:

@@ -3,6 +3,7 @@ and the engine that batches its queue per iteration (chunked prefill, :class:`Pr
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 from mooncake_gym.model.costmodel import PrefillTime
@@ -168,64 +169,81 @@ class PrefillEngine:
             self.inst.queued_tokens -= ends.popleft()[1]
         return self.waiting + len(ends)
 
-    def advance(self, t: float) -> None:
-        """Form every iteration that starts before ``t``."""
+    def next_start(self) -> float:
+        """When the next iteration can start: the last one's end, or the earliest time a queued
+        prompt is ready (its pull arrived) if none is then; ``math.inf`` if none is known to be."""
+        s = self.time
+        first = math.inf
+        for job in self.jobs:
+            if job.pos < job.n:
+                if job.ready_s <= s:
+                    return s
+                if job.ready_s < first:
+                    first = job.ready_s
+        return first
+
+    def form(self, s: float) -> float:
+        """Form the iteration starting at ``s`` (at or after :meth:`next_start`) from the prompts
+        ready then; returns its end."""
         jobs = self.jobs
         timing = self.timing
-        inst = self.inst
-        while self.waiting:
-            s = self.time
-            first = -1.0  # the earliest ready time if nothing is ready at s
-            ready = False
-            for job in jobs:
-                if job.pos < job.n:
-                    if job.ready_s <= s:
-                        ready = True
-                        break
-                    if first < 0.0 or job.ready_s < first:
-                        first = job.ready_s
-            if not ready:
-                s = first
-            if s >= t:
+        left = self.budget
+        compute = 0.0
+        tokens = 0
+        extra = 0.0
+        done: list[PrefillJob] = []
+        for job in jobs:
+            if job.pos >= job.n or job.ready_s > s:
+                continue
+            take = job.n - job.pos
+            if take > left:
+                take = left
+            e = job.pos + take
+            compute += timing.chunk_compute_s(job.pos, e)
+            tokens += take
+            left -= take
+            if e == job.n:
+                extra += job.extra_s
+                done.append(job)
+                self.est_s -= job.est_s
+            else:  # a chunk: its remaining time served alone from here
+                rest = timing._chunked_compute(job.n, e) + job.extra_s
+                self.est_s += rest - job.est_s
+                job.est_s = rest
+            job.pos = e
+            if left == 0:
                 break
-            left = self.budget
-            compute = 0.0
-            tokens = 0
-            extra = 0.0
-            done: list[PrefillJob] = []
-            for job in jobs:
-                if job.pos >= job.n or job.ready_s > s:
-                    continue
-                take = job.n - job.pos
-                if take > left:
-                    take = left
-                e = job.pos + take
-                compute += timing.chunk_compute_s(job.pos, e)
-                tokens += take
-                left -= take
-                if e == job.n:
-                    extra += job.extra_s
-                    done.append(job)
-                    self.est_s -= job.est_s
-                else:  # a chunk: its remaining time served alone from here
-                    rest = timing._chunked_compute(job.n, e) + job.extra_s
-                    self.est_s += rest - job.est_s
-                    job.est_s = rest
-                job.pos = e
-                if left == 0:
-                    break
-            dur = timing.iteration_s(compute, tokens) + extra
-            end = s + dur
-            self.time = end
-            self.iterations += 1
-            inst.busy_s += dur
-            for job in done:
-                self.ended.append((job.r, end))
-                self._ends.append((end, job.tokens))
-            self.waiting -= len(done)
-            while jobs and jobs[0].pos >= jobs[0].n:
-                jobs.popleft()
+        dur = timing.iteration_s(compute, tokens) + extra
+        end = s + dur
+        self.time = end
+        self.iterations += 1
+        inst = self.inst
+        inst.busy_s += dur
+        for job in done:
+            self.ended.append((job.r, end))
+            self._ends.append((end, job.tokens))
+        self.waiting -= len(done)
+        while jobs and jobs[0].pos >= jobs[0].n:
+            jobs.popleft()
         if not self.waiting:
             self.est_s = 0.0
+        inst.busy_until = end + self.est_s if self.waiting else end
+        return end
+
+    def advance(self, t: float) -> None:
+        """Form every iteration that starts before ``t``."""
+        while self.waiting:
+            s = self.next_start()
+            if s >= t:
+                break
+            self.form(s)
         start = self.time if self.time > t else t
-        inst.busy_until = start + self.est_s if self.waiting else self.time
+        self.inst.busy_until = start + self.est_s if self.waiting else self.time
+
+    def ready(self, r: int, t: float) -> None:
+        """Request ``r``'s pull arrived at ``t`` (it was queued with ``ready_s`` = ``math.inf``)."""
+        for job in self.jobs:
+            if job.r == r and job.pos < job.n:
+                job.ready_s = t
+                return
+        raise AssertionError(f"ready: request {r} is not queued here")

@@ -222,6 +222,11 @@ class RoutingSimulator:
                 inst.engine = PrefillEngine(self._budget, c.prefill_time(), inst)
         self._row_of: dict[int, int] = {}  # batching: request -> its row in _rows, until its TTFT is known
         self.prefill_ends: list[tuple[int, float]] = []  # batching: (request, first token time) since last read
+        # batching driven from outside (the cluster's event loop forms each iteration: ``form``), and
+        # pulls left to it (``pulls``: (request, holder, instance, tokens) to copy; ``pull_arrived``)
+        self.external_clock = False
+        self.defer_pulls = False
+        self.pulls: list[tuple[int, int, int, int]] = []
         # every cache holds 0 blocks (the lecture's pool): no instance ever has a prefix hit
         self._uncached: bool = not any(self._cache_blocks) and not self._batched
         self._i = 0
@@ -390,7 +395,11 @@ class RoutingSimulator:
             self.instances[i].dispatch(now, transfer + prefill, n_in - hit)
         else:  # queued for batching: the pull runs on the NICs meanwhile; TTFT known when formed
             self._row_of[k] = len(self._rows)
-            engine.add(k, now, now + transfer, n_in, hit, prefill)
+            if fetched and self.defer_pulls:  # ready when the caller says its copy arrived
+                self.pulls.append((k, v.best_instance, i, fetched))
+                engine.add(k, now, math.inf, n_in, hit, prefill)
+            else:
+                engine.add(k, now, now + transfer, n_in, hit, prefill)
         self._caches[i].insert(v.block_ids)  # inst.cache
         ttft = queue + transfer + prefill  # = finish - arrival, without the rounding of absolute times
         self._last_row = row = (now, n_in, i, ttft, queue, transfer, prefill, hit, fetched)
@@ -424,26 +433,46 @@ class RoutingSimulator:
         """Batching: form every prefill iteration that starts before ``t`` on every instance; each
         request they end gets its real TTFT in the results and is listed in ``prefill_ends``
         (request, first token time). Nothing without batching."""
-        if not self._batched:
+        if not self._batched or self.external_clock:
             return
-        rows, row_of, ends = self._rows, self._row_of, self.prefill_ends
         for inst in self.instances:
             engine = inst.engine
             assert engine is not None
             if engine.waiting:
                 engine.advance(t)
                 if engine.ended:
-                    for k, end in engine.ended:
-                        pos = row_of.pop(k)
-                        now, n_in, i, _, _, transfer, prefill, hit, fetched = rows[pos]
-                        ttft = end - now
-                        wait = ttft - transfer - prefill
-                        row = (now, n_in, i, ttft, wait if wait > 0.0 else 0.0, transfer, prefill, hit, fetched)
-                        rows[pos] = row
-                        if pos == len(rows) - 1 and self._last_row is not None:
-                            self._last_row = row
-                        ends.append((k, end))
-                    engine.ended.clear()
+                    self._collect(engine)
+
+    def form(self, i: int, s: float) -> float:
+        """Batching driven from outside: form instance ``i``'s iteration starting at ``s``; returns
+        its end (the requests it ends are listed in ``prefill_ends``)."""
+        engine = self.instances[i].engine
+        assert engine is not None
+        end = engine.form(s)
+        if engine.ended:
+            self._collect(engine)
+        return end
+
+    def pull_arrived(self, k: int, i: int, t: float) -> None:
+        """Request ``k``'s deferred pull reached instance ``i`` at ``t``: it is ready to prefill."""
+        engine = self.instances[i].engine
+        assert engine is not None
+        engine.ready(k, t)
+
+    def _collect(self, engine: PrefillEngine) -> None:
+        """The real TTFTs of the requests ``engine`` ended, into their rows and ``prefill_ends``."""
+        rows, row_of, ends = self._rows, self._row_of, self.prefill_ends
+        for k, end in engine.ended:
+            pos = row_of.pop(k)
+            now, n_in, i, _, _, transfer, prefill, hit, fetched = rows[pos]
+            ttft = end - now
+            wait = ttft - transfer - prefill
+            row = (now, n_in, i, ttft, wait if wait > 0.0 else 0.0, transfer, prefill, hit, fetched)
+            rows[pos] = row
+            if pos == len(rows) - 1 and self._last_row is not None:
+                self._last_row = row
+            ends.append((k, end))
+        engine.ended.clear()
 
     def finish(self) -> None:
         """Batching: form every remaining iteration (the pool drains); nothing without batching."""
