@@ -42,6 +42,7 @@ def c(p, e):
 def test_the_realistic_presets_batch_prefill_and_recompute_and_the_lecture_does_neither():
     for name in ("mooncake", "mooncake-overload", "mooncake-hetero", "h100"):
         assert PRESETS[name].prefill_token_budget == 8192 and PRESETS[name].preemption == "recompute"
+        assert PRESETS[name].shared_nics and PRESETS[name].pipeline_nodes == 4
     assert PRESETS["lecture"].prefill_token_budget == 0 and PRESETS["lecture"].preemption == "abort"
     with pytest.raises(ValueError, match="prefill_token_budget"):
         PRESETS["lecture"].with_(prefill_token_budget=8192)  # the toy's cost model has no iterations
@@ -262,3 +263,44 @@ def test_a_pull_over_an_idle_nic_takes_the_transfer_time_and_then_the_prefill():
     res = sim.result()
     assert res.metrics["fetched_tokens"] == 5120
     assert res.ttft_s[1] == pytest.approx(COST.transfer_s(5120) + COST.prefill_s(6120, 5120), rel=1e-9)
+
+
+# --- chunked pipeline parallelism --------------------------------------------------------------------
+def test_a_long_prompt_is_pipelined_over_its_group_and_holds_it():
+    # 4 instances in groups of 2 ({0, 1}, {2, 3}); prompts of >= 16,384 tokens are pipelined.
+    # A: 20,000 tokens on instance 0 at 0 -> chunks of 8,192, 8,192 and 3,616 through 2 stages;
+    # B: 1,000 tokens on instance 1 at 0.1 s waits for the group; C: 1,000 tokens on instance 2 does not
+    cfg = RoutingConfig(4, 0, 30.0, prefill_token_budget=8192, pipeline_nodes=2, pipeline_min_tokens=16_384)
+    tr = trace_of((0.0, 20_000, 5), (0.1, 1000, 5), (0.1, 1000, 5))
+    sim = RoutingSimulator(tr, cfg, COST)
+    for target in (0, 1, 2):
+        sim.step(Route(target))
+    res = sim.result()
+    ovh = COST.instance.iteration_overhead_s  # each stage's iteration pays it whole
+    send_per_token = COST.model.d_model * 2 / 100e9  # BF16 activations over 800 Gbps
+    chunks = [(0, 8192), (8192, 16_384), (16_384, 20_000)]
+    stage = [(PT.iteration_s(c(p, e), e - p) - ovh) / 2 + ovh for p, e in chunks]
+    send = [COST.transfer_latency_s + send_per_token * (e - p) for p, e in chunks]
+    # stage 0 runs the chunks back to back; stage 1 takes chunk k after its send and after chunk k - 1
+    f0 = [stage[0], stage[0] + stage[1], stage[0] + stage[1] + stage[2]]
+    f1 = []
+    for k in range(3):
+        begin = max(f0[k] + send[k], f1[-1] if f1 else 0.0)
+        f1.append(begin + stage[k])
+    end_a = f1[-1] + OVH  # and the request's own overhead
+    assert end_a < COST.prefill_s(20_000)  # faster than on one instance
+    assert res.ttft_s[0] == pytest.approx(end_a, rel=1e-12)
+    assert res.ttft_s[1] == pytest.approx(end_a + COST.prefill_s(1000) - 0.1, rel=1e-12)  # after the group
+    assert res.ttft_s[2] == pytest.approx(COST.prefill_s(1000), rel=1e-12)  # the other group: at once
+    assert sim.instances[0].engine.pipelined_runs == 1
+    # the cluster gives the same first tokens
+    p = get_preset("mooncake").with_(n_prefill=4, n_decode=1, pipeline_nodes=2, pipeline_min_tokens=16_384)
+    from mooncake_gym.sim.views import ClusterAction
+    cs = ClusterSimulator(tr, p)
+    for target in (0, 1, 2):
+        cs.step(ClusterAction(True, Route(target), None))
+    assert cs.result().ttft_s.tolist() == res.ttft_s.tolist()
+    with pytest.raises(ValueError, match="pipeline_nodes"):
+        RoutingConfig(4, 0, 30.0, prefill_token_budget=8192, pipeline_nodes=0)
+    with pytest.raises(ValueError, match="pipeline_nodes"):
+        RoutingConfig(4, 0, 30.0, pipeline_nodes=2)

@@ -30,8 +30,11 @@ PREEMPTION_MODES = ("abort", "recompute", "swap")
 #: ``max_num_batched_tokens`` for online serving; the cost model's chunk) and preemption by
 #: recomputation (vLLM's default: "Preempted requests are recomputed when sufficient KV cache space
 #: becomes available again", docs.vllm.ai, Optimization and Tuning); KV transfers sharing each node's
-#: NIC (one 800 Gbps NIC set per node, Mooncake v3 §2 and FAST'25 Table 1).
-ENGINE = dict(prefill_token_budget=8192, preemption="recompute", shared_nics=True)
+#: NIC (one 800 Gbps NIC set per node, Mooncake v3 §2 and FAST'25 Table 1); chunked pipeline
+#: parallelism over groups of 4 prefill nodes for prompts of 32,768 tokens or more (Mooncake v3 §5.1
+#: groups "every X nodes" and publishes no X: 4 and a prompt that fills 4 chunks are assumptions).
+ENGINE = dict(prefill_token_budget=8192, preemption="recompute", shared_nics=True, pipeline_nodes=4,
+              pipeline_min_tokens=32_768)
 
 
 @mypyc_attr(native_class=False)  # a frozen dataclass set in __post_init__
@@ -54,6 +57,10 @@ class RoutingConfig:
         (chunked prefill batching as vLLM's ``max_num_batched_tokens`` / SGLang's
         ``chunked_prefill_size``: ``mooncake_gym.sim.prefill.PrefillEngine``; realistic cost models
         only).
+    pipeline_nodes, pipeline_min_tokens: 1 (default: no pipeline) or the instances of a pipelined
+        prefill group (consecutive instances; the last group holds what is left) over which a prompt
+        of at least ``pipeline_min_tokens`` computed tokens is prefilled by chunked pipeline
+        parallelism (Mooncake v3 §5.1; needs ``prefill_token_budget``, the chunk size).
     """
 
     n_instances: int | None = None
@@ -61,6 +68,8 @@ class RoutingConfig:
     ttft_slo_s: float = 5.0
     instances: tuple[InstanceSpec, ...] | None = None
     prefill_token_budget: int = 0
+    pipeline_nodes: int = 1
+    pipeline_min_tokens: int = 0
 
     def __post_init__(self):
         if self.instances is not None:
@@ -84,6 +93,7 @@ class RoutingConfig:
             check("cache_blocks", blocks)
         check("ttft_slo_s", self.ttft_slo_s)
         check_token_budget(self.prefill_token_budget)
+        check_pipeline(self.pipeline_nodes, self.pipeline_min_tokens, n, self.prefill_token_budget)
 
     def instance_cache_blocks(self) -> tuple[int, ...]:
         """Each instance's prefix-cache capacity in blocks."""
@@ -106,6 +116,16 @@ def check_token_budget(budget) -> None:
     if not (isinstance(budget, int) and not isinstance(budget, bool) and 0 <= budget <= 10**7):
         raise ValueError(f"prefill_token_budget: expected an integer in 0..10**7 (0: one request at a time), "
                          f"got {budget!r}")
+
+
+def check_pipeline(nodes, min_tokens, n_instances: int, budget: int) -> None:
+    """``pipeline_nodes`` (1: none) in 1..1024, needing a token budget; ``pipeline_min_tokens`` >= 0."""
+    if not (isinstance(nodes, int) and not isinstance(nodes, bool) and 1 <= nodes <= 1024):
+        raise ValueError(f"pipeline_nodes: expected an integer in 1..1024 (1: no pipeline), got {nodes!r}")
+    if not (isinstance(min_tokens, int) and not isinstance(min_tokens, bool) and 0 <= min_tokens <= 10**9):
+        raise ValueError(f"pipeline_min_tokens: expected an integer in 0..10**9, got {min_tokens!r}")
+    if nodes > 1 and not budget:
+        raise ValueError("pipeline_nodes: chunked pipeline parallelism needs prefill_token_budget (its chunk)")
 
 
 _POOL_PART = re.compile(r"^\s*(?:(\d+)\s*[xX*]\s*)?([A-Za-z0-9]+)\s*$")
@@ -183,6 +203,11 @@ class ClusterPreset:
       prefill to decode nodes) share each node's NIC with the others it sends or receives at the
       same time (``mooncake_gym.sim.network``); False: each copy has a whole NIC. Needs
       ``prefill_token_budget``.
+    - ``pipeline_nodes``, ``pipeline_min_tokens``: chunked pipeline parallelism (Mooncake v3 §5.1):
+      the prefill pool in groups of ``pipeline_nodes`` consecutive instances; a prompt of at least
+      ``pipeline_min_tokens`` computed tokens is prefilled over its instance's whole group, its
+      chunks (``prefill_token_budget``) pipelined through the group's stages (``RoutingConfig``,
+      ``prefill.PrefillEngine``). 1: none.
     """
 
     name: str
@@ -201,6 +226,8 @@ class ClusterPreset:
     prefill_token_budget: int = 0
     preemption: str = "abort"
     shared_nics: bool = False
+    pipeline_nodes: int = 1
+    pipeline_min_tokens: int = 0
 
     def __post_init__(self):
         if self.prefill_gpus is not None:
@@ -221,6 +248,7 @@ class ClusterPreset:
         if self.shared_nics and not self.prefill_token_budget:
             raise ValueError("shared_nics: the NICs are shared in the batching prefill's event loop; "
                              "set prefill_token_budget too")
+        check_pipeline(self.pipeline_nodes, self.pipeline_min_tokens, self.n_prefill, self.prefill_token_budget)
         if self.preemption not in PREEMPTION_MODES:
             raise ValueError(f"preemption: expected one of {PREEMPTION_MODES}, got {self.preemption!r}")
         if self.decode_model not in DECODE_MODELS:
@@ -257,7 +285,8 @@ class ClusterPreset:
         instances = None if self.prefill_gpus is None else tuple(
             replace(self.prefill_cost.instance, gpu=gpu) for gpu in self.prefill_gpus)
         return RoutingConfig(self.n_prefill, self.cache_blocks, self.ttft_slo_s, instances=instances,
-                             prefill_token_budget=self.prefill_token_budget)
+                             prefill_token_budget=self.prefill_token_budget, pipeline_nodes=self.pipeline_nodes,
+                             pipeline_min_tokens=self.pipeline_min_tokens)
 
     def with_(self, **changes) -> "ClusterPreset":
         """A copy with some fields changed (``preset.with_(n_decode=4)``)."""

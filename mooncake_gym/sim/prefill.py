@@ -107,11 +107,13 @@ class PrefillJob:
     (overhead, the cached prefix's load not hidden behind compute) spent in the iteration of its last
     chunk, ``est_s`` the estimate of its remaining time served alone."""
 
-    __slots__ = ("r", "n", "pos", "ready_s", "extra_s", "est_s", "tokens")
+    __slots__ = ("r", "n", "pos", "ready_s", "extra_s", "est_s", "tokens", "pipelined")
 
-    def __init__(self, r: int, n: int, pos: int, ready_s: float, extra_s: float, est_s: float):
+    def __init__(self, r: int, n: int, pos: int, ready_s: float, extra_s: float, est_s: float,
+                 pipelined: bool = False):
         self.r, self.n, self.pos, self.ready_s, self.extra_s, self.est_s = r, n, pos, ready_s, extra_s, est_s
         self.tokens = n - pos  # computed tokens in all
+        self.pipelined = pipelined  # prefilled by chunked pipeline parallelism over the engine's group
 
 
 class PrefillEngine:
@@ -133,7 +135,8 @@ class PrefillEngine:
     """
 
     __slots__ = ("budget", "time", "jobs", "est_s", "ended", "iterations", "timing", "inst", "waiting",
-                 "_ends")
+                 "_ends", "group", "pipeline_min_tokens", "send_s_per_token", "send_latency_s", "stage_overhead_s",
+                 "blocked_until", "pipelined_runs")
 
     def __init__(self, budget: int, timing: PrefillTime, inst: PrefillInstance):
         if not timing.realistic:
@@ -148,12 +151,33 @@ class PrefillEngine:
         self.ended: list[tuple[int, float]] = []  # (request, first token time) as iterations are formed
         self._ends: deque[tuple[float, int]] = deque()  # (first token time, tokens) of ended prompts, in order
         self.iterations = 0
+        # chunked pipeline parallelism (set_pipeline): the engines of the group, in stage order
+        self.group: list[PrefillEngine] = [self]
+        self.pipeline_min_tokens = 0
+        self.send_s_per_token = 0.0
+        self.send_latency_s = 0.0
+        self.stage_overhead_s = 0.0
+        self.blocked_until = 0.0  # a pipelined prompt of the group holds this instance until then
+        self.pipelined_runs = 0
+
+    def set_pipeline(self, group: list[PrefillEngine], min_tokens: int, send_s_per_token: float,
+                     send_latency_s: float, stage_overhead_s: float) -> None:
+        """Prefill prompts of at least ``min_tokens`` computed tokens by chunked pipeline
+        parallelism over ``group`` (this engine first): see :meth:`_pipeline`. An activation send
+        between two stages takes ``send_latency_s + send_s_per_token x tokens``; each stage's
+        iteration pays ``stage_overhead_s`` whole (the rest of an iteration is split by layers)."""
+        self.group = group
+        self.pipeline_min_tokens = min_tokens
+        self.send_s_per_token = send_s_per_token
+        self.send_latency_s = send_latency_s
+        self.stage_overhead_s = stage_overhead_s
 
     def add(self, r: int, now: float, ready_s: float, n: int, h: int, est_s: float) -> None:
         """Queue request ``r`` (tokens ``h..n`` to compute, ready at ``ready_s``, ``est_s`` its
         prefill time served alone) at ``now``."""
         extra = est_s - self.timing._chunked_compute(n, h)
-        self.jobs.append(PrefillJob(r, n, h, ready_s, extra if extra > 0.0 else 0.0, est_s))
+        pipelined = len(self.group) > 1 and n - h >= self.pipeline_min_tokens
+        self.jobs.append(PrefillJob(r, n, h, ready_s, extra if extra > 0.0 else 0.0, est_s, pipelined))
         self.waiting += 1
         self.est_s += est_s
         inst = self.inst
@@ -172,7 +196,7 @@ class PrefillEngine:
     def next_start(self) -> float:
         """When the next iteration can start: the last one's end, or the earliest time a queued
         prompt is ready (its pull arrived) if none is then; ``math.inf`` if none is known to be."""
-        s = self.time
+        s = self.time if self.time > self.blocked_until else self.blocked_until
         first = math.inf
         for job in self.jobs:
             if job.pos < job.n:
@@ -180,7 +204,7 @@ class PrefillEngine:
                     return s
                 if job.ready_s < first:
                     first = job.ready_s
-        return first
+        return first if first > s else s
 
     def form(self, s: float) -> float:
         """Form the iteration starting at ``s`` (at or after :meth:`next_start`) from the prompts
@@ -195,6 +219,10 @@ class PrefillEngine:
         for job in jobs:
             if job.pos >= job.n or job.ready_s > s:
                 continue
+            if job.pipelined:
+                if tokens:
+                    break  # its turn comes next, alone
+                return self._pipeline(job, s)
             take = job.n - job.pos
             if take > left:
                 take = left
@@ -228,6 +256,62 @@ class PrefillEngine:
         if not self.waiting:
             self.est_s = 0.0
         inst.busy_until = end + self.est_s if self.waiting else end
+        return end
+
+    def _pipeline(self, job: PrefillJob, s: float) -> float:
+        """Chunked pipeline parallelism (Mooncake v3 §5.1): the prompt's chunks of at most
+        ``budget`` tokens flow through the group's P instances, each holding 1/P of the layers.
+        Chunk c's stage takes (its iteration's time less the iteration overhead) / P plus the
+        overhead; it goes to the next stage after the activation send; a stage takes chunk c once
+        it has finished chunk c - 1. The group is held whole from when its last instance is free
+        until the last chunk leaves the last stage (the other instances' queues wait)."""
+        timing = self.timing
+        group = self.group
+        start = s
+        for e in group:
+            if e.time > start:
+                start = e.time
+        p_stages = len(group)
+        ovh = self.stage_overhead_s
+        finish = [start] * p_stages  # each stage's last finish
+        busy = 0.0
+        pos = job.pos
+        while pos < job.n:
+            e = pos + self.budget
+            if e > job.n:
+                e = job.n
+            t = e - pos
+            stage = (timing.iteration_s(timing.chunk_compute_s(pos, e), t) - ovh) / p_stages + ovh
+            send = self.send_latency_s + self.send_s_per_token * t
+            ready = start  # the chunk enters stage 0 at once
+            for k in range(p_stages):
+                begin = ready if ready > finish[k] else finish[k]
+                finish[k] = begin + stage
+                ready = finish[k] + send
+            busy += stage
+            pos = e
+        end = finish[p_stages - 1] + job.extra_s
+        job.pos = job.n
+        self.est_s -= job.est_s
+        for e in group:
+            if e is not self:
+                if end > e.blocked_until:
+                    e.blocked_until = end
+                e.inst.busy_s += busy
+                e.inst.busy_until = end + e.est_s if e.waiting else end
+        self.time = end
+        self.iterations += 1
+        self.pipelined_runs += 1
+        self.inst.busy_s += busy + job.extra_s
+        self.ended.append((job.r, end))
+        self._ends.append((end, job.tokens))
+        self.waiting -= 1
+        jobs = self.jobs
+        while jobs and jobs[0].pos >= jobs[0].n:
+            jobs.popleft()
+        if not self.waiting:
+            self.est_s = 0.0
+        self.inst.busy_until = end + self.est_s if self.waiting else end
         return end
 
     def advance(self, t: float) -> None:

@@ -45,7 +45,7 @@ from typing import Any, Callable, Sequence, cast
 import numpy as np
 
 from mooncake_gym.sim.prefill import PrefillEngine, PrefillInstance, pool_load
-from mooncake_gym.model.costmodel import CostModel
+from mooncake_gym.model.costmodel import NODE_TIER_BANDWIDTH, CostModel
 from mooncake_gym._native import mypyc_attr
 from mooncake_gym.sim.observation import Observer, as_observation, observation_rng
 from mooncake_gym.sim.policy import policy_name, reset_policy
@@ -220,6 +220,17 @@ class RoutingSimulator:
         if self._batched:
             for inst, c in zip(self.instances, self.costs):
                 inst.engine = PrefillEngine(self._budget, c.prefill_time(), inst)
+        depth = self.config.pipeline_nodes
+        self._pipelined: bool = depth > 1
+        if self._pipelined:  # groups of consecutive instances; each instance's own first
+            engines = [cast(PrefillEngine, inst.engine) for inst in self.instances]
+            for i, (engine, c) in enumerate(zip(engines, self.costs)):
+                g = i - i % depth
+                group = [engine] + [engines[j] for j in range(g, min(g + depth, len(engines))) if j != i]
+                # activations of the chunk's tokens (d_model BF16 values each) over the RDMA NIC
+                engine.set_pipeline(group, self.config.pipeline_min_tokens,
+                                    c.model.d_model * 2 / NODE_TIER_BANDWIDTH["rdma"], c.transfer_latency_s,
+                                    c.instance.iteration_overhead_s)
         self._row_of: dict[int, int] = {}  # batching: request -> its row in _rows, until its TTFT is known
         self.prefill_ends: list[tuple[int, float]] = []  # batching: (request, first token time) since last read
         # batching driven from outside (the cluster's event loop forms each iteration: ``form``), and
@@ -434,6 +445,22 @@ class RoutingSimulator:
         request they end gets its real TTFT in the results and is listed in ``prefill_ends``
         (request, first token time). Nothing without batching."""
         if not self._batched or self.external_clock:
+            return
+        if self._pipelined:  # the engines hold one another: every iteration in one order of time
+            engines = [cast(PrefillEngine, inst.engine) for inst in self.instances]
+            while True:
+                best, best_s = -1, t
+                for i, engine in enumerate(engines):
+                    if engine.waiting:
+                        s = engine.next_start()
+                        if s < best_s:
+                            best, best_s = i, s
+                if best < 0:
+                    break
+                self.form(best, best_s)
+            for inst in self.instances:
+                engine = cast(PrefillEngine, inst.engine)
+                engine.advance(t)  # (nothing left before t: the estimates at t)
             return
         for inst in self.instances:
             engine = inst.engine
