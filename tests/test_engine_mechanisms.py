@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from mooncake_gym.model.costmodel import CostModel
-from mooncake_gym.model.presets import PRESETS, RoutingConfig, get_preset
+from mooncake_gym.model.presets import PRESETS, PrefillBatching, RoutingConfig, get_preset
 from mooncake_gym.model.workload import Trace
 from mooncake_gym.sim.cluster import COMPLETED, PREEMPTED, ClusterSimulator, simulate
 from mooncake_gym.sim.decode import tail_means
@@ -46,8 +46,8 @@ def test_the_realistic_presets_batch_prefill_and_recompute_and_the_lecture_does_
     assert PRESETS["lecture"].prefill_token_budget == 0 and PRESETS["lecture"].preemption == "abort"
     with pytest.raises(ValueError, match="prefill_token_budget"):
         PRESETS["lecture"].with_(prefill_token_budget=8192)  # the toy's cost model has no iterations
-    with pytest.raises(ValueError, match="prefill_token_budget"):
-        RoutingConfig(prefill_token_budget=-1)
+    with pytest.raises(ValueError, match="token_budget"):
+        PrefillBatching(-1)
     with pytest.raises(ValueError, match="preemption"):
         ONE.with_(preemption="drop")
 
@@ -68,7 +68,7 @@ def test_queued_prompts_share_iterations_up_to_the_token_budget():
     d3 = PT.iteration_s(c(0, 500), 500) + OVH
     t_d, t_e = d1 / 2, d1 + d2 / 2
     tr = trace_of((0.0, 10_000, 5), (0.0, 3000, 5), (0.0, 2000, 5), (t_d, 1000, 5), (t_e, 500, 5))
-    sim = RoutingSimulator(tr, RoutingConfig(1, 0, 30.0, prefill_token_budget=8192), COST)
+    sim = RoutingSimulator(tr, RoutingConfig(1, 0, 30.0), COST, batching=PrefillBatching(8192))
     views = []
     view = sim.view
     while view is not None:
@@ -108,7 +108,7 @@ def test_the_cluster_takes_the_batched_ttfts_and_conserves_requests():
     tr = trace_of(*[(0.1 * k, 500 + 700 * (k % 5), 20) for k in range(40)])
     p = get_preset("mooncake").with_(n_prefill=2, n_decode=2)
     res = simulate(tr, p)
-    routed = RoutingSimulator(tr, p.routing_config(), p.prefill_cost)
+    routed = RoutingSimulator(tr, p.routing_config(), p.prefill_cost, batching=p.prefill_batching())
     view = routed.view
     while view is not None:
         view = routed.step(res.prefill_instance[view.index].item())
@@ -270,9 +270,9 @@ def test_a_long_prompt_is_pipelined_over_its_group_and_holds_it():
     # 4 instances in groups of 2 ({0, 1}, {2, 3}); prompts of >= 16,384 tokens are pipelined.
     # A: 20,000 tokens on instance 0 at 0 -> chunks of 8,192, 8,192 and 3,616 through 2 stages;
     # B: 1,000 tokens on instance 1 at 0.1 s waits for the group; C: 1,000 tokens on instance 2 does not
-    cfg = RoutingConfig(4, 0, 30.0, prefill_token_budget=8192, pipeline_nodes=2, pipeline_min_tokens=16_384)
+    cfg = RoutingConfig(4, 0, 30.0)
     tr = trace_of((0.0, 20_000, 5), (0.1, 1000, 5), (0.1, 1000, 5))
-    sim = RoutingSimulator(tr, cfg, COST)
+    sim = RoutingSimulator(tr, cfg, COST, batching=PrefillBatching(8192, 2, 16_384))
     for target in (0, 1, 2):
         sim.step(Route(target))
     res = sim.result()
@@ -301,6 +301,6 @@ def test_a_long_prompt_is_pipelined_over_its_group_and_holds_it():
         cs.step(ClusterAction(True, Route(target), None))
     assert cs.result().ttft_s.tolist() == res.ttft_s.tolist()
     with pytest.raises(ValueError, match="pipeline_nodes"):
-        RoutingConfig(4, 0, 30.0, prefill_token_budget=8192, pipeline_nodes=0)
+        PrefillBatching(8192, 0)
     with pytest.raises(ValueError, match="pipeline_nodes"):
-        RoutingConfig(4, 0, 30.0, pipeline_nodes=2)
+        p.with_(prefill_token_budget=0, shared_nics=False)  # a pipeline needs the budget (its chunks)

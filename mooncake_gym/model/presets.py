@@ -35,6 +35,9 @@ PREEMPTION_MODES = ("abort", "recompute", "swap")
 #: groups "every X nodes" and publishes no X: 4 and a prompt that fills 4 chunks are assumptions).
 ENGINE = dict(prefill_token_budget=8192, preemption="recompute", shared_nics=True, pipeline_nodes=4,
               pipeline_min_tokens=32_768)
+#: The same fields with the mechanisms off (``preset.with_(**NO_ENGINE)``): one request at a time per
+#: prefill instance, FIFO, each copy with a whole NIC, preempted requests aborted.
+NO_ENGINE = dict(prefill_token_budget=0, preemption="abort", shared_nics=False, pipeline_nodes=1, pipeline_min_tokens=0)
 
 
 @mypyc_attr(native_class=False)  # a frozen dataclass set in __post_init__
@@ -52,24 +55,12 @@ class RoutingConfig:
         name (``"H800"``) stands for ``InstanceSpec(gpu=name)`` (8 GPUs at 60 % MFU), and a string
         such as ``"4xH800+4xA800"`` for that list. Each instance then prefills at its own speed
         (``CostModel`` with that instance); the served model, block size and RDMA are the cluster's.
-    prefill_token_budget: 0 (default: each instance prefills one request at a time, FIFO, its time
-        known at dispatch) or the new tokens one model iteration takes from the instance's queue
-        (chunked prefill batching as vLLM's ``max_num_batched_tokens`` / SGLang's
-        ``chunked_prefill_size``: ``mooncake_gym.sim.prefill.PrefillEngine``; realistic cost models
-        only).
-    pipeline_nodes, pipeline_min_tokens: 1 (default: no pipeline) or the instances of a pipelined
-        prefill group (consecutive instances; the last group holds what is left) over which a prompt
-        of at least ``pipeline_min_tokens`` computed tokens is prefilled by chunked pipeline
-        parallelism (Mooncake v3 §5.1; needs ``prefill_token_budget``, the chunk size).
     """
 
     n_instances: int | None = None
     cache_blocks: int | tuple[int, ...] = 3000
     ttft_slo_s: float = 5.0
     instances: tuple[InstanceSpec, ...] | None = None
-    prefill_token_budget: int = 0
-    pipeline_nodes: int = 1
-    pipeline_min_tokens: int = 0
 
     def __post_init__(self):
         if self.instances is not None:
@@ -92,8 +83,6 @@ class RoutingConfig:
         else:
             check("cache_blocks", blocks)
         check("ttft_slo_s", self.ttft_slo_s)
-        check_token_budget(self.prefill_token_budget)
-        check_pipeline(self.pipeline_nodes, self.pipeline_min_tokens, n, self.prefill_token_budget)
 
     def instance_cache_blocks(self) -> tuple[int, ...]:
         """Each instance's prefix-cache capacity in blocks."""
@@ -111,14 +100,39 @@ class RoutingConfig:
         return tuple(replace(cost, instance=spec) for spec in self.instances)
 
 
-def check_token_budget(budget) -> None:
+@dataclass(frozen=True)
+class PrefillBatching:
+    """How each prefill instance runs its queue instead of one request at a time (the routing
+    simulator's ``batching=``; :meth:`ClusterPreset.prefill_batching`).
+
+    token_budget: the new tokens one model iteration takes from the instance's queue (chunked
+        prefill batching as vLLM's ``max_num_batched_tokens`` / SGLang's ``chunked_prefill_size``:
+        ``mooncake_gym.sim.prefill.PrefillEngine``; realistic cost models only).
+    pipeline_nodes, pipeline_min_tokens: 1 (default: no pipeline) or the instances of a pipelined
+        prefill group (consecutive instances; the last group holds what is left) over which a prompt
+        of at least ``pipeline_min_tokens`` computed tokens is prefilled by chunked pipeline
+        parallelism (Mooncake v3 §5.1), its chunks of ``token_budget`` tokens.
+    """
+
+    token_budget: int = 8192
+    pipeline_nodes: int = 1
+    pipeline_min_tokens: int = 0
+
+    def __post_init__(self):
+        check_token_budget(self.token_budget, "token_budget")
+        if not self.token_budget:
+            raise ValueError("token_budget: expected at least 1 token per iteration (no batching: batching=None)")
+        check_pipeline(self.pipeline_nodes, self.pipeline_min_tokens, self.token_budget)
+
+
+def check_token_budget(budget, name: str = "prefill_token_budget") -> None:
     """``prefill_token_budget``: 0 (no batching) or the new tokens of one prefill iteration."""
     if not (isinstance(budget, int) and not isinstance(budget, bool) and 0 <= budget <= 10**7):
-        raise ValueError(f"prefill_token_budget: expected an integer in 0..10**7 (0: one request at a time), "
+        raise ValueError(f"{name}: expected an integer in 0..10**7 (0: one request at a time), "
                          f"got {budget!r}")
 
 
-def check_pipeline(nodes, min_tokens, n_instances: int, budget: int) -> None:
+def check_pipeline(nodes, min_tokens, budget: int) -> None:
     """``pipeline_nodes`` (1: none) in 1..1024, needing a token budget; ``pipeline_min_tokens`` >= 0."""
     if not (isinstance(nodes, int) and not isinstance(nodes, bool) and 1 <= nodes <= 1024):
         raise ValueError(f"pipeline_nodes: expected an integer in 1..1024 (1: no pipeline), got {nodes!r}")
@@ -193,7 +207,7 @@ class ClusterPreset:
       chunking and overheads the same), as ``RoutingConfig(instances=...)`` builds them.
     - ``prefill_token_budget``: 0 (one request at a time per prefill instance, FIFO) or the new
       tokens each prefill iteration takes from the queue's head, possibly a chunk of a long prompt
-      and several short ones (chunked prefill as vLLM and SGLang run it; see ``RoutingConfig``).
+      and several short ones (chunked prefill as vLLM and SGLang run it; see ``PrefillBatching``).
     - ``preemption``: what a decode instance does with the request it evicts when its KV runs out:
       ``"abort"`` (it ends, outcome ``PREEMPTED``), ``"recompute"`` (vLLM's default: its KV is
       dropped, it waits at the head of the instance's queue and, once there is room, its prompt and
@@ -206,7 +220,7 @@ class ClusterPreset:
     - ``pipeline_nodes``, ``pipeline_min_tokens``: chunked pipeline parallelism (Mooncake v3 §5.1):
       the prefill pool in groups of ``pipeline_nodes`` consecutive instances; a prompt of at least
       ``pipeline_min_tokens`` computed tokens is prefilled over its instance's whole group, its
-      chunks (``prefill_token_budget``) pipelined through the group's stages (``RoutingConfig``,
+      chunks (``prefill_token_budget``) pipelined through the group's stages (``PrefillBatching``,
       ``prefill.PrefillEngine``). 1: none.
     """
 
@@ -248,7 +262,7 @@ class ClusterPreset:
         if self.shared_nics and not self.prefill_token_budget:
             raise ValueError("shared_nics: the NICs are shared in the batching prefill's event loop; "
                              "set prefill_token_budget too")
-        check_pipeline(self.pipeline_nodes, self.pipeline_min_tokens, self.n_prefill, self.prefill_token_budget)
+        check_pipeline(self.pipeline_nodes, self.pipeline_min_tokens, self.prefill_token_budget)
         if self.preemption not in PREEMPTION_MODES:
             raise ValueError(f"preemption: expected one of {PREEMPTION_MODES}, got {self.preemption!r}")
         if self.decode_model not in DECODE_MODELS:
@@ -284,9 +298,13 @@ class ClusterPreset:
         SLO; with ``prefill_gpus``, one ``InstanceSpec`` per instance)."""
         instances = None if self.prefill_gpus is None else tuple(
             replace(self.prefill_cost.instance, gpu=gpu) for gpu in self.prefill_gpus)
-        return RoutingConfig(self.n_prefill, self.cache_blocks, self.ttft_slo_s, instances=instances,
-                             prefill_token_budget=self.prefill_token_budget, pipeline_nodes=self.pipeline_nodes,
-                             pipeline_min_tokens=self.pipeline_min_tokens)
+        return RoutingConfig(self.n_prefill, self.cache_blocks, self.ttft_slo_s, instances=instances)
+
+    def prefill_batching(self) -> PrefillBatching | None:
+        """How the prefill instances run their queues (None: one request at a time, FIFO)."""
+        if not self.prefill_token_budget:
+            return None
+        return PrefillBatching(self.prefill_token_budget, self.pipeline_nodes, self.pipeline_min_tokens)
 
     def with_(self, **changes) -> "ClusterPreset":
         """A copy with some fields changed (``preset.with_(n_decode=4)``)."""

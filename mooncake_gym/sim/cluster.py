@@ -215,7 +215,8 @@ class ClusterSimulator:
         p = self.preset
         reset_policy(self.router, self.seed)
         self.prefill = RoutingSimulator(self.trace, self._routing_config, p.prefill_cost, self.observation,
-                                        None if self.observation.exact else observation_rng(self.seed))
+                                        None if self.observation.exact else observation_rng(self.seed),
+                                        p.prefill_batching())
         # batching prefill: each iteration is an event here (_ITER), so that pulls and copies over
         # the shared NICs (self.network) and the iterations happen in one order of time
         self.prefill.external_clock = self._batched
@@ -339,7 +340,8 @@ class ClusterSimulator:
             if decode is not None:  # (None, the default rule, is not stored)
                 self._target[i] = decode
             if self._batched:  # its first token's time is known once its last iteration is formed (_ITER)
-                finish = now + row[3]  # the estimate at dispatch, until then
+                finish = now + row[3]  # the estimate at dispatch, until then (ttft_s too)
+                self.ttft_s[i] = row[3]
                 self._in_prefill[i] = finish
                 self._prefill_fifo[k].append((finish, i))
                 if prefill.pulls:  # its prefix's copy, over the shared NICs
@@ -1002,7 +1004,7 @@ def saturation(trace: Trace, preset: str | ClusterPreset = "mooncake", decode_ch
     # prefill: every request of the mix queued at once, routed by Algorithm 1 (prefix caches and
     # pulls included): the pool's rate is the requests over the time the last one finishes
     backlog = trace.take(range(len(trace)), arrival_s=np.zeros(len(trace)))
-    pool_sim = RoutingSimulator(backlog, p.routing_config(), p.prefill_cost)
+    pool_sim = RoutingSimulator(backlog, p.routing_config(), p.prefill_cost, batching=p.prefill_batching())
     router = KVCentric()
     view = pool_sim.view
     while view is not None:

@@ -268,9 +268,9 @@ class PrefillEngine:
         timing = self.timing
         group = self.group
         start = s
-        for e in group:
-            if e.time > start:
-                start = e.time
+        for mate in group:
+            if mate.time > start:
+                start = mate.time
         p_stages = len(group)
         ovh = self.stage_overhead_s
         finish = [start] * p_stages  # each stage's last finish
@@ -293,12 +293,12 @@ class PrefillEngine:
         end = finish[p_stages - 1] + job.extra_s
         job.pos = job.n
         self.est_s -= job.est_s
-        for e in group:
-            if e is not self:
-                if end > e.blocked_until:
-                    e.blocked_until = end
-                e.inst.busy_s += busy
-                e.inst.busy_until = end + e.est_s if e.waiting else end
+        for mate in group:
+            if mate is not self:
+                if end > mate.blocked_until:
+                    mate.blocked_until = end
+                mate.inst.busy_s += busy
+                mate.inst.busy_until = end + mate.est_s if mate.waiting else end
         self.time = end
         self.iterations += 1
         self.pipelined_runs += 1

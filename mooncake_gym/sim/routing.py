@@ -22,7 +22,7 @@ Model (Mooncake v3 §6, Algorithm 1):
 Since service is FIFO and deterministic, each request's TTFT is known at dispatch:
 ``TTFT = queue + transfer + prefill``, where queue is the work already queued on the instance.
 
-With ``RoutingConfig(prefill_token_budget=B)`` each instance batches its queue per iteration
+With ``batching=PrefillBatching(B)`` each instance batches its queue per iteration
 instead (chunked prefill, ``prefill.PrefillEngine``): a request's TTFT is then known only once the
 iteration holding its last chunk is formed (it depends on what arrives later), the pull runs on the
 NICs while the instance computes others (the request is ready for its iterations when it arrives),
@@ -51,7 +51,7 @@ from mooncake_gym.sim.observation import Observer, as_observation, observation_r
 from mooncake_gym.sim.policy import policy_name, reset_policy
 from mooncake_gym.sim.prefixcache import PrefixCache, match_all
 from mooncake_gym.sim.views import ROUTING_VIEW_FIELDS, Route, RoutingView, check_route
-from mooncake_gym.model.presets import RoutingConfig, parse_instances  # noqa: F401 (the pool's shape: data)
+from mooncake_gym.model.presets import PrefillBatching, RoutingConfig, parse_instances  # noqa: F401 (data)
 from mooncake_gym.model.workload import Trace
 
 
@@ -189,7 +189,7 @@ class RoutingSimulator:
     """
 
     def __init__(self, trace: Any, config: RoutingConfig | None = None, cost: CostModel | None = None,  # trace: checked
-                 observation=None, rng: np.random.Generator | None = None):
+                 observation=None, rng: np.random.Generator | None = None, batching: PrefillBatching | None = None):
         if not isinstance(trace, Trace):
             raise ValueError(f"trace: expected a mooncake_gym.model.workload.Trace, got {type(trace).__name__}")
         if len(trace) == 0:
@@ -203,7 +203,10 @@ class RoutingSimulator:
         self._arrival, self._input, self._output, self._blocks = trace.columns()
         self._estimates = PrefixEstimates(self.costs)
         self._prefill0: list[float] | None = None  # uncached_prefill_s of a homogeneous pool, once asked
-        self._budget: int = self.config.prefill_token_budget
+        if batching is not None and not isinstance(batching, PrefillBatching):
+            raise ValueError(f"batching: expected a PrefillBatching or None, got {type(batching).__name__}")
+        self.batching = batching
+        self._budget: int = 0 if batching is None else batching.token_budget
         if self._budget:
             for i, c in enumerate(self.costs):
                 if not c.instance.realistic:
@@ -220,7 +223,7 @@ class RoutingSimulator:
         if self._batched:
             for inst, c in zip(self.instances, self.costs):
                 inst.engine = PrefillEngine(self._budget, c.prefill_time(), inst)
-        depth = self.config.pipeline_nodes
+        depth = 1 if self.batching is None else self.batching.pipeline_nodes
         self._pipelined: bool = depth > 1
         if self._pipelined:  # groups of consecutive instances; each instance's own first
             engines = [cast(PrefillEngine, inst.engine) for inst in self.instances]
@@ -228,7 +231,7 @@ class RoutingSimulator:
                 g = i - i % depth
                 group = [engine] + [engines[j] for j in range(g, min(g + depth, len(engines))) if j != i]
                 # activations of the chunk's tokens (d_model BF16 values each) over the RDMA NIC
-                engine.set_pipeline(group, self.config.pipeline_min_tokens,
+                engine.set_pipeline(group, cast(PrefillBatching, self.batching).pipeline_min_tokens,
                                     c.model.d_model * 2 / NODE_TIER_BANDWIDTH["rdma"], c.transfer_latency_s,
                                     c.instance.iteration_overhead_s)
         self._row_of: dict[int, int] = {}  # batching: request -> its row in _rows, until its TTFT is known
@@ -458,17 +461,16 @@ class RoutingSimulator:
                 if best < 0:
                     break
                 self.form(best, best_s)
-            for inst in self.instances:
-                engine = cast(PrefillEngine, inst.engine)
+            for engine in engines:
                 engine.advance(t)  # (nothing left before t: the estimates at t)
             return
         for inst in self.instances:
-            engine = inst.engine
-            assert engine is not None
-            if engine.waiting:
-                engine.advance(t)
-                if engine.ended:
-                    self._collect(engine)
+            one = inst.engine
+            assert one is not None
+            if one.waiting:
+                one.advance(t)
+                if one.ended:
+                    self._collect(one)
 
     def form(self, i: int, s: float) -> float:
         """Batching driven from outside: form instance ``i``'s iteration starting at ``s``; returns
