@@ -30,11 +30,15 @@ PREEMPTION_MODES = ("abort", "recompute", "swap")
 #: ``max_num_batched_tokens`` for online serving; the cost model's chunk) and preemption by
 #: recomputation (vLLM's default: "Preempted requests are recomputed when sufficient KV cache space
 #: becomes available again", docs.vllm.ai, Optimization and Tuning); KV transfers sharing each node's
-#: NIC (one 800 Gbps NIC set per node, Mooncake v3 §2 and FAST'25 Table 1); chunked pipeline
-#: parallelism over groups of 4 prefill nodes for prompts of 32,768 tokens or more (Mooncake v3 §5.1
-#: groups "every X nodes" and publishes no X: 4 and a prompt that fills 4 chunks are assumptions).
-ENGINE = dict(prefill_token_budget=8192, preemption="recompute", shared_nics=True, pipeline_nodes=4,
-              pipeline_min_tokens=32_768)
+#: NIC (one 800 Gbps NIC set per node, Mooncake v3 §2 and FAST'25 Table 1).
+ENGINE = dict(prefill_token_budget=8192, preemption="recompute", shared_nics=True)
+#: Chunked pipeline parallelism, opt-in (``preset.with_(**PIPELINE)``): groups of 4 prefill nodes for
+#: prompts of 32,768 tokens or more (Mooncake v3 §5.1 groups "every X nodes" and publishes no X: 4
+#: and a prompt that fills 4 chunks are assumptions). Not a default of the realistic presets: the
+#: model holds the group whole while the prompt's chunks fill and drain the pipeline, so the bubbles
+#: an engine fills with other work are lost here, and Mooncake's public trace's prefill capacity
+#: falls from 5.63 to 4.37 requests/s (docs/cluster.md).
+PIPELINE = dict(pipeline_nodes=4, pipeline_min_tokens=32_768)
 #: The same fields with the mechanisms off (``preset.with_(**NO_ENGINE)``): one request at a time per
 #: prefill instance, FIFO, each copy with a whole NIC, preempted requests aborted.
 NO_ENGINE = dict(prefill_token_budget=0, preemption="abort", shared_nics=False, pipeline_nodes=1, pipeline_min_tokens=0)

@@ -7,7 +7,12 @@ three decisions Mooncake's Conductor makes (Algorithm 1):
 1. **admission** at arrival: admit, or reject (HTTP 429) before any work is spent;
 2. **prefill instance** (and whether to pull the best prefix there first): the prefill pool is
    :class:`mooncake_gym.sim.routing.RoutingSimulator` itself (FIFO instances, local prefix caches,
-   KV pull and replication), so routing here gives exactly the routing problem's TTFTs;
+   KV pull and replication), so routing here gives exactly the routing problem's TTFTs; under the
+   realistic presets' engine options (``ClusterPreset.prefill_token_budget``, ``pipeline_nodes``,
+   ``shared_nics``; docs/cluster.md, "Engines' mechanisms") each instance batches its queue per
+   iteration, each iteration an event here, a long prompt may be pipelined over its group, and KV
+   copies share the nodes' NICs (``mooncake_gym.sim.network``); a request's ``ttft_s`` is then the
+   estimate at dispatch until its prefill ends;
 3. **decode instance**: chosen at arrival by the policy, or (``decode=None``) at the prefill's end
    by the default rule: the instance with the shortest predicted iteration time among those that
    accept the request (the most free KV under the ``reserve`` decode model).

@@ -208,7 +208,7 @@ class PrefillEngine:
 
     def form(self, s: float) -> float:
         """Form the iteration starting at ``s`` (at or after :meth:`next_start`) from the prompts
-        ready then; returns its end."""
+        ready then; returns its end (a pipeline: when this instance is free again)."""
         jobs = self.jobs
         timing = self.timing
         left = self.budget
@@ -263,8 +263,10 @@ class PrefillEngine:
         ``budget`` tokens flow through the group's P instances, each holding 1/P of the layers.
         Chunk c's stage takes (its iteration's time less the iteration overhead) / P plus the
         overhead; it goes to the next stage after the activation send; a stage takes chunk c once
-        it has finished chunk c - 1. The group is held whole from when its last instance is free
-        until the last chunk leaves the last stage (the other instances' queues wait)."""
+        it has finished chunk c - 1. This engine is stage 0, the group's others the next stages in
+        order. The pipeline starts when every instance of the group is free, and each is held from
+        then until its stage has finished the last chunk (its queue waits); the first token comes
+        when the last stage has, plus the request's overhead. Returns when this instance is free."""
         timing = self.timing
         group = self.group
         start = s
@@ -293,13 +295,15 @@ class PrefillEngine:
         end = finish[p_stages - 1] + job.extra_s
         job.pos = job.n
         self.est_s -= job.est_s
-        for mate in group:
-            if mate is not self:
-                if end > mate.blocked_until:
-                    mate.blocked_until = end
-                mate.inst.busy_s += busy
-                mate.inst.busy_until = end + mate.est_s if mate.waiting else end
-        self.time = end
+        for k in range(1, p_stages):
+            mate = group[k]
+            free = finish[k]
+            if free > mate.blocked_until:
+                mate.blocked_until = free
+            mate.inst.busy_s += busy
+            mate.inst.busy_until = free + mate.est_s if mate.waiting else free
+        free = finish[0]
+        self.time = free
         self.iterations += 1
         self.pipelined_runs += 1
         self.inst.busy_s += busy + job.extra_s
@@ -311,8 +315,8 @@ class PrefillEngine:
             jobs.popleft()
         if not self.waiting:
             self.est_s = 0.0
-        self.inst.busy_until = end + self.est_s if self.waiting else end
-        return end
+        self.inst.busy_until = free + self.est_s if self.waiting else end
+        return free
 
     def advance(self, t: float) -> None:
         """Form every iteration that starts before ``t``."""
