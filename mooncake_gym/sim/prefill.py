@@ -325,8 +325,7 @@ class PrefillEngine:
             if s >= t:
                 break
             self.form(s)
-        start = self.time if self.time > t else t
-        self.inst.busy_until = start + self.est_s if self.waiting else self.time
+        # (busy_until, the estimate, changes only at add and form: the same whoever drives the engine)
 
     def ready(self, r: int, t: float) -> None:
         """Request ``r``'s pull arrived at ``t`` (it was queued with ``ready_s`` = ``math.inf``)."""

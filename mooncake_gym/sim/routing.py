@@ -288,6 +288,9 @@ class RoutingSimulator:
                 "input_tokens": n_in}
 
     def _build_view(self) -> None:
+        if self._observer is not None:  # (a caller's clock: the observed view made when read, _defer)
+            self._next_view()
+            return
         self._exact = self._view = self._make_view()
         self._built = True
 
@@ -424,7 +427,10 @@ class RoutingSimulator:
             self._built = False
         else:
             self._observer.dispatched(i, pull)
-            self._next_view()
+            if self.external_clock:  # the caller runs the pool to the next arrival before the view
+                self._built = False
+            else:
+                self._next_view()
 
     def skip(self) -> RoutingView | None:
         """Pass over the pending request without dispatching it (the cluster simulator's admission
@@ -438,7 +444,7 @@ class RoutingSimulator:
             raise RuntimeError("skip: the trace is exhausted; call reset()")
         self._last_row = None
         self._i += 1
-        if self._observer is None:  # _next_view(), inlined: the exact view, made when read
+        if self._observer is None or self.external_clock:  # the view made when read (_next_view then)
             self._built = False
         else:
             self._next_view()
