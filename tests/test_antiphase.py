@@ -23,8 +23,10 @@ def test_early_rejection_swings_prefill_load_against_decode_load_on_the_public_t
         runs = {name: simulate(trace, PRESET, admission=make_policy("admission", name), seed=seed,
                                warmup_s=STEADY_AFTER_S).metrics for name in ("baseline", "early")}
         early, baseline = runs["early"], runs["baseline"]
-        # seeds 1, 2: early -0.37, -0.40 with prefill-load std 0.18, 0.23; baseline -0.07, -0.01, std 0.03, 0.04
-        assert early["load_correlation"] < -0.25
+        # seeds 1, 2: early -0.25, -0.35 with prefill-load std 0.15, 0.16; baseline -0.03, 0.02, std 0.03,
+        # 0.04 (one request at a time per prefill instance, before chunked prefill batching: early -0.37,
+        # -0.40, std 0.18, 0.23: batching shortens the prefill queue's swings)
+        assert early["load_correlation"] < -0.2
         assert early["prefill_load_std"] > 0.1  # swings, not a flat series
         assert baseline["load_correlation"] > -0.15 and baseline["prefill_load_std"] < 0.06
         # and early rejection wastes less prefill (3,964 vs 6,200 s on seed 1)

@@ -8,12 +8,14 @@ from mooncake_gym.sim import cluster as conductor
 from mooncake_gym.sim import routing
 from mooncake_gym.baselines import make_policy
 from mooncake_gym.sim.cluster import ClusterSimulator
-from mooncake_gym.model.presets import get_preset
+from mooncake_gym.model.presets import NO_ENGINE, get_preset
 from mooncake_gym.sim.routing import RoutingConfig
 from mooncake_gym.model.workload import synthetic_trace
 
 TRACE = synthetic_trace(0, rate=4.0).head(1500)
-MOONCAKE = get_preset("mooncake")
+# one request at a time per prefill instance (the routing simulator's own model; the preset's
+# batching is the cluster's, tests/test_engine_mechanisms.py)
+MOONCAKE = get_preset("mooncake").with_(**NO_ENGINE)
 
 
 @pytest.mark.parametrize("mode", ["scraped+noisy,scrape_delay_s=0.3,noise_sigma=0.5",

@@ -66,7 +66,7 @@ def test_tail_mean_is_the_mean_of_the_slowest_tenth():
 
 
 def test_preemption_when_kv_runs_out_takes_the_latest_request_and_is_counted():
-    small = ONE.with_(decode_capacity_tokens=2100)
+    small = ONE.with_(decode_capacity_tokens=2100, preemption="abort")  # (the realistic presets recompute)
     tr = trace_of((0.0, 1000, 200), (0.0, 1000, 200))
     res = simulate(tr, small, decode_check="kv", kv_transfer=False)
     assert res.metrics["preempted"] == 1 and res.metrics["completed"] == 1

@@ -17,7 +17,7 @@ from mooncake_gym.sim.cluster import ClusterAction, simulate
 from mooncake_gym.envs import (ADMISSION_V1_ENV_ID, CONDUCTOR_ENV_ID, ROUTING_V1_ENV_ID, ConductorV1Env,
                                OverloadAdmissionV1Env, PrefillRoutingV1Env)
 from mooncake_gym.reporting.env_docs import DOC_PAGES, doc_page
-from mooncake_gym.model.presets import get_preset
+from mooncake_gym.model.presets import NO_ENGINE, get_preset
 from mooncake_gym.sim.routing import Route
 from test_conductor import trace_of  # the hand-built traces of the simulator's tests
 
@@ -130,7 +130,9 @@ def test_any_preset_sizes_spaces(preset):
 
 # --- exact rewards on hand-built traces -------------------------------------------------------------
 def test_routing_reward_is_minus_ttft_over_slo():
-    env = PrefillRoutingV1Env(preset=ONE)
+    # one request at a time (FIFO): the TTFT is known at the decision (with the realistic presets'
+    # prefill batching the step's reward is the estimate at dispatch, the last step's the real TTFT)
+    env = PrefillRoutingV1Env(preset=ONE.with_(**NO_ENGINE))
     env.reset(seed=0, options={"trace": trace_of((0.0, 1000, 5), (0.0, 2000, 5))})
     p = ONE.prefill_cost.prefill_s(1000, 0)
     q = ONE.prefill_cost.prefill_s(2000, 0)

@@ -19,7 +19,7 @@ from mooncake_gym.sim.prefill import PrefillInstance, pool_load
 from mooncake_gym.model.costmodel import CostModel
 from mooncake_gym.envs.common import clipped
 from mooncake_gym.envs.features import routing_features
-from mooncake_gym.model.presets import get_preset
+from mooncake_gym.model.presets import NO_ENGINE, get_preset
 from mooncake_gym.sim.routing import Route, check_route
 from mooncake_gym.model.workload import synthetic_trace
 
@@ -126,7 +126,8 @@ def test_prefill_features_need_no_clipping(observation):
 def test_pinned_cluster_and_routing_numbers():
     """Values computed before the speed work (commit 69c0e8b); the load series stops at the horizon."""
     trace = synthetic_trace(0, 4.0).head(400)
-    r = conductor.simulate(trace, "mooncake", routing=make_policy("routing", "kvcentric"))
+    # (one request at a time per prefill instance, as then: the engines' mechanisms off, presets.NO_ENGINE)
+    r = conductor.simulate(trace, get_preset("mooncake").with_(**NO_ENGINE), routing=make_policy("routing", "kvcentric"))
     m = r.metrics
     assert (m["mean_ttft_s"], m["p90_tbt_s"], m["goodput"]) == (0.6704887971572375, 0.02212992766678861, 400)
     assert (m["mean_prefill_load"], m["mean_decode_load"]) == (0.02077213343867919, 0.17204013375245206)

@@ -479,6 +479,19 @@ class PrefillTime:
             p = e
         return busy
 
+    def chunk_compute_s(self, p: int, e: int) -> float:
+        """Realistic model: the FLOPs time of prefilling tokens ``p..e`` of one prompt (its context
+        the ``p`` tokens before), one term of :meth:`_chunked_compute` (the same operations)."""
+        attention = self.attention / self.attention_efficiency
+        return self.n_layers * (self.linear * (e - p) + attention * (e * (e + 1) - p * (p + 1))) / self.flops
+
+    def iteration_s(self, compute_s: float, tokens: int) -> float:
+        """Realistic model: one model iteration of ``tokens`` new tokens (several prompts' chunks)
+        whose FLOPs take ``compute_s``: max(compute, the weights' read) + its all-reduces + the
+        iteration overhead, as each iteration of :meth:`_chunked_compute`."""
+        w = self.weights_s
+        return (compute_s if compute_s > w else w) + self.step_fixed_s + self.ar_token_s * tokens
+
     def __call__(self, n: int, h: int) -> float:
         layers = self.n_layers
         if self.realistic:

@@ -23,6 +23,25 @@ from mooncake_gym.model.costmodel import CostModel, InstanceSpec
 from mooncake_gym.model.limits import LIMITS, check
 
 DECODE_MODELS = ("batching", "reserve")
+#: What a decode instance does with a request it preempts (``ClusterPreset.preemption``).
+PREEMPTION_MODES = ("abort", "recompute", "swap")
+#: The engines' mechanisms on the realistic presets: chunked prefill batching with a budget of 8,192
+#: tokens per iteration (SGLang's default ``chunked_prefill_size`` on large GPUs and vLLM's
+#: ``max_num_batched_tokens`` for online serving; the cost model's chunk) and preemption by
+#: recomputation (vLLM's default: "Preempted requests are recomputed when sufficient KV cache space
+#: becomes available again", docs.vllm.ai, Optimization and Tuning); KV transfers sharing each node's
+#: NIC (one 800 Gbps NIC set per node, Mooncake v3 §2 and FAST'25 Table 1).
+ENGINE = dict(prefill_token_budget=8192, preemption="recompute", shared_nics=True)
+#: Chunked pipeline parallelism, opt-in (``preset.with_(**PIPELINE)``): groups of 4 prefill nodes for
+#: prompts of 32,768 tokens or more (Mooncake v3 §5.1 groups "every X nodes" and publishes no X: 4
+#: and a prompt that fills 4 chunks are assumptions). Not a default of the realistic presets: the
+#: model holds the group whole while the prompt's chunks fill and drain the pipeline, so the bubbles
+#: an engine fills with other work are lost here, and Mooncake's public trace's prefill capacity
+#: falls from 5.63 to 4.37 requests/s (docs/cluster.md).
+PIPELINE = dict(pipeline_nodes=4, pipeline_min_tokens=32_768)
+#: The same fields with the mechanisms off (``preset.with_(**NO_ENGINE)``): one request at a time per
+#: prefill instance, FIFO, each copy with a whole NIC, preempted requests aborted.
+NO_ENGINE = dict(prefill_token_budget=0, preemption="abort", shared_nics=False, pipeline_nodes=1, pipeline_min_tokens=0)
 
 
 @mypyc_attr(native_class=False)  # a frozen dataclass set in __post_init__
@@ -83,6 +102,48 @@ class RoutingConfig:
         if self.instances is None:
             return (cost,) * n
         return tuple(replace(cost, instance=spec) for spec in self.instances)
+
+
+@dataclass(frozen=True)
+class PrefillBatching:
+    """How each prefill instance runs its queue instead of one request at a time (the routing
+    simulator's ``batching=``; :meth:`ClusterPreset.prefill_batching`).
+
+    token_budget: the new tokens one model iteration takes from the instance's queue (chunked
+        prefill batching as vLLM's ``max_num_batched_tokens`` / SGLang's ``chunked_prefill_size``:
+        ``mooncake_gym.sim.prefill.PrefillEngine``; realistic cost models only).
+    pipeline_nodes, pipeline_min_tokens: 1 (default: no pipeline) or the instances of a pipelined
+        prefill group (consecutive instances; the last group holds what is left) over which a prompt
+        of at least ``pipeline_min_tokens`` computed tokens is prefilled by chunked pipeline
+        parallelism (Mooncake v3 §5.1), its chunks of ``token_budget`` tokens.
+    """
+
+    token_budget: int = 8192
+    pipeline_nodes: int = 1
+    pipeline_min_tokens: int = 0
+
+    def __post_init__(self):
+        check_token_budget(self.token_budget, "token_budget")
+        if not self.token_budget:
+            raise ValueError("token_budget: expected at least 1 token per iteration (no batching: batching=None)")
+        check_pipeline(self.pipeline_nodes, self.pipeline_min_tokens, self.token_budget)
+
+
+def check_token_budget(budget, name: str = "prefill_token_budget") -> None:
+    """``prefill_token_budget``: 0 (no batching) or the new tokens of one prefill iteration."""
+    if not (isinstance(budget, int) and not isinstance(budget, bool) and 0 <= budget <= 10**7):
+        raise ValueError(f"{name}: expected an integer in 0..10**7 (0: one request at a time), "
+                         f"got {budget!r}")
+
+
+def check_pipeline(nodes, min_tokens, budget: int) -> None:
+    """``pipeline_nodes`` (1: none) in 1..1024, needing a token budget; ``pipeline_min_tokens`` >= 0."""
+    if not (isinstance(nodes, int) and not isinstance(nodes, bool) and 1 <= nodes <= 1024):
+        raise ValueError(f"pipeline_nodes: expected an integer in 1..1024 (1: no pipeline), got {nodes!r}")
+    if not (isinstance(min_tokens, int) and not isinstance(min_tokens, bool) and 0 <= min_tokens <= 10**9):
+        raise ValueError(f"pipeline_min_tokens: expected an integer in 0..10**9, got {min_tokens!r}")
+    if nodes > 1 and not budget:
+        raise ValueError("pipeline_nodes: chunked pipeline parallelism needs prefill_token_budget (its chunk)")
 
 
 _POOL_PART = re.compile(r"^\s*(?:(\d+)\s*[xX*]\s*)?([A-Za-z0-9]+)\s*$")
@@ -148,6 +209,23 @@ class ClusterPreset:
       generations, each instance ``prefill_cost``'s with that GPU (its FLOPs, HBM bandwidth and
       NVLink all-reduce bandwidth from ``mooncake_gym.model.costmodel``'s per-GPU tables; the model, MFU,
       chunking and overheads the same), as ``RoutingConfig(instances=...)`` builds them.
+    - ``prefill_token_budget``: 0 (one request at a time per prefill instance, FIFO) or the new
+      tokens each prefill iteration takes from the queue's head, possibly a chunk of a long prompt
+      and several short ones (chunked prefill as vLLM and SGLang run it; see ``PrefillBatching``).
+    - ``preemption``: what a decode instance does with the request it evicts when its KV runs out:
+      ``"abort"`` (it ends, outcome ``PREEMPTED``), ``"recompute"`` (vLLM's default: its KV is
+      dropped, it waits at the head of the instance's queue and, once there is room, its prompt and
+      the tokens made so far are prefilled again on the instance, stalling that iteration) or
+      ``"swap"`` (its KV is copied to host memory and back over PCIe).
+    - ``shared_nics``: KV transfers (prefix pulls between prefill nodes, prompt KV copies from
+      prefill to decode nodes) share each node's NIC with the others it sends or receives at the
+      same time (``mooncake_gym.sim.network``); False: each copy has a whole NIC. Needs
+      ``prefill_token_budget``.
+    - ``pipeline_nodes``, ``pipeline_min_tokens``: chunked pipeline parallelism (Mooncake v3 §5.1):
+      the prefill pool in groups of ``pipeline_nodes`` consecutive instances; a prompt of at least
+      ``pipeline_min_tokens`` computed tokens is prefilled over its instance's whole group, its
+      chunks (``prefill_token_budget``) pipelined through the group's stages (``PrefillBatching``,
+      ``prefill.PrefillEngine``). 1: none.
     """
 
     name: str
@@ -163,6 +241,11 @@ class ClusterPreset:
     decode_capacity_tokens: int | None = None
     tbt_s: float = 0.05
     prefill_gpus: tuple[str, ...] | None = None
+    prefill_token_budget: int = 0
+    preemption: str = "abort"
+    shared_nics: bool = False
+    pipeline_nodes: int = 1
+    pipeline_min_tokens: int = 0
 
     def __post_init__(self):
         if self.prefill_gpus is not None:
@@ -174,6 +257,18 @@ class ClusterPreset:
                 raise ValueError(f"prefill_gpus: expected one GPU per prefill instance ({self.n_prefill}), got "
                                  f"{len(gpus)}: {self.prefill_gpus!r}")
             object.__setattr__(self, "prefill_gpus", gpus)
+        check_token_budget(self.prefill_token_budget)
+        if self.prefill_token_budget and not self.prefill_cost.instance.realistic:
+            raise ValueError("prefill_token_budget: batching needs a realistic prefill cost model "
+                             "(CostModel.realistic), whose iterations it batches")
+        if not isinstance(self.shared_nics, bool):
+            raise ValueError(f"shared_nics: expected True or False, got {self.shared_nics!r}")
+        if self.shared_nics and not self.prefill_token_budget:
+            raise ValueError("shared_nics: the NICs are shared in the batching prefill's event loop; "
+                             "set prefill_token_budget too")
+        check_pipeline(self.pipeline_nodes, self.pipeline_min_tokens, self.prefill_token_budget)
+        if self.preemption not in PREEMPTION_MODES:
+            raise ValueError(f"preemption: expected one of {PREEMPTION_MODES}, got {self.preemption!r}")
         if self.decode_model not in DECODE_MODELS:
             raise ValueError(f"decode_model: expected one of {DECODE_MODELS}, got {self.decode_model!r}")
         for name in ("n_prefill", "n_decode"):
@@ -209,6 +304,12 @@ class ClusterPreset:
             replace(self.prefill_cost.instance, gpu=gpu) for gpu in self.prefill_gpus)
         return RoutingConfig(self.n_prefill, self.cache_blocks, self.ttft_slo_s, instances=instances)
 
+    def prefill_batching(self) -> PrefillBatching | None:
+        """How the prefill instances run their queues (None: one request at a time, FIFO)."""
+        if not self.prefill_token_budget:
+            return None
+        return PrefillBatching(self.prefill_token_budget, self.pipeline_nodes, self.pipeline_min_tokens)
+
     def with_(self, **changes) -> "ClusterPreset":
         """A copy with some fields changed (``preset.with_(n_decode=4)``)."""
         return replace(self, **changes)
@@ -227,7 +328,7 @@ PRESETS: dict[str, ClusterPreset] = {
         "Mooncake's testbed (v3 §8): 8 + 8 nodes of 8x A800-SXM4-80GB serving LLaMA2-70B; chunked prefill "
         "with TP8 all-reduces; continuous-batching decode with KV growing per token; TTFT 30 s, TBT 100 ms",
         CostModel.realistic("llama2-70b", "A800"), CostModel.realistic("llama2-70b", "A800"),
-        8, 8, 5800, 30.0, 0.1, "batching"),
+        8, 8, 5800, 30.0, 0.1, "batching", **ENGINE),
     # Under this cost model the 8 + 8 testbed is prefill-bound on Mooncake's and the synthetic
     # request mixes (long prompts, short outputs: the decode pool completes 6-17x what the prefill
     # pool does; ``cluster.saturation``). Mooncake §7's overload is a decode pool that saturates
@@ -237,14 +338,14 @@ PRESETS: dict[str, ClusterPreset] = {
         "Mooncake's hardware and model with 16 prefill + 1 decode nodes, so that the decode pool saturates "
         "first (Mooncake §7's overload); otherwise as 'mooncake'",
         CostModel.realistic("llama2-70b", "A800"), CostModel.realistic("llama2-70b", "A800"),
-        16, 1, 5800, 30.0, 0.1, "batching"),
+        16, 1, 5800, 30.0, 0.1, "batching", **ENGINE),
     # the same cluster with a tight TTFT SLO (interactive chat; Mooncake's 30 s is for long documents):
     # prompts whose own prefill exceeds 8 s cannot be good at all (scenario admission-tight-slo)
     "mooncake-overload-tight": ClusterPreset(
         "mooncake-overload-tight",
         "'mooncake-overload' with a TTFT SLO of 8 s (an assumption: interactive chat)",
         CostModel.realistic("llama2-70b", "A800"), CostModel.realistic("llama2-70b", "A800"),
-        16, 1, 5800, 8.0, 0.1, "batching"),
+        16, 1, 5800, 8.0, 0.1, "batching", **ENGINE),
     # two GPU generations in the prefill pool (as the routing-heterogeneous scenario's 4xH800+4xA800):
     # H800 nodes compute 3.2x as fast (989 vs 312 dense BF16 TFLOPS per GPU) but all-reduce over a
     # slower NVLink (costmodel.NVLINK_ALLREDUCE_BUSBW); the decode pool is the testbed's
@@ -253,12 +354,12 @@ PRESETS: dict[str, ClusterPreset] = {
         "'mooncake' with a prefill pool of two GPU generations: 4 nodes of 8x H800 and 4 of 8x A800, all "
         "serving LLaMA2-70B with the same realistic model; decode as 'mooncake'",
         CostModel.realistic("llama2-70b", "A800"), CostModel.realistic("llama2-70b", "A800"),
-        8, 8, 5800, 30.0, 0.1, "batching", prefill_gpus="4xH800+4xA800"),
+        8, 8, 5800, 30.0, 0.1, "batching", prefill_gpus="4xH800+4xA800", **ENGINE),
     "h100": ClusterPreset(
         "h100",
         "the same cluster of 8x H100-SXM5-80GB nodes serving LLaMA3-70B",
         CostModel.realistic("llama3-70b", "H100"), CostModel.realistic("llama3-70b", "H100"),
-        8, 8, 5800, 30.0, 0.1, "batching"),
+        8, 8, 5800, 30.0, 0.1, "batching", **ENGINE),
 }
 
 

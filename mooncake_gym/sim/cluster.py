@@ -7,7 +7,12 @@ three decisions Mooncake's Conductor makes (Algorithm 1):
 1. **admission** at arrival: admit, or reject (HTTP 429) before any work is spent;
 2. **prefill instance** (and whether to pull the best prefix there first): the prefill pool is
    :class:`mooncake_gym.sim.routing.RoutingSimulator` itself (FIFO instances, local prefix caches,
-   KV pull and replication), so routing here gives exactly the routing problem's TTFTs;
+   KV pull and replication), so routing here gives exactly the routing problem's TTFTs; under the
+   realistic presets' engine options (``ClusterPreset.prefill_token_budget``, ``pipeline_nodes``,
+   ``shared_nics``; docs/cluster.md, "Engines' mechanisms") each instance batches its queue per
+   iteration, each iteration an event here, a long prompt may be pipelined over its group, and KV
+   copies share the nodes' NICs (``mooncake_gym.sim.network``); a request's ``ttft_s`` is then the
+   estimate at dispatch until its prefill ends;
 3. **decode instance**: chosen at arrival by the policy, or (``decode=None``) at the prefill's end
    by the default rule: the instance with the shortest predicted iteration time among those that
    accept the request (the most free KV under the ``reserve`` decode model).
@@ -49,6 +54,7 @@ slot was won under load. :func:`length_class_of` splits requests by output lengt
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections import deque
@@ -57,6 +63,8 @@ from typing import Any, Callable, NamedTuple, Union, cast
 import numpy as np
 
 from mooncake_gym._native import mypyc_attr
+from mooncake_gym.model.costmodel import NODE_TIER_BANDWIDTH
+from mooncake_gym.sim.network import Network
 from mooncake_gym.sim.decode import BatchingDecodeInstance, Completion, ReservingDecodeInstance, fastest_accepting, tail_means
 from mooncake_gym.sim.observation import as_observation, observation_rng
 from mooncake_gym.sim.metrics import (COMPLETED, LENGTH_CLASSES, OUTCOME_NAMES, PENDING, PREEMPTED, REFUSED_TOO_LONG,
@@ -78,10 +86,15 @@ DEMO3_LOAD = 2.0
 #: A decode instance of either model (the preset's ``decode_model``).
 DecodeInstance = Union[BatchingDecodeInstance, ReservingDecodeInstance]
 
-# Event kinds; at equal times: decode events, then prefill ends, then KV arrivals at decode
+# Event kinds; at equal times: decode events, then prefill ends, then KV arrivals at decode, then
+# (batching prefill) pulls arriving at a prefill instance, then prefill iterations starting (after
+# the arrivals at that time: an iteration takes what is queued when it starts), then the NICs
 _DECODE = 0
 _PREFILL_DONE = 1
 _JOIN = 2
+_PULLED = 3
+_ITER = 4
+_NET = 5
 
 DECODE_CHECKS = ("tbt", "kv")
 #: The load series' definitions: ``"slo"``, Mooncake §7's SLO satisfaction (:class:`ClusterResult`);
@@ -182,6 +195,8 @@ class ClusterSimulator:
         self.reserve = p.decode_model == "reserve"
         self._arrival, self._input, self._output, _ = trace.columns()
         self._routing_config = p.routing_config()
+        self._batched: bool = p.prefill_token_budget > 0
+        self._shared_nics: bool = p.shared_nics
         # the decode footprint the instance checks: the prompt (batching: it grows from there), or
         # the whole reservation (the lecture's model)
         if self.reserve:
@@ -205,7 +220,16 @@ class ClusterSimulator:
         p = self.preset
         reset_policy(self.router, self.seed)
         self.prefill = RoutingSimulator(self.trace, self._routing_config, p.prefill_cost, self.observation,
-                                        None if self.observation.exact else observation_rng(self.seed))
+                                        None if self.observation.exact else observation_rng(self.seed),
+                                        p.prefill_batching())
+        # batching prefill: each iteration is an event here (_ITER), so that pulls and copies over
+        # the shared NICs (self.network) and the iterations happen in one order of time
+        self.prefill.external_clock = self._batched
+        self.prefill.defer_pulls = self._batched and self._shared_nics
+        self._iterating = [False] * p.n_prefill  # an _ITER event is pending for the instance
+        self.network: Network | None = (Network(p.n_prefill + p.n_decode, NODE_TIER_BANDWIDTH["rdma"])
+                                        if self._shared_nics else None)
+        self._net_version = -1  # the network's version of the pending _NET event
         self.decode: list[DecodeInstance]
         # the decode pool once more under its model's type (the same instances; the other list empty)
         self._reserving: list[ReservingDecodeInstance] = []
@@ -215,7 +239,7 @@ class ClusterSimulator:
             self.decode = list(self._reserving)
         else:
             check_s = p.tbt_slo_s * (1 - self.tbt_headroom)  # x 1.0 exactly without headroom
-            self._batching = [BatchingDecodeInstance(j, p.decode_cost, self.capacity_tokens, check_s)
+            self._batching = [BatchingDecodeInstance(j, p.decode_cost, self.capacity_tokens, check_s, p.preemption)
                               for j in range(p.n_decode)]
             self.decode = list(self._batching)
         n = len(self._arrival)
@@ -314,18 +338,33 @@ class ClusterSimulator:
             row = prefill._last_row  # (arrival, input, instance, ttft, queue, transfer, prefill, hit, fetched)
             assert row is not None  # set by the dispatch
             k = row[2]
-            finish = prefill.instances[k].busy_until
             now = self._arrival[i]
             self.admitted += 1
             self.prefill_instance[i] = k
-            self.ttft_s[i] = finish - now
             self.prefill_s[i] = row[5] + row[6]
             if decode is not None:  # (None, the default rule, is not stored)
                 self._target[i] = decode
-            self._in_prefill[i] = finish
-            self._prefill_fifo[k].append((finish, i))
-            self._seq += 1  # _push(finish, _PREFILL_DONE, i), inlined
-            heapq.heappush(self._heap, (finish, _PREFILL_DONE, self._seq, i))
+            if self._batched:  # its first token's time is known once its last iteration is formed (_ITER)
+                finish = now + row[3]  # the estimate at dispatch, until then (ttft_s too)
+                self.ttft_s[i] = row[3]
+                self._in_prefill[i] = finish
+                self._prefill_fifo[k].append((finish, i))
+                if prefill.pulls:  # its prefix's copy, over the shared NICs
+                    net = self.network
+                    assert net is not None
+                    for r, holder, to, tokens in prefill.pulls:
+                        net.add(now, holder, to, self.preset.prefill_cost.kv_bytes(tokens), (_PULLED, r, to))
+                    prefill.pulls.clear()
+                    self._schedule_network()
+                if not self._iterating[k]:
+                    self._start_iterations(k, now)
+            else:
+                finish = prefill.instances[k].busy_until
+                self.ttft_s[i] = finish - now
+                self._in_prefill[i] = finish
+                self._prefill_fifo[k].append((finish, i))
+                self._seq += 1  # _push(finish, _PREFILL_DONE, i), inlined
+                heapq.heappush(self._heap, (finish, _PREFILL_DONE, self._seq, i))
         self._i = i + 1
         self._advance()
 
@@ -375,6 +414,69 @@ class ClusterSimulator:
         self._run_until(math.inf)
         self._done = True
 
+    def _start_iterations(self, k: int, t: float) -> None:
+        """Batching prefill: schedule prefill instance ``k``'s next iteration, no earlier than ``t``,
+        if a queued prompt is (known to be) ready by then or later."""
+        engine = self.prefill.instances[k].engine
+        assert engine is not None
+        s = engine.next_start()
+        if s < math.inf:
+            self._iterating[k] = True
+            self._seq += 1
+            heapq.heappush(self._heap, (s if s > t else t, _ITER, self._seq, k))
+        else:
+            self._iterating[k] = False
+
+    def _iterate(self, t: float, k: int) -> None:
+        """Batching prefill: prefill instance ``k``'s iteration starts at ``t``: formed from what is
+        queued (and ready) now; the prompts it ends get their prefill end (TTFT) at its end."""
+        engine = self.prefill.instances[k].engine
+        assert engine is not None
+        s = engine.next_start()
+        if s > t:  # nothing ready now (a pull still on its way)
+            self._iterating[k] = False
+            self._start_iterations(k, t)
+            return
+        end = self.prefill.form(k, t)
+        ends = self.prefill.prefill_ends
+        arrival, in_prefill, heap = self._arrival, self._in_prefill, self._heap
+        for r, e in ends:
+            self.ttft_s[r] = e - arrival[r]
+            fifo = self._prefill_fifo[k]
+            fifo.remove((in_prefill[r], r))  # the estimate at dispatch replaced by the end, in order of ends
+            bisect.insort(fifo, (e, r))
+            in_prefill[r] = e
+            self._seq += 1
+            heapq.heappush(heap, (e, _PREFILL_DONE, self._seq, r))
+        ends.clear()
+        if engine.waiting:
+            self._seq += 1
+            heapq.heappush(heap, (end, _ITER, self._seq, k))
+        else:
+            self._iterating[k] = False
+
+    def _schedule_network(self) -> None:
+        """Shared NICs: an event at the network's next drain (one pending at a time, by version)."""
+        net = self.network
+        assert net is not None
+        if net.next_s < math.inf and net.version != self._net_version:
+            self._net_version = net.version
+            self._seq += 1
+            heapq.heappush(self._heap, (net.next_s, _NET, self._seq, net.version))
+
+    def _network_event(self, t: float, version: int) -> None:
+        """Shared NICs: transfers drained at ``t``; each arrives a transfer latency later."""
+        net = self.network
+        assert net is not None
+        if version != net.version:
+            return  # rates changed since: a later event stands
+        latency = self.preset.prefill_cost.transfer_latency_s
+        for kind, a, b in net.drained(t):  # a pull arrives a transfer latency after its last byte
+            self._seq += 1
+            heapq.heappush(self._heap, (t + latency if kind == _PULLED else t, kind, self._seq, (a, b)))
+        self._schedule_network()
+
+
     def _run_until(self, t: float) -> None:
         heap = self._heap
         pop, push = heapq.heappop, heapq.heappush
@@ -382,6 +484,8 @@ class ClusterSimulator:
         inf = math.inf
         reserve = self.reserve
         while heap and heap[0][0] <= t:
+            if heap[0][1] >= _ITER and heap[0][0] == t and t < inf:
+                break  # a prefill iteration starting at t waits for the arrivals at t (and the NICs with it)
             te, kind, _, payload = pop(heap)
             if self._next_sample < te:
                 self._sample_until(te)
@@ -400,9 +504,18 @@ class ClusterSimulator:
                         push(heap, (inst.next_event_s, _DECODE, self._seq, (j, inst.version)))
             elif kind == _PREFILL_DONE:
                 self._prefill_done(te, payload)
-            else:
+            elif kind == _JOIN:
                 r, j = payload
                 self._join(r, j, te)
+            elif kind == _ITER:
+                self._iterate(te, payload)
+            elif kind == _PULLED:
+                r, k = payload
+                self.prefill.pull_arrived(r, k, te)
+                if not self._iterating[k]:
+                    self._start_iterations(k, te)
+            else:
+                self._network_event(te, payload)
 
     def _join(self, r: int, j: int, t: float) -> None:
         """Request ``r``'s KV is on decode instance ``j`` at ``t``: it joins the batch."""
@@ -433,7 +546,11 @@ class ClusterSimulator:
 
     def _prefill_done(self, t: float, r: int) -> None:
         del self._in_prefill[r]
-        self._prefill_fifo[self.prefill_instance[r]].popleft()
+        fifo = self._prefill_fifo[self.prefill_instance[r]]
+        if fifo[0][1] == r:
+            fifo.popleft()
+        else:  # batching: an instance's prompts may end out of their arrival order (a pull not yet there)
+            fifo.remove((t, r))
         tokens = self._footprint[r]
         target = self._target.pop(r, -1) if self._target else -1  # -1: the default rule's choice
         if self.reserve:
@@ -461,7 +578,14 @@ class ClusterSimulator:
         if self.kv_transfer and not self.reserve:
             self._batching[target].reserve(tokens)
             self._reserved[r] = tokens
-            self._push(t + self._transfer_tail_s(tokens, self.prefill_s[r]), _JOIN, (r, target))
+            tail = self._transfer_tail_s(tokens, self.prefill_s[r])
+            net = self.network
+            if net is not None:  # the tail (its latency's share included) as bytes sharing the two nodes' NICs
+                net.add(t, self.prefill_instance[r], self.preset.n_prefill + target, tail * net.bandwidth,
+                        (_JOIN, r, target))
+                self._schedule_network()
+            else:
+                self._push(t + tail, _JOIN, (r, target))
         else:  # decode starts at the prefill's end (the lecture's model has no transfer)
             self._join(r, target, t)
 
@@ -847,6 +971,11 @@ class ClusterResult:
             members = classes == k
             n = int(members.sum())
             self.metrics[f"accepted_{name}"] = float(credited[members].sum() / n) if n else float("nan")
+        if p.preemption != "abort":  # the engines' preemption (re-queued, not aborted): what it cost
+            batching = [d for d in sim.decode if isinstance(d, BatchingDecodeInstance)]
+            self.metrics["preemptions"] = sum(d.preemptions for d in batching)
+            self.metrics["preemption_stall_s"] = float(sum([d.preemption_stall_s for d in batching]))
+            self.metrics["recomputed_tokens"] = sum(d.recomputed_tokens for d in batching)
 
 
 def simulate(trace: Trace, preset: str | ClusterPreset = "mooncake", admission: Callable | None = None,
@@ -912,11 +1041,12 @@ def saturation(trace: Trace, preset: str | ClusterPreset = "mooncake", decode_ch
     # prefill: every request of the mix queued at once, routed by Algorithm 1 (prefix caches and
     # pulls included): the pool's rate is the requests over the time the last one finishes
     backlog = trace.take(range(len(trace)), arrival_s=np.zeros(len(trace)))
-    pool_sim = RoutingSimulator(backlog, p.routing_config(), p.prefill_cost)
+    pool_sim = RoutingSimulator(backlog, p.routing_config(), p.prefill_cost, batching=p.prefill_batching())
     router = KVCentric()
     view = pool_sim.view
     while view is not None:
         view = pool_sim.step(router(view))
+    pool_sim.finish()  # batching: the iterations still to form
     prefill_rate = len(trace) / max(inst.busy_until for inst in pool_sim.instances)
     cap = p.capacity_tokens
     mix = [(i, o) for i, o in zip(inputs, outputs) if i + o <= cap]
@@ -935,7 +1065,8 @@ def saturation(trace: Trace, preset: str | ClusterPreset = "mooncake", decode_ch
 def _batching_decode_rate(p: ClusterPreset, mix: list, check_tbt: bool, n_requests: int) -> float:
     """Completions per second of ``p``'s batching decode pool fed from an infinite backlog of ``mix``
     ((input, output) pairs, repeated up to ``n_requests``), between the first and the last quarter."""
-    pool = [BatchingDecodeInstance(j, p.decode_cost, p.capacity_tokens, p.tbt_slo_s) for j in range(p.n_decode)]
+    pool = [BatchingDecodeInstance(j, p.decode_cost, p.capacity_tokens, p.tbt_slo_s, p.preemption)
+            for j in range(p.n_decode)]
     ends: list[float] = []
     heap: list = []
     nxt = 0

@@ -26,8 +26,22 @@ jumps from event to event instead of iterating token by token.
   end of its first iteration (KV transfer + wait for the boundary + one iteration), then one
   iteration time each. TBT = mean of the slowest 10 % of those intervals (FAST'25 §5).
 - KV running out: before an iteration whose new tokens would not fit, the most recently joined
-  request is *preempted* (vLLM's default victim) until they fit. A preempted request is aborted
-  and counted (``preempted``); recomputing it later, as vLLM does, is left out.
+  request is *preempted* (vLLM's default victim) until they fit. What happens to it is the
+  instance's ``preemption`` mode (``ClusterPreset.preemption``):
+
+  - ``"abort"``: it ends, counted (``Completion.preempted``; the cluster's ``PREEMPTED``);
+  - ``"recompute"`` (vLLM's default): its KV is freed and it waits at the head of the instance's
+    queue (new requests are refused while it waits); at the first event at which its prompt plus
+    the tokens made so far and the next iteration fit, it rejoins, and that iteration is stalled by
+    the recompute, the instance's prefill of those tokens (``CostModel.prefill_time``);
+  - ``"swap"``: as ``"recompute"``, but its KV is copied to host memory over PCIe (the ``dram``
+    tier's bandwidth, FAST'25's B_h2d) at the preemption, stalling that iteration, and back at the
+    resumption, stalling that one.
+
+  A stall lengthens the token interval of every request in the stalled iteration; a resumed
+  request's interval across its wait is from its last token before the preemption to its next one.
+  Each eviction is counted (``preemptions``), with the stalls' seconds (``preemption_stall_s``)
+  and the recomputed tokens. A request that cannot fit even alone is aborted.
 
 Reservation (:class:`ReservingDecodeInstance`, the ``lecture`` preset)
 ----------------------------------------------------------------------
@@ -41,6 +55,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
+from collections import deque
 
 import numpy as np
 
@@ -98,7 +113,21 @@ class BatchingDecodeInstance:
     tokens and the batch holds ``k_base + batch * k`` with ``k_base = sum(c_r - j_r)``.
     """
 
-    def __init__(self, index: int, cost: CostModel, capacity_tokens: int, tbt_slo_s: float):
+    def __init__(self, index: int, cost: CostModel, capacity_tokens: int, tbt_slo_s: float,
+                 preemption: str = "abort"):
+        if preemption not in ("abort", "recompute", "swap"):
+            raise ValueError(f"preemption: expected 'abort', 'recompute' or 'swap', got {preemption!r}")
+        self.preemption = preemption
+        self.preemptions = 0  # evictions that re-queue (recompute or swap)
+        self.preemption_stall_s = 0.0  # seconds of iterations stalled by recomputes and swaps
+        self.recomputed_tokens = 0
+        # preempted requests waiting for room, in order: (r, context tokens, iterations left, last token
+        # time, earlier stints' rows)
+        self.waiting: deque[tuple] = deque()
+        self._stints: dict[int, list[tuple]] = {}  # r -> rows of its stints before the last preemption
+        self._stalls: list[tuple[int, float]] = []  # (boundary, seconds): the iteration from it stalled
+        self._stall_k = -1  # the boundary whose iteration the last stall holds, and its seconds
+        self._stall_s = 0.0
         self.index = index
         self.cost = cost
         self.capacity_tokens = int(capacity_tokens)
@@ -245,6 +274,8 @@ class BatchingDecodeInstance:
         instance accepts it at ``now``, else None. It accepts when the prompt plus one iteration of
         the grown batch fit in its KV and (with ``check_tbt``) that iteration time is within the TBT
         SLO (Mooncake's decode-side check)."""
+        if self.waiting:  # preempted requests come first
+            return None
         context = self._context_tokens(now) + self.pending_tokens + tokens
         b = self.batch + 1
         if context + b > self.capacity_tokens:
@@ -307,17 +338,77 @@ class BatchingDecodeInstance:
             ended.append(Completion(r, self.t0, tbt_s=0.0))
             self._reschedule()
             return ended
+        self._add(r, k, tokens, output_tokens - 1, first_token_s)
+        if self.k_base + self.batch * (k + 1) > self.capacity_tokens - self.pending_tokens:  # _make_room's test
+            ended += self._make_room()
+        if self.waiting:
+            ended += self._resume()
+        self._reschedule()
+        return ended
+
+    def _add(self, r: int, k: int, tokens: int, iterations: int, first_token_s: float) -> None:
+        """Request ``r`` joins the batch at boundary ``k`` (the current one) with ``tokens`` of
+        context and ``iterations`` to decode; its last token came at ``first_token_s``."""
         order = self._order = self._order + 1
-        f = k + output_tokens - 1
-        self._members[r] = (k, tokens, f, order, first_token_s, self.t0, len(self._segments))
+        f = k + iterations
+        self._members[r] = (k, tokens, f, order, first_token_s, self._wall(), len(self._segments))
         heapq.heappush(self._finishes, (f, order, r))
         self.batch += 1
         self.k_base += tokens - k
         self._ab_now = None
-        if self.k_base + self.batch * (k + 1) > self.capacity_tokens - self.pending_tokens:  # _make_room's test
-            ended += self._make_room()
-        self._reschedule()
+
+    def _wall(self) -> float:
+        """The wall time of the current boundary, before any stall held there (a stall is in the
+        next interval of every request in the stalled iteration)."""
+        return self.t0 - self._stall_s if self._stall_k == self.it0 else self.t0
+
+    def _stall(self, seconds: float) -> None:
+        """Hold the iteration starting at the current boundary for ``seconds`` (a recompute or a swap)."""
+        if seconds <= 0.0:
+            return
+        k = self.it0
+        self._stalls.append((k, seconds))
+        if self._stall_k == k:
+            self._stall_s += seconds
+        else:
+            self._stall_k, self._stall_s = k, seconds
+        self.t0 += seconds
+        self.busy_s += seconds
+        self.preemption_stall_s += seconds
+        self.version += 1
+
+    def _swap_s(self, tokens: int) -> float:
+        """One way of a swap: ``tokens`` of KV over the host link (PCIe; the ``dram`` tier)."""
+        return self.cost.load_s(tokens, "dram")
+
+    def _resume(self) -> list[Completion]:
+        """Rejoin the preempted requests at the queue's head while they fit with the next iteration
+        (the batch's and theirs); one that cannot fit even alone is aborted."""
+        ended: list[Completion] = []
+        waiting = self.waiting
+        while waiting:
+            r, tokens, iterations, last_s, stints = waiting[0]
+            k = self.it0
+            if self.k_base + self.batch * (k + 1) + tokens + 1 > self.capacity_tokens - self.pending_tokens:
+                if self.batch or self.pending_tokens:
+                    break  # waits for room
+                waiting.popleft()  # it cannot fit even alone: aborted
+                del self._stints[r]
+                ended.append(Completion(r, self.t0, preempted=True))
+                continue
+            waiting.popleft()
+            if self.preemption == "swap":
+                stall = self._swap_s(tokens)
+            else:
+                stall = self._recompute_s(tokens)
+                self.recomputed_tokens += tokens
+            self._stall(stall)
+            self._add(r, k, tokens, iterations, last_s)
         return ended
+
+    def _recompute_s(self, tokens: int) -> float:
+        """The instance's prefill of ``tokens`` tokens (a recompute after a preemption)."""
+        return self.cost.prefill_time()(tokens, 0)
 
     def _finish_until(self, k: int) -> list[Completion]:
         """Advance to boundary ``k``, ending the requests whose last iteration ends by then."""
@@ -326,9 +417,9 @@ class BatchingDecodeInstance:
         members = self._members
         pop = heapq.heappop
         while fin and fin[0][0] <= k:
-            f, _, r = fin[0]
-            if r not in members:
-                pop(fin)  # preempted earlier
+            f, order, r = fin[0]
+            if r not in members or members[r][3] != order:
+                pop(fin)  # preempted earlier (and perhaps back since, with a new order)
                 continue
             self._advance_to(f)
             pop(fin)
@@ -346,9 +437,7 @@ class BatchingDecodeInstance:
         self._ab_now = None
         if preempted:
             return Completion(r, self.t0, preempted=True)
-        k = bisect.bisect_left(self._tops_at, seg0)
-        self.finished.append((r, j, f, seg0, join_wall_s - first_token_s,
-                              self._tops[k] if k < len(self._tops) else -math.inf))
+        self.finished.append((r, j, f, seg0, join_wall_s - first_token_s, self._top_from(seg0)))
         return Completion(r, self.t0)
 
     def token_intervals(self, finished: list[tuple] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -361,6 +450,8 @@ class BatchingDecodeInstance:
         empty = np.zeros(0, np.int64)
         if not rows:
             return empty, np.zeros(1, np.int64), np.zeros(0)
+        if self._stints or self._stalls:  # a preemption happened here: the slow path
+            return self._intervals_with_stints(rows)
         base = min(x[3] for x in rows)  # segments before the first row's first one are not needed
         # columns through one float64 array each (C loops; the integers are far below 2**53: exact)
         segs = np.array(self._segments[base:] if base else self._segments, dtype=np.float64).reshape(-1, 4)
@@ -386,6 +477,31 @@ class BatchingDecodeInstance:
         intervals[firsts] += wait[f > j]
         return req, offsets, intervals
 
+    def _intervals_with_stints(self, rows: list[tuple]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`token_intervals` after preemptions: each row preceded by its request's earlier
+        stints (merged into one request), and each stall added to its iteration's interval."""
+        expanded: list[tuple] = []
+        for row in rows:
+            earlier = self._stints.get(row[0])
+            if earlier:
+                expanded += earlier
+            expanded.append(row)
+        stints, saved = self._stints, self._stalls
+        self._stints, self._stalls = {}, []  # the fast path over the expanded rows
+        try:
+            req, offsets, intervals = self.token_intervals(expanded)
+        finally:
+            self._stints, self._stalls = stints, saved
+        if saved:
+            j = np.array([x[1] for x in expanded], dtype=np.int64)
+            f = np.array([x[2] for x in expanded], dtype=np.int64)
+            for k, seconds in saved:
+                on = (j <= k) & (k < f)
+                intervals[offsets[:-1][on] + (k - j[on])] += seconds
+        keep = np.ones(len(req), dtype=bool)
+        keep[1:] = req[1:] != req[:-1]  # a request's stints are consecutive: one request
+        return req[keep], np.concatenate((offsets[:-1][keep], offsets[-1:])), intervals
+
     def tbt_within(self, row: tuple, slo_s: float) -> bool | None:
         """Whether the TBT of the finished request ``row`` (an entry of ``finished``) is at most
         ``slo_s``, decided in plain Python without building arrays; None when its TBT is within
@@ -395,7 +511,9 @@ class BatchingDecodeInstance:
         Its intervals are those of :meth:`token_intervals` (computed with the same operations, so
         the same floats); only the summation order differs, by far less than 10**-9 relative. When
         its slowest interval is clearly within the SLO, so is the mean of any of them."""
-        _, j, f, seg0, wait, top = row
+        r, j, f, seg0, wait, top = row
+        if r in self._stints or (self._stalls and any(j <= k < f for k, _ in self._stalls)):
+            return None  # preempted, or in a stalled iteration: only the exact value tells
         m = f - j
         if m <= 0:
             return 0.0 <= slo_s
@@ -428,8 +546,33 @@ class BatchingDecodeInstance:
         ended = []
         while self.batch and self.k_base + self.batch * (self.it0 + 1) > self.capacity_tokens - self.pending_tokens:
             r = max(self._members, key=lambda q: self._members[q][3])
-            ended.append(self._leave(r, preempted=True))
+            if self.preemption == "abort":
+                ended.append(self._leave(r, preempted=True))
+            else:
+                self._requeue(r)
         return ended
+
+    def _requeue(self, r: int) -> None:
+        """Preempt ``r`` to the waiting queue (recompute or swap): its stint so far is kept for its TBT."""
+        j, c, f, _, first_token_s, join_wall_s, seg0 = self._members[r]
+        k = self.it0
+        row = (r, j, k, seg0, join_wall_s - first_token_s, self._top_from(seg0))
+        self._leave(r, preempted=True)
+        stints = self._stints.setdefault(r, [])
+        if k > j:
+            stints.append(row)
+        # (no token in this stint: the wait since its last token carries over to the next)
+        last_s = self._wall() if k > j else first_token_s
+        tokens = c + (k - j)
+        self.waiting.append((r, tokens, f - k, last_s, stints))
+        self.preemptions += 1
+        if self.preemption == "swap":
+            self._stall(self._swap_s(tokens))
+
+    def _top_from(self, seg0: int) -> float:
+        """The slowest iteration of the segments from ``seg0`` on (``tbt_within``'s bound)."""
+        k = bisect.bisect_left(self._tops_at, seg0)
+        return self._tops[k] if k < len(self._tops) else -math.inf
 
     def _reschedule(self) -> None:
         self.version += 1
@@ -439,7 +582,7 @@ class BatchingDecodeInstance:
             return
         fin = self._finishes
         members = self._members
-        while fin and fin[0][2] not in members:
+        while fin and (fin[0][2] not in members or members[fin[0][2]][3] != fin[0][1]):
             heapq.heappop(fin)
         f = fin[0][0]
         # first boundary whose iteration would overflow: k_base + batch (k + 1) > capacity - pending
@@ -456,6 +599,8 @@ class BatchingDecodeInstance:
         ended = self._finish_until(self._next_boundary)
         if self.batch and self.k_base + self.batch * (self.it0 + 1) > self.capacity_tokens - self.pending_tokens:
             ended += self._make_room()  # its test, inlined
+        if self.waiting:
+            ended += self._resume()
         self._reschedule()
         return ended
 
@@ -496,6 +641,8 @@ def fastest_accepting(instances: list[BatchingDecodeInstance], tokens: int, now:
                 continue  # at best it ties, and loses the tie to the smaller index
         # step_if_accepted(tokens, now, check_tbt), inlined
         inst = instances[j]
+        if inst.waiting:  # preempted requests come first
+            continue
         context = inst._context_tokens(now) + inst.pending_tokens + tokens
         if context + inst.batch + 1 > inst.capacity_tokens:
             continue

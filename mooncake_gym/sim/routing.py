@@ -22,6 +22,14 @@ Model (Mooncake v3 §6, Algorithm 1):
 Since service is FIFO and deterministic, each request's TTFT is known at dispatch:
 ``TTFT = queue + transfer + prefill``, where queue is the work already queued on the instance.
 
+With ``batching=PrefillBatching(B)`` each instance batches its queue per iteration
+instead (chunked prefill, ``prefill.PrefillEngine``): a request's TTFT is then known only once the
+iteration holding its last chunk is formed (it depends on what arrives later), the pull runs on the
+NICs while the instance computes others (the request is ready for its iterations when it arrives),
+and the view's ``queue_s`` and the row's TTFT at dispatch are estimates (the formed iterations'
+end + each queued prompt's time served alone) until :meth:`RoutingSimulator.sync` forms the
+iterations; the results hold the real TTFTs.
+
 A pool may be heterogeneous (``RoutingConfig(instances="4xH800+4xA800")``, per-instance
 ``cache_blocks``): each instance prefills at its own GPU's speed (its own ``CostModel``). What the
 policy sees is the exact view by default; ``observation=`` (``mooncake_gym.sim.observation``) puts
@@ -31,18 +39,19 @@ prefix index, noisy estimates), while every dispatched request is still served e
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 
-from mooncake_gym.sim.prefill import PrefillInstance, pool_load
-from mooncake_gym.model.costmodel import CostModel
+from mooncake_gym.sim.prefill import PrefillEngine, PrefillInstance, pool_load
+from mooncake_gym.model.costmodel import NODE_TIER_BANDWIDTH, CostModel
 from mooncake_gym._native import mypyc_attr
 from mooncake_gym.sim.observation import Observer, as_observation, observation_rng
 from mooncake_gym.sim.policy import policy_name, reset_policy
 from mooncake_gym.sim.prefixcache import PrefixCache, match_all
 from mooncake_gym.sim.views import ROUTING_VIEW_FIELDS, Route, RoutingView, check_route
-from mooncake_gym.model.presets import RoutingConfig, parse_instances  # noqa: F401 (the pool's shape: data)
+from mooncake_gym.model.presets import PrefillBatching, RoutingConfig, parse_instances  # noqa: F401 (data)
 from mooncake_gym.model.workload import Trace
 
 
@@ -180,7 +189,7 @@ class RoutingSimulator:
     """
 
     def __init__(self, trace: Any, config: RoutingConfig | None = None, cost: CostModel | None = None,  # trace: checked
-                 observation=None, rng: np.random.Generator | None = None):
+                 observation=None, rng: np.random.Generator | None = None, batching: PrefillBatching | None = None):
         if not isinstance(trace, Trace):
             raise ValueError(f"trace: expected a mooncake_gym.model.workload.Trace, got {type(trace).__name__}")
         if len(trace) == 0:
@@ -194,6 +203,15 @@ class RoutingSimulator:
         self._arrival, self._input, self._output, self._blocks = trace.columns()
         self._estimates = PrefixEstimates(self.costs)
         self._prefill0: list[float] | None = None  # uncached_prefill_s of a homogeneous pool, once asked
+        if batching is not None and not isinstance(batching, PrefillBatching):
+            raise ValueError(f"batching: expected a PrefillBatching or None, got {type(batching).__name__}")
+        self.batching = batching
+        self._budget: int = 0 if batching is None else batching.token_budget
+        if self._budget:
+            for i, c in enumerate(self.costs):
+                if not c.instance.realistic:
+                    raise ValueError(f"prefill_token_budget: batching needs realistic cost models (CostModel.realistic); "
+                                     f"instance {i}'s is not")
         self.reset()
 
     # -- stepping -------------------------------------------------------------------------------
@@ -201,8 +219,30 @@ class RoutingSimulator:
         self.instances = [PrefillInstance(i, b) for i, b in enumerate(self.config.instance_cache_blocks())]
         self._caches = cast("list[PrefixCache]", [inst.cache for inst in self.instances])  # all cached
         self._cache_blocks = self.config.instance_cache_blocks()
+        self._batched: bool = self._budget > 0
+        if self._batched:
+            for inst, c in zip(self.instances, self.costs):
+                inst.engine = PrefillEngine(self._budget, c.prefill_time(), inst)
+        depth = 1 if self.batching is None else self.batching.pipeline_nodes
+        self._pipelined: bool = depth > 1
+        if self._pipelined:  # groups of consecutive instances; each instance's own first
+            engines = [cast(PrefillEngine, inst.engine) for inst in self.instances]
+            for i, (engine, c) in enumerate(zip(engines, self.costs)):
+                g = i - i % depth
+                group = [engine] + [engines[j] for j in range(g, min(g + depth, len(engines))) if j != i]
+                # activations of the chunk's tokens (d_model BF16 values each) over the RDMA NIC
+                engine.set_pipeline(group, cast(PrefillBatching, self.batching).pipeline_min_tokens,
+                                    c.model.d_model * 2 / NODE_TIER_BANDWIDTH["rdma"], c.transfer_latency_s,
+                                    c.instance.iteration_overhead_s)
+        self._row_of: dict[int, int] = {}  # batching: request -> its row in _rows, until its TTFT is known
+        self.prefill_ends: list[tuple[int, float]] = []  # batching: (request, first token time) since last read
+        # batching driven from outside (the cluster's event loop forms each iteration: ``form``), and
+        # pulls left to it (``pulls``: (request, holder, instance, tokens) to copy; ``pull_arrived``)
+        self.external_clock = False
+        self.defer_pulls = False
+        self.pulls: list[tuple[int, int, int, int]] = []
         # every cache holds 0 blocks (the lecture's pool): no instance ever has a prefix hit
-        self._uncached: bool = not any(self._cache_blocks)
+        self._uncached: bool = not any(self._cache_blocks) and not self._batched
         self._i = 0
         self._rows: list[tuple] = []  # one outcome per dispatched request (fields of _ARRAYS)
         self._last_row: tuple | None = None  # the last dispatched request's row of _rows (None after a skip)
@@ -248,6 +288,9 @@ class RoutingSimulator:
                 "input_tokens": n_in}
 
     def _build_view(self) -> None:
+        if self._observer is not None:  # (a caller's clock: the observed view made when read, _defer)
+            self._next_view()
+            return
         self._exact = self._view = self._make_view()
         self._built = True
 
@@ -262,6 +305,8 @@ class RoutingSimulator:
             self._built = False
             return
         if self._i < len(self._arrival):
+            if self._batched:
+                self.sync(self._arrival[self._i])
             obs.scrape(self._arrival[self._i])  # before anything reads the instances at the new time
         self._exact = v = self._make_view()
         self._view = None if v is None else obs.observe(v)
@@ -287,6 +332,8 @@ class RoutingSimulator:
         if i >= len(self._arrival):
             return None
         now = self._arrival[i]
+        if self._batched:
+            self.sync(now)
         ids = self._blocks[i]
         ks = match_all(self._caches, ids)
         n_in = self._input[i]
@@ -360,7 +407,16 @@ class RoutingSimulator:
         else:
             prefill = v.prefill_s[i]
         queue = v.queue_s[i]
-        self.instances[i].dispatch(now, transfer + prefill, n_in - hit)
+        engine = self.instances[i].engine
+        if engine is None:
+            self.instances[i].dispatch(now, transfer + prefill, n_in - hit)
+        else:  # queued for batching: the pull runs on the NICs meanwhile; TTFT known when formed
+            self._row_of[k] = len(self._rows)
+            if fetched and self.defer_pulls:  # ready when the caller says its copy arrived
+                self.pulls.append((k, v.best_instance, i, fetched))
+                engine.add(k, now, math.inf, n_in, hit, prefill)
+            else:
+                engine.add(k, now, now + transfer, n_in, hit, prefill)
         self._caches[i].insert(v.block_ids)  # inst.cache
         ttft = queue + transfer + prefill  # = finish - arrival, without the rounding of absolute times
         self._last_row = row = (now, n_in, i, ttft, queue, transfer, prefill, hit, fetched)
@@ -371,7 +427,10 @@ class RoutingSimulator:
             self._built = False
         else:
             self._observer.dispatched(i, pull)
-            self._next_view()
+            if self.external_clock:  # the caller runs the pool to the next arrival before the view
+                self._built = False
+            else:
+                self._next_view()
 
     def skip(self) -> RoutingView | None:
         """Pass over the pending request without dispatching it (the cluster simulator's admission
@@ -385,12 +444,77 @@ class RoutingSimulator:
             raise RuntimeError("skip: the trace is exhausted; call reset()")
         self._last_row = None
         self._i += 1
-        if self._observer is None:  # _next_view(), inlined: the exact view, made when read
+        if self._observer is None or self.external_clock:  # the view made when read (_next_view then)
             self._built = False
         else:
             self._next_view()
 
+    def sync(self, t: float) -> None:
+        """Batching: form every prefill iteration that starts before ``t`` on every instance; each
+        request they end gets its real TTFT in the results and is listed in ``prefill_ends``
+        (request, first token time). Nothing without batching."""
+        if not self._batched or self.external_clock:
+            return
+        if self._pipelined:  # the engines hold one another: every iteration in one order of time
+            engines = [cast(PrefillEngine, inst.engine) for inst in self.instances]
+            while True:
+                best, best_s = -1, t
+                for i, engine in enumerate(engines):
+                    if engine.waiting:
+                        s = engine.next_start()
+                        if s < best_s:
+                            best, best_s = i, s
+                if best < 0:
+                    break
+                self.form(best, best_s)
+            for engine in engines:
+                engine.advance(t)  # (nothing left before t: the estimates at t)
+            return
+        for inst in self.instances:
+            one = inst.engine
+            assert one is not None
+            if one.waiting:
+                one.advance(t)
+                if one.ended:
+                    self._collect(one)
+
+    def form(self, i: int, s: float) -> float:
+        """Batching driven from outside: form instance ``i``'s iteration starting at ``s``; returns
+        its end (the requests it ends are listed in ``prefill_ends``)."""
+        engine = self.instances[i].engine
+        assert engine is not None
+        end = engine.form(s)
+        if engine.ended:
+            self._collect(engine)
+        return end
+
+    def pull_arrived(self, k: int, i: int, t: float) -> None:
+        """Request ``k``'s deferred pull reached instance ``i`` at ``t``: it is ready to prefill."""
+        engine = self.instances[i].engine
+        assert engine is not None
+        engine.ready(k, t)
+
+    def _collect(self, engine: PrefillEngine) -> None:
+        """The real TTFTs of the requests ``engine`` ended, into their rows and ``prefill_ends``."""
+        rows, row_of, ends = self._rows, self._row_of, self.prefill_ends
+        for k, end in engine.ended:
+            pos = row_of.pop(k)
+            now, n_in, i, _, _, transfer, prefill, hit, fetched = rows[pos]
+            ttft = end - now
+            wait = ttft - transfer - prefill
+            row = (now, n_in, i, ttft, wait if wait > 0.0 else 0.0, transfer, prefill, hit, fetched)
+            rows[pos] = row
+            if pos == len(rows) - 1 and self._last_row is not None:
+                self._last_row = row
+            ends.append((k, end))
+        engine.ended.clear()
+
+    def finish(self) -> None:
+        """Batching: form every remaining iteration (the pool drains); nothing without batching."""
+        self.sync(math.inf)
+
     def result(self, policy: str = "?") -> RoutingResult:
+        self.finish()
         return RoutingResult(policy, self.trace.name, self.config, self._rows, self.instances, self.cost)
 
 
