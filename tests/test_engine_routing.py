@@ -227,7 +227,8 @@ def traces(draw, max_requests=40):
         k = draw(st.integers(0, len(base)))
         tail = draw(st.lists(st.integers(100, 130), max_size=6, unique=True))
         blocks = base[:k] + tail
-        tokens = draw(st.integers(1, 512 * (len(blocks) + 1)))
+        # prompts within their blocks, and long ones (several chunks of the realistic model's prefill)
+        tokens = draw(st.integers(1, 512 * (len(blocks) + 1)) | st.integers(8000, 40000))
         rows.append((t, tokens, blocks))
     return trace_of(rows, name="generated")
 
@@ -314,3 +315,25 @@ def test_engine_refuses_bad_input_by_name():
         bridge.make_engine(sim).run("best", 1.0, bridge.rng_state(np.random.default_rng(0)))
     with pytest.raises(ValueError, match="block_start: expected offsets"):
         _engine.native.Trace(np.zeros(1), np.ones(1, dtype=np.int64), np.array([0, 2]), np.array([1], dtype=np.int64))
+
+
+def test_native_asked_for_where_it_is_not_built_says_how_to_build(monkeypatch):
+    monkeypatch.setattr(_engine, "native", None)
+    with pytest.raises(ValueError, match=r"engine: the native engine is not built here .*make install"):
+        _engine.resolve("native")
+    monkeypatch.setenv("MOONCAKE_GYM_ENGINE", "native")
+    with pytest.raises(ValueError, match="MOONCAKE_GYM_ENGINE: the native engine is not built here"):
+        _engine.engine()
+    monkeypatch.delenv("MOONCAKE_GYM_ENGINE")
+    assert _engine.engine() == "python" and _engine.resolve(None) == "python"
+
+
+def test_the_sources_fingerprint_follows_the_cpp_files(tmp_path):
+    assert _engine.sources_fingerprint(tmp_path) is None
+    (tmp_path / "a.cpp").write_text("int a;\n")
+    (tmp_path / "notes.txt").write_text("not a source\n")
+    first = _engine.sources_fingerprint(tmp_path)
+    (tmp_path / "notes.txt").write_text("changed\n")
+    assert _engine.sources_fingerprint(tmp_path) == first
+    (tmp_path / "b.hpp").write_text("#pragma once\n")
+    assert _engine.sources_fingerprint(tmp_path) not in (None, first)

@@ -35,31 +35,29 @@ def available() -> bool:
     return native is not None
 
 
+def _checked(name: str, where: str) -> str:
+    """``name`` if it is an engine that can run here; else a ``ValueError`` naming ``where``."""
+    if name not in ENGINES:
+        raise ValueError(f"{where}: expected one of {ENGINES}, got {name!r}")
+    if name == "native" and native is None:
+        raise ValueError(f"{where}: the native engine is not built here ({_import_error}); install with a C++ "
+                         "compiler (make install, or pip install -e .), or use 'python'")
+    return name
+
+
 def engine() -> str:
     """The default engine's name: ``"native"`` or ``"python"`` (``MOONCAKE_GYM_ENGINE`` decides if
     set; otherwise native where the extension is built)."""
     chosen = os.environ.get(ENV_VAR, "")
     if chosen:
-        if chosen not in ENGINES:
-            raise ValueError(f"{ENV_VAR}: expected one of {ENGINES}, got {chosen!r}")
-        if chosen == "native" and native is None:
-            raise ValueError(f"{ENV_VAR}=native: the native engine is not built ({_import_error}); "
-                             "install with a C++ compiler (make install, or pip install -e .)")
-        return chosen
+        return _checked(chosen, ENV_VAR)
     return "native" if native is not None else "python"
 
 
 def resolve(engine_arg: str | None) -> str:
     """A simulator's ``engine=`` argument as ``"native"`` or ``"python"`` (None: :func:`engine`).
     ``"native"`` without the extension is a ``ValueError`` saying how to build it."""
-    if engine_arg is None:
-        return engine()
-    if engine_arg not in ENGINES:
-        raise ValueError(f"engine: expected one of {ENGINES} or None, got {engine_arg!r}")
-    if engine_arg == "native" and native is None:
-        raise ValueError(f"engine: 'native' is not built here ({_import_error}); install with a C++ compiler "
-                         "(make install, or pip install -e .), or pass engine='python'")
-    return engine_arg
+    return engine() if engine_arg is None else _checked(engine_arg, "engine")
 
 
 def sources_fingerprint(folder: Path | None = None) -> str | None:

@@ -113,8 +113,9 @@ class PrefixCaches {
           tail_(capacity_.size(), -1), size_(capacity_.size(), 0), alive_(words_) {
         for (size_t i = 0; i < capacity_.size(); ++i)
             if (capacity_[i] > 0) {  // a cache of 0 blocks holds nothing: no list
-                prev_[i].assign(static_cast<size_t>(n_blocks), -1);
-                next_[i].assign(static_cast<size_t>(n_blocks), -1);
+                // not initialised: a block's links are read only while its holder bit is set
+                prev_[i].reset(new int32_t[static_cast<size_t>(n_blocks)]);
+                next_[i].reset(new int32_t[static_cast<size_t>(n_blocks)]);
             }
     }
 
@@ -154,8 +155,8 @@ class PrefixCaches {
     void insert(size_t i, const int32_t* blocks, int64_t n) {
         const int64_t cap = capacity_[i];
         if (cap == 0) return;
-        std::vector<int32_t>& prev = prev_[i];
-        std::vector<int32_t>& next = next_[i];
+        int32_t* prev = prev_[i].get();
+        int32_t* next = next_[i].get();
         int32_t& head = head_[i];
         int32_t& tail = tail_[i];
         const size_t word = i / 64;
@@ -198,7 +199,7 @@ class PrefixCaches {
     int64_t n_blocks_;
     size_t words_;
     std::vector<uint64_t> holders_;
-    std::vector<std::vector<int32_t>> prev_, next_;
+    std::vector<std::unique_ptr<int32_t[]>> prev_, next_;
     std::vector<int32_t> head_, tail_;
     std::vector<int64_t> size_;
     std::vector<uint64_t> alive_;
