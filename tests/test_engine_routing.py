@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import mooncake_gym
 from mooncake_gym import _engine
 from mooncake_gym._engine import routing as bridge
+from mooncake_gym._engine.stepper import NativeRoutingSimulator
 from mooncake_gym.baselines import make_policy
 from mooncake_gym.model.costmodel import CostModel
 from mooncake_gym.model.presets import PRESETS, RoutingConfig
@@ -337,3 +338,63 @@ def test_the_sources_fingerprint_follows_the_cpp_files(tmp_path):
     assert _engine.sources_fingerprint(tmp_path) == first
     (tmp_path / "b.hpp").write_text("#pragma once\n")
     assert _engine.sources_fingerprint(tmp_path) not in (None, first)
+
+
+# --- the step-able interface ---------------------------------------------------------------------------
+def _typed(view):
+    return [(type(x).__name__, x) if not isinstance(x, tuple) else tuple((type(y).__name__, y) for y in x)
+            for x in view]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trace=traces(30), pool=pools(), data=st.data())
+def test_native_stepper_is_the_reference_view_for_view(trace, pool, data):
+    """Driven from Python with any actions and skips, the native simulator shows the reference's
+    views (every field, with its type), last outcomes and result."""
+    config, cost = pool
+    ref = routing.RoutingSimulator(trace, config, cost)
+    nat = NativeRoutingSimulator(trace, config, cost)
+    n = config.n_instances
+    assert _typed(nat.view) == _typed(ref.view)
+    while not ref.done:
+        if data.draw(st.integers(0, 9)) == 0:
+            a, b = ref.skip(), nat.skip()
+            assert nat.last is None and ref.last is None
+        else:
+            action = (data.draw(st.integers(0, n - 1)), data.draw(st.booleans()))
+            a, b = ref.step(action), nat.step(action)
+            assert nat.last == ref.last and [type(v) for v in nat.last.values()] == [type(v) for v in ref.last.values()]
+        assert (a is None) == (b is None) and (a is None or _typed(a) == _typed(b))
+    assert nat.done and nat.view is None
+    assert_same(nat.result("p"), ref.result("p"))
+    with pytest.raises(RuntimeError, match="the trace is exhausted"):
+        nat.step(0)
+    assert _typed(nat.reset()) == _typed(ref.reset())
+
+
+def test_prefill_routing_v0_on_the_native_stepper_gives_the_same_episode(monkeypatch):
+    import gymnasium as gym
+
+    from mooncake_gym.envs import prefill_routing
+
+    def episode():
+        env = gym.make("mooncake_gym/PrefillRouting-v0")
+        obs, info = env.reset(seed=5)
+        env.action_space.seed(3)
+        out = [(obs, info)]
+        done = False
+        while not done:
+            obs, reward, done, _, info = env.step(env.action_space.sample())
+            out.append((obs, reward, info))
+        return out
+
+    reference = episode()
+    monkeypatch.setattr(prefill_routing, "RoutingSimulator", NativeRoutingSimulator)
+    native = episode()
+    assert len(native) == len(reference) > 100
+    np.testing.assert_equal(native, reference)
+
+
+def test_native_stepper_refuses_an_observation_mode():
+    with pytest.raises(ValueError, match="observation: the native engine shows the exact view only"):
+        NativeRoutingSimulator(trace_of([(0.0, 100, [1])]), observation="scraped")

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <initializer_list>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -317,16 +319,12 @@ class RoutingEngine {
     void reset() {
         const size_t n = cache_blocks_.size();
         caches_ = std::make_unique<PrefixCaches>(cache_blocks_, trace_.n_unique());
-        busy_until_.assign(n, 0.0);
-        busy_s_.assign(n, 0.0);
-        requests_.assign(n, 0);
-        ks_.assign(n, 0);
-        hits_.assign(n, 0);
-        prefills_.assign(n, 0.0);
-        transfers_.assign(n, 0.0);
-        pulls_.assign(n, 0.0);
-        queue_.assign(n, 0.0);
-        costs_.assign(n, 0.0);
+        finishes_.assign(n, std::deque<double>());
+        tokens_.assign(n, std::deque<int64_t>());
+        for (std::vector<int64_t>* v : {&queued_tokens_, &view_queued_, &view_queued_tokens_, &requests_, &ks_, &hits_})
+            v->assign(n, 0);
+        for (std::vector<double>* v : {&busy_until_, &busy_s_, &prefills_, &transfers_, &pulls_, &queue_, &costs_})
+            v->assign(n, 0.0);
         branch_.assign(n, 0);
         rows_.clear();
         rows_.reserve(static_cast<size_t>(trace_.size()));
@@ -348,6 +346,13 @@ class RoutingEngine {
             if (ks_[i] > best_blocks) best_blocks = ks_[i];
         const int64_t best = pool_.hit_tokens(best_blocks, n_in);
         best_hit_ = best;
+        best_instance_ = -1;
+        if (best_blocks > 0)
+            for (size_t i = 0; i < n; ++i)
+                if (ks_[i] == best_blocks) {
+                    best_instance_ = static_cast<int64_t>(i);
+                    break;
+                }
         // one prefill-time call per distinct (hit, kind of instance) in a row of equal ones
         int64_t last_k = -1;
         int32_t last_g = -1;
@@ -379,8 +384,23 @@ class RoutingEngine {
                 last_k = ks_[i];
                 last_g = g;
             }
+            // pool_load: a busy instance forgets the requests finished by now
             const double b = busy_until_[i];
-            queue_[i] = b > now ? b - now : 0.0;
+            if (b > now) {
+                std::deque<double>& f = finishes_[i];
+                while (!f.empty() && f.front() <= now) {
+                    f.pop_front();
+                    queued_tokens_[i] -= tokens_[i].front();
+                    tokens_[i].pop_front();
+                }
+                queue_[i] = b - now;
+                view_queued_[i] = static_cast<int64_t>(f.size());
+                view_queued_tokens_[i] = queued_tokens_[i];
+            } else {
+                queue_[i] = 0.0;
+                view_queued_[i] = 0;
+                view_queued_tokens_[i] = 0;
+            }
         }
         viewed_ = true;
     }
@@ -407,8 +427,20 @@ class RoutingEngine {
         const double queue = queue_[i];
         const double service = transfer + prefill;
         // PrefillInstance.dispatch
-        const double start = busy_until_[i] > now ? busy_until_[i] : now;
-        busy_until_[i] = start + service;
+        double start;
+        if (busy_until_[i] > now) {
+            start = busy_until_[i];
+        } else {  // idle: everything dispatched before has finished
+            start = now;
+            finishes_[i].clear();
+            tokens_[i].clear();
+            queued_tokens_[i] = 0;
+        }
+        const double finish = start + service;
+        busy_until_[i] = finish;
+        finishes_[i].push_back(finish);
+        tokens_[i].push_back(n_in - hit);
+        queued_tokens_[i] += n_in - hit;
         busy_s_[i] += service;
         requests_[i] += 1;
         caches_->insert(i, trace_.blocks.data() + trace_.block_start[k], trace_.block_start[k + 1] - trace_.block_start[k]);
@@ -416,6 +448,12 @@ class RoutingEngine {
         rows_.push_back(Row{now, static_cast<double>(n_in), static_cast<double>(inst), ttft, queue, transfer,
                             prefill, static_cast<double>(hit), static_cast<double>(fetched)});
         k_ = k + 1;
+        viewed_ = false;
+    }
+
+    // RoutingSimulator.pass_over: the pending request takes no prefill and touches no cache.
+    void skip() {
+        k_ += 1;
         viewed_ = false;
     }
 
@@ -463,6 +501,11 @@ class RoutingEngine {
     const std::vector<double>& view_pull_prefill_s() { ensure_view(); return pulls_; }
     const std::vector<double>& view_queue_s() { ensure_view(); return queue_; }
     int64_t view_best_hit_tokens() { ensure_view(); return best_hit_; }
+    int64_t view_best_instance() { ensure_view(); return best_instance_; }
+    const std::vector<int64_t>& view_queued_requests() { ensure_view(); return view_queued_; }
+    const std::vector<int64_t>& view_queued_tokens() { ensure_view(); return view_queued_tokens_; }
+    double arrival_s(int64_t k) const { return trace_.arrival_s[static_cast<size_t>(k)]; }
+    int64_t input_tokens(int64_t k) const { return trace_.input_tokens[static_cast<size_t>(k)]; }
 
   private:
     std::shared_ptr<const TraceColumns> trace_ptr_;
@@ -474,6 +517,11 @@ class RoutingEngine {
 
     std::unique_ptr<PrefixCaches> caches_;
     std::vector<double> busy_until_, busy_s_;
+    // PrefillInstance's queue: finish times and computed tokens of the requests not known finished
+    std::vector<std::deque<double>> finishes_;
+    std::vector<std::deque<int64_t>> tokens_;
+    std::vector<int64_t> queued_tokens_, view_queued_, view_queued_tokens_;
+    int64_t best_instance_ = -1;
     std::vector<int64_t> requests_;
     std::vector<Row> rows_;
     int64_t k_ = 0;

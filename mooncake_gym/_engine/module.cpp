@@ -184,6 +184,34 @@ NB_MODULE(_engine_native, m) {
                  return nb::ndarray<nb::numpy, double, nb::ndim<2>>(data, {n, size_t(9)}, owner);
              },
              "The dispatched requests' rows, (n, 9) float64 in the fields of sim/routing.py _ARRAYS.")
+        .def("skip",
+             [](RoutingEngine& e) {
+                 if (e.done()) throw nb::index_error("skip: the trace is exhausted");
+                 e.skip();
+             })
+        .def("last_row",
+             [](const RoutingEngine& e) {
+                 if (e.rows().empty()) throw nb::index_error("last_row: nothing dispatched");
+                 const mooncake::Row& r = e.rows().back();
+                 return nb::make_tuple(r.arrival_s, static_cast<int64_t>(r.input_tokens), static_cast<int64_t>(r.instance),
+                                       r.ttft_s, r.queue_s, r.transfer_s, r.prefill_s, static_cast<int64_t>(r.hit_tokens),
+                                       static_cast<int64_t>(r.fetched_tokens));
+             },
+             "The last dispatched request's row (arrival_s, input_tokens, instance, ttft_s, queue_s, transfer_s, "
+             "prefill_s, hit_tokens, fetched_tokens), with Python ints for the counts.")
+        .def("full_view",
+             [](RoutingEngine& e) {
+                 if (e.done()) throw nb::index_error("full_view: the trace is exhausted");
+                 const int64_t k = e.index();
+                 nb::tuple queue = as_tuple(e.view_queue_s());
+                 return nb::make_tuple(e.arrival_s(k), k, e.input_tokens(k), queue, as_tuple(e.view_queued_requests()),
+                                       as_tuple(e.view_hit_tokens()), as_tuple(e.view_prefill_s()),
+                                       e.view_best_hit_tokens(), e.view_best_instance(), as_tuple(e.view_transfer_s()),
+                                       as_tuple(e.view_pull_prefill_s()), as_tuple(e.view_queued_tokens()),
+                                       as_tuple(e.view_hit_blocks()));
+             },
+             "The pending view's (now, index, input_tokens, queue_s, queued_requests, hit_tokens, prefill_s, "
+             "best_hit_tokens, best_instance, transfer_s, pull_prefill_s, queued_tokens, hit_blocks).")
         .def("busy_s", [](const RoutingEngine& e) { return e.busy_s(); })
         .def("requests", [](const RoutingEngine& e) { return e.requests(); })
         .def("cache_lru_first",
