@@ -14,7 +14,7 @@ from mooncake_gym import _engine
 from mooncake_gym._engine import routing as bridge
 from mooncake_gym._engine.stepper import NativeRoutingSimulator
 from mooncake_gym.baselines import make_policy
-from mooncake_gym.model.costmodel import CostModel
+from mooncake_gym.model.costmodel import CostModel, PrefillTime
 from mooncake_gym.model.presets import PRESETS, RoutingConfig
 from mooncake_gym.model.workload import Trace
 from mooncake_gym.sim import routing
@@ -398,3 +398,18 @@ def test_prefill_routing_v0_on_the_native_stepper_gives_the_same_episode(monkeyp
 def test_native_stepper_refuses_an_observation_mode():
     with pytest.raises(ValueError, match="observation: the native engine shows the exact view only"):
         NativeRoutingSimulator(trace_of([(0.0, 100, [1])]), observation="scraped")
+
+
+def test_a_changed_prefill_formula_keeps_the_run_on_the_reference(monkeypatch):
+    """The engine checks its prefill time against PrefillTime's before a run: a cost model changed
+    in Python alone (here: 1 ms more per prefill) runs on the reference, and native is refused."""
+    original = PrefillTime.__call__
+    monkeypatch.setattr(PrefillTime, "__call__", lambda self, n, h: original(self, n, h) + 0.001)
+    trace = trace_of([(0.0, 1000, [1, 2]), (0.1, 1000, [1, 2])])
+    cost = CostModel()
+    sim = routing.RoutingSimulator(trace, cost=cost)
+    assert "disagrees with PrefillTime at (1000, 0)" in bridge.unsupported(sim, make_policy("routing", "load"))
+    res = routing.simulate(trace, make_policy("routing", "load"), cost=cost)
+    assert res.ttft_s[0] == original(cost.prefill_time(), 1000, 0) + 0.001
+    with pytest.raises(ValueError, match="disagrees with PrefillTime"):
+        routing.simulate(trace, make_policy("routing", "load"), cost=cost, engine="native")

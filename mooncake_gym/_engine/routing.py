@@ -59,6 +59,23 @@ def prefill_fields(f: PrefillTime) -> dict:
     return out
 
 
+#: (prompt tokens, cached tokens) at which the engine's prefill time is checked against PrefillTime's
+#: before a run: no cache, a hit, and several chunks of the realistic model's chunked prefill.
+PREFILL_PROBES = ((1000, 0), (1000, 512), (20000, 1536), (9000, 8192))
+
+
+def prefill_disagrees(f: PrefillTime) -> str | None:
+    """Why the engine's prefill time is not ``f``'s (a field it does not know, or another value at
+    one of :data:`PREFILL_PROBES`: the cost model changed and the engine's arithmetic must follow),
+    or None. The run then stays on the reference."""
+    fields = prefill_fields(f)
+    for n, h in PREFILL_PROBES:
+        if native.prefill_s(fields, n, h) != f(n, h):
+            return (f"engine: the native prefill time disagrees with PrefillTime at ({n}, {h}) tokens "
+                    f"({native.prefill_s(fields, n, h)!r} != {f(n, h)!r}): port the cost model's change to engine.hpp")
+    return None
+
+
 def unsupported(sim, policy) -> str | None:
     """Why ``policy`` on the routing simulator ``sim`` cannot run natively, or None if it can."""
     if native is None:
@@ -74,7 +91,9 @@ def unsupported(sim, policy) -> str | None:
         return "the policy's generator is not a numpy Generator over PCG64"
     try:
         for c in sim.costs:
-            prefill_fields(c.prefill_time())
+            disagrees = prefill_disagrees(c.prefill_time())
+            if disagrees:
+                return disagrees
     except ValueError as e:
         return str(e)
     cells = native_trace(sim.trace).n_unique * sum(b > 0 for b in sim.config.instance_cache_blocks())
