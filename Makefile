@@ -6,13 +6,16 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.installed
+# the native engine's build (`make engine`, docs/engine.md)
+ENGINE_SOURCES = CMakeLists.txt $(wildcard mooncake_gym/_engine/*.cpp mooncake_gym/_engine/*.hpp)
+ENGINE_STAMP = $(VENV)/.engine
 TORCH_VERSION ?= 2.13.0
 PIP_FIND_LINKS_ALL := $(PIP_FIND_LINKS) $(shell $(PYTHON) -m pip config list 2>/dev/null | sed -n "s/.*find-links='\(.*\)'/\1/p")
 TORCH_LOCAL_WHEEL := $(firstword $(foreach d,$(subst file://,,$(PIP_FIND_LINKS_ALL)),$(wildcard $(d)/torch-$(TORCH_VERSION)*.whl)))
 TORCH_INDEX ?= $(if $(TORCH_LOCAL_WHEEL),,https://download.pytorch.org/whl/cpu)
 TORCH_INSTALL = python -m pip install torch==$(TORCH_VERSION) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 
-.PHONY: install install-fast check-compiled demo test test-ray bench results clean clean-compiled
+.PHONY: install engine check-native demo test test-ray bench results clean
 
 install: $(STAMP)
 
@@ -26,44 +29,37 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/mooncake-gym compare
 
-test: $(STAMP)
+test: $(ENGINE_STAMP)
 	$(BIN)/python -m pytest -q
 
-bench: $(STAMP)
+bench: $(ENGINE_STAMP)
 	$(BIN)/mooncake-gym bench
 
-# Opt-in (not part of install or test; CI checks it with check-compiled below): the simulator's inner loops (setup.py's COMPILED) compiled
-# with mypyc into C extensions next to their .py files. An extension shadows its .py: editing a compiled
-# module's .py has no effect (importing mooncake_gym warns) until `make install-fast` again or
-# `make clean-compiled`. `mooncake_gym.compiled()` lists the compiled modules in use.
-# setup.py's target_dir: the generated C, then the objects and libraries
-MYPYC_BUILD = build/mypyc
-install-fast: $(STAMP)
-	$(BIN)/python -m pip install mypy==2.4.1
-	MOONCAKE_GYM_COMPILE=1 $(BIN)/python setup.py build_ext --inplace --build-temp $(MYPYC_BUILD)/temp --build-lib $(MYPYC_BUILD)/lib
-	$(BIN)/python -c "import mooncake_gym; print('compiled:', *mooncake_gym.compiled())"
+# The native engine (docs/engine.md): `make install` builds it (pip install -e . runs CMakeLists.txt
+# through scikit-build-core); after editing mooncake_gym/_engine/*.cpp or *.hpp, `make engine` rebuilds
+# it (importing mooncake_gym warns while the built engine is older than its sources).
+# $(ENGINE_STAMP) (defined at the top): rebuilt only when the built engine is missing or older than its sources.
+$(ENGINE_STAMP): $(STAMP) $(ENGINE_SOURCES)
+	$(BIN)/python -W ignore -c "import sys, mooncake_gym._engine as e; sys.exit(not e.available() or e.stale())" || \
+		$(BIN)/python -m pip install --no-deps -e .
+	touch $@
+engine: $(STAMP)
+	$(BIN)/python -m pip install --no-deps -e .
+	$(BIN)/python -c "import mooncake_gym; print('engine:', mooncake_gym.engine())"
+	touch $(ENGINE_STAMP)
 
-# The compiled core against pure Python (CI's last step): the golden runs dumped pure, then compiled and
-# checked bit for bit, then the tests of the simulators and the v1 environments run compiled; pure Python
-# again at the end, pass or fail.
-COMPILED_TESTS = tests/test_speed_fast_paths.py tests/test_conductor.py tests/test_decode_rule.py tests/test_decode_fast_paths.py \
-	tests/test_envs_v1.py tests/test_envs.py tests/test_routing.py tests/test_prefixcache.py tests/test_cluster_observation.py \
-	tests/test_tbt_headroom.py tests/test_fresh_blocks.py tests/test_cluster_bounds.py
-check-compiled: $(STAMP)
-	mkdir -p $(MYPYC_BUILD)
-	$(BIN)/python benchmarks/golden.py dump $(MYPYC_BUILD)/golden-pure.pkl
-	$(MAKE) install-fast
-	status=0; $(BIN)/python benchmarks/golden.py check $(MYPYC_BUILD)/golden-pure.pkl && \
-		$(BIN)/python -m pytest -q $(COMPILED_TESTS) || status=$$?; \
-		$(MAKE) clean-compiled; exit $$status
+# The native engine against the Python reference (CI's last step): the golden runs dumped with the
+# reference (MOONCAKE_GYM_ENGINE=python), then checked bit for bit with the default engine; then the
+# built wheels (with the extension, and without a compiler) checked for their files (tests/test_engine_build.py).
+NATIVE_BUILD = build/native
+check-native: $(ENGINE_STAMP)
+	mkdir -p $(NATIVE_BUILD)
+	$(BIN)/python -c "import mooncake_gym, sys; e = mooncake_gym.engine(); print('engine:', e); sys.exit(e != 'native')"
+	MOONCAKE_GYM_ENGINE=python $(BIN)/python benchmarks/golden.py dump $(NATIVE_BUILD)/golden-python.pkl
+	$(BIN)/python benchmarks/golden.py check $(NATIVE_BUILD)/golden-python.pkl
+	MOONCAKE_WHEEL_BUILD=1 $(BIN)/python -m pytest -q tests/test_engine_build.py
 
-# back to pure Python: the compiled extensions and their build folder (not the rest of build/, e.g. the
-# leaderboard's tuned settings)
-clean-compiled:
-	find mooncake_gym -name '*.so' -delete -o -name '*.pyd' -delete
-	rm -rf $(MYPYC_BUILD)
-
-clean: clean-compiled
+clean:
 	rm -rf $(VENV) $(RAY_VENV) build dist *.egg-info
 
 # Ray (RLlib, Tune) in its own venv: Ray installs gymnasium 1.2 over the 1.4 of .venv

@@ -167,7 +167,7 @@ if __name__ == "__main__":
     mode, path = sys.argv[1], sys.argv[2]
     only = sys.argv[4] if len(sys.argv) > 4 and sys.argv[3] == "--only" else ""
     warnings.simplefilter("ignore", DeprecationWarning)  # old import paths still answer, and say so
-    print("compiled:", mooncake_gym.compiled() or "none (pure Python)")
+    print("engine:", mooncake_gym.engine())
     try:
         got = canon(runs(only))
     except Exception:

@@ -2,18 +2,21 @@
 
 Importing the package registers the environments (``mooncake_gym/PrefillRouting-v0``,
 ``OverloadAdmission-v0``, ``PrefillRouting-v1``, ``OverloadAdmission-v1``, ``Conductor-v1``) and
-every benchmark scenario (:mod:`mooncake_gym.evaluation.scenarios`) with Gymnasium. :func:`compiled` lists the
-modules that run compiled (opt-in: ``make install-fast``), [] for the pure-Python package.
+every benchmark scenario (:mod:`mooncake_gym.evaluation.scenarios`) with Gymnasium. :func:`engine` names
+the default engine of the simulators: ``"native"`` (the C++ engine built at install, docs/engine.md) or
+``"python"`` (the reference: no C++ compiler at install, which importing warns of once, or
+``MOONCAKE_GYM_ENGINE=python``).
 """
 
 __version__ = "0.1.0"
 
 from mooncake_gym import _moved
-from mooncake_gym._native import compiled, warn_if_stale as _warn_if_stale
+from mooncake_gym._engine import engine, warn_if_missing as _warn_if_missing
+from mooncake_gym._native import compiled
 
 _moved.install()  # the modules' paths before 0.2 still import, with a DeprecationWarning
 
-_warn_if_stale()  # before anything imports a compiled module that a newer .py should replace
+_warn_if_missing()  # once: the native engine is not built (the reference runs), or older than its sources
 
 from mooncake_gym.evaluation.scenarios import register_scenarios as _register_scenarios
 

@@ -44,9 +44,11 @@ def test_current_name_translates_old_dotted_paths_only():
 ROOT = Path(__file__).resolve().parents[1]
 #: The layers from the bottom up; a module imports only from its own layer and those before it.
 LAYERS = [
-    ("mooncake_gym._moved", "mooncake_gym._native", "mooncake_gym._files"),
+    ("mooncake_gym._moved", "mooncake_gym._native", "mooncake_gym._files", "mooncake_gym._engine",
+     "mooncake_gym._engine_native"),  # the engine switch and the native extension (C++: imports nothing)
     ("mooncake_gym.model",),
-    ("mooncake_gym.sim",),
+    # the routing simulator's bridge to the native engine, and its step-able interface on it
+    ("mooncake_gym.sim", "mooncake_gym._engine.routing", "mooncake_gym._engine.stepper"),
     ("mooncake_gym.baselines",),
     ("mooncake_gym.analysis",),
     ("mooncake_gym.envs",),

@@ -12,7 +12,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from mooncake_gym import compiled
+from mooncake_gym import engine
 from mooncake_gym.cli.options import JSON, Command, opt
 from mooncake_gym.reporting import tables as report
 
@@ -22,8 +22,7 @@ BENCH_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
 def run_benchmarks(seconds: float = 2.0, only: str | None = None) -> dict:
     if not BENCH_DIR.is_dir():
         raise FileNotFoundError(f"bench: no benchmarks folder at {BENCH_DIR} (run from a source checkout)")
-    modules = compiled()
-    print(f"compiled (make install-fast): {', '.join(modules)}" if modules else "pure Python (no compiled modules)")
+    print(f"default engine: {engine()} (docs/engine.md)")
     results = {}
     for path in sorted(BENCH_DIR.glob("bench_*.py")):
         name = path.stem

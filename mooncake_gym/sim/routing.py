@@ -44,6 +44,8 @@ from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 
+from mooncake_gym import _engine
+from mooncake_gym._engine import routing as _native_routing
 from mooncake_gym.sim.prefill import PrefillEngine, PrefillInstance, pool_load
 from mooncake_gym.model.costmodel import NODE_TIER_BANDWIDTH, CostModel
 from mooncake_gym._native import mypyc_attr
@@ -519,13 +521,27 @@ class RoutingSimulator:
 
 
 def simulate(trace: Trace, policy: Callable, config: RoutingConfig | None = None, cost: CostModel | None = None,
-             seed: int = 0, observation=None) -> RoutingResult:
+             seed: int = 0, observation=None, engine: str | None = None) -> RoutingResult:
     """Route every request of ``trace`` with ``policy`` (``policy(view) -> action``) and return the metrics.
 
     ``observation``: what the policy sees (``mooncake_gym.sim.observation``; default exact). Its noise,
-    if any, is drawn from a generator spawned from ``seed``, apart from the policy's own."""
+    if any, is drawn from a generator spawned from ``seed``, apart from the policy's own.
+
+    ``engine``: ``"native"`` runs the whole loop in the native engine (docs/engine.md; the policies
+    ``random``, ``load``, ``cache`` and ``kvcentric`` on the exact view, else a ``ValueError`` saying
+    why), ``"python"`` this module; None (default) the native engine where the run is native
+    (``mooncake_gym.engine()`` says whether it is built) and this module otherwise. Both give the same
+    numbers (tests/test_engine_routing.py)."""
     sim = RoutingSimulator(trace, config, cost, observation, observation_rng(seed))
     reset_policy(policy, seed)
+    chosen = _engine.resolve(engine)
+    if chosen == "native":
+        why = _native_routing.unsupported(sim, policy)
+        if why is None:
+            rows, pool = _native_routing.run(sim, policy)
+            return RoutingResult(policy_name(policy), sim.trace.name, sim.config, rows, pool, sim.cost)
+        if engine == "native":
+            raise ValueError(f"engine: 'native' cannot run this: {why}; pass engine='python'")
     view = sim.view
     while view is not None:
         view = sim.step(policy(view))

@@ -1,0 +1,85 @@
+"""The native engine against the Python reference: kvcentric decisions per second of
+``routing.simulate`` on the shared trace x2 (Mooncake's public synthetic trace at twice its
+speed; a synthetic trace at rate 8 where ../shared/traces is absent) with ``engine="python"`` and
+``engine="native"``, for the ``lecture`` preset and a realistic one (``mooncake``), measured in one
+run, alternating the engines, so that the ratio is read under the same load.
+
+Target (issue 25): native >= 25x the reference's decisions per second, for both presets. The
+native figure is the whole ``simulate`` call (the simulator's checks, the engine's run, the
+result's arrays and metrics); "engine loop" is the engine's run alone on a trace it has already
+read. Run: ``python benchmarks/bench_engine.py`` or ``mooncake-gym bench --only engine``. The figures
+measured are in docs/engine.md.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from mooncake_gym import engine as default_engine
+from mooncake_gym._engine import routing as native_routing
+from mooncake_gym.baselines import make_policy
+from mooncake_gym.model.presets import PRESETS
+from mooncake_gym.model.workload import read_trace, synthetic_trace
+from mooncake_gym.sim import routing
+
+SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "synthetic_trace.jsonl"
+PRESET_NAMES = ("lecture", "mooncake")
+
+
+def _timed(run_once, seconds: float) -> tuple[int, float]:
+    """(runs, elapsed) of ``run_once`` repeated for at least ``seconds`` (at least once)."""
+    runs, start = 0, time.perf_counter()
+    while True:
+        run_once()
+        runs += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds:
+            return runs, elapsed
+
+
+def run(seconds: float = 2.0, rounds: int = 3, trace=None) -> dict:
+    if default_engine() != "native":
+        print("the native engine is not in use (mooncake_gym.engine() == 'python'): nothing to compare")
+        return {"engine": default_engine()}
+    if trace is None:
+        trace = read_trace(SHARED).scaled(2) if SHARED.exists() else synthetic_trace(0, 8.0)
+    n = len(trace)
+    out = {"trace": trace.name, "requests": n, "presets": {}}
+    for name in PRESET_NAMES:
+        p = PRESETS[name]
+        config, cost = p.routing_config(), p.prefill_cost
+
+        def once(engine, config=config, cost=cost):
+            routing.simulate(trace, make_policy("routing", "kvcentric"), config, cost, engine=engine)
+
+        sim = routing.RoutingSimulator(trace, config, cost)
+        engine = native_routing.make_engine(sim)
+        state = native_routing.rng_state(make_policy("routing", "kvcentric").rng)
+
+        def loop(engine=engine, state=state):
+            engine.reset()
+            engine.run("kvcentric", 1.0, state)
+
+        totals = {"python": [0, 0.0], "native": [0, 0.0], "loop": [0, 0.0]}
+        for _ in range(rounds):  # alternating, each a share of the budget
+            for key, f in (("python", lambda: once("python")), ("native", lambda: once("native")), ("loop", loop)):
+                runs, elapsed = _timed(f, seconds / rounds)
+                totals[key][0] += runs
+                totals[key][1] += elapsed
+        rate = {k: runs * n / elapsed for k, (runs, elapsed) in totals.items()}
+        out["presets"][name] = {"python_per_s": rate["python"], "native_per_s": rate["native"],
+                                "loop_per_s": rate["loop"], "ratio": rate["native"] / rate["python"],
+                                "loop_ratio": rate["loop"] / rate["python"]}
+        print(f"{name:9s} kvcentric  reference {rate['python']:10,.0f}/s  native {rate['native']:12,.0f}/s "
+              f"({rate['native'] / rate['python']:5.1f}x)  engine loop {rate['loop']:12,.0f}/s "
+              f"({rate['loop'] / rate['python']:5.1f}x)  [{trace.name}, {n} requests]")
+    worst = min(v["ratio"] for v in out["presets"].values())
+    out["target_met"] = worst >= 25.0
+    print(f"target (native >= 25x the reference, both presets): {'met' if out['target_met'] else 'NOT met'} "
+          f"(lowest {worst:.1f}x)")
+    return out
+
+
+if __name__ == "__main__":
+    run()

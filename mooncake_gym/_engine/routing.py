@@ -1,0 +1,181 @@
+"""The routing simulator on the native engine: what :func:`mooncake_gym.sim.routing.simulate` runs
+with ``engine="native"``.
+
+The engine takes the trace as flat columns, each kind of instance's prefill time as the fields of
+its :class:`~mooncake_gym.model.costmodel.PrefillTime` (so the cost model's constants come from
+Python and only its arithmetic is in C++), the pool's block size and RDMA transfer, and the policy's
+generator state (numpy's PCG64, continued exactly in C++ and written back after the run).
+
+Native policies (:data:`NATIVE_POLICIES`): ``random``, ``load``, ``cache`` and ``kvcentric``
+(any threshold), recognised by their exact class (a subclass may change the rule: it runs in
+Python). Anything else, an observation mode other than the exact view, or a policy generator other
+than PCG64 is not native: :func:`unsupported` says why. This module is in the simulator's layer
+(tests/test_layers.py); it imports the model layer and the package's engine switch only.
+"""
+
+from __future__ import annotations
+
+from itertools import chain
+
+import numpy as np
+
+from mooncake_gym._engine import native
+from mooncake_gym.model.costmodel import NODE_TIER_BANDWIDTH, PrefillTime
+
+#: The policies the engine runs natively: (module, class) -> the engine's name for the rule.
+NATIVE_POLICIES = {
+    ("mooncake_gym.baselines.routing", "RandomRouting"): "random",
+    ("mooncake_gym.baselines.routing", "LoadBalancing"): "load",
+    ("mooncake_gym.baselines.routing", "CacheAware"): "cache",
+    ("mooncake_gym.sim.policies", "KVCentric"): "kvcentric",
+}
+#: PrefillTime's fields the engine's prefill time reads, with their Python types (the memo aside).
+PREFILL_FIELDS = {
+    "n_layers": int, "linear": float, "attention": float, "flops": float, "kv_bytes": int, "bandwidth": float,
+    "loads": bool, "overlap": bool, "overhead_s": float, "realistic": bool, "chunk": int, "weights_s": float,
+    "step_fixed_s": float, "ar_token_s": float, "attention_efficiency": float,
+}
+
+
+def native_policy(policy) -> str | None:
+    """The engine's name for ``policy``'s rule, or None if it is not one of :data:`NATIVE_POLICIES`."""
+    t = type(policy)
+    return NATIVE_POLICIES.get((t.__module__, t.__qualname__))
+
+
+def prefill_fields(f: PrefillTime) -> dict:
+    """``f``'s constants as the engine reads them; ``ValueError`` naming a field the engine does not
+    know (the cost model changed: the engine's prefill time must be ported first)."""
+    slots = set(PrefillTime.__slots__) - {"_memo"}
+    unknown = slots - set(PREFILL_FIELDS)
+    if unknown:
+        raise ValueError(f"engine: PrefillTime has fields the native prefill time does not know: {sorted(unknown)}")
+    out = {}
+    for name, kind in PREFILL_FIELDS.items():
+        v = getattr(f, name)
+        if type(v) is not kind:
+            raise ValueError(f"engine: PrefillTime.{name} is a {type(v).__name__}, the native engine expects {kind.__name__}")
+        out[name] = v
+    return out
+
+
+#: (prompt tokens, cached tokens) at which the engine's prefill time is checked against PrefillTime's
+#: before a run: no cache, a hit, and several chunks of the realistic model's chunked prefill.
+PREFILL_PROBES = ((1000, 0), (1000, 512), (20000, 1536), (9000, 8192))
+
+
+def prefill_disagrees(f: PrefillTime) -> str | None:
+    """Why the engine's prefill time is not ``f``'s (a field it does not know, or another value at
+    one of :data:`PREFILL_PROBES`: the cost model changed and the engine's arithmetic must follow),
+    or None. The run then stays on the reference."""
+    fields = prefill_fields(f)
+    for n, h in PREFILL_PROBES:
+        if native.prefill_s(fields, n, h) != f(n, h):
+            return (f"engine: the native prefill time disagrees with PrefillTime at ({n}, {h}) tokens "
+                    f"({native.prefill_s(fields, n, h)!r} != {f(n, h)!r}): port the cost model's change to engine.hpp")
+    return None
+
+
+def unsupported(sim, policy) -> str | None:
+    """Why ``policy`` on the routing simulator ``sim`` cannot run natively, or None if it can."""
+    if native is None:
+        return "the native engine is not built"
+    if not sim.observation.exact:
+        return "the native engine shows the exact view only (observation modes run in Python)"
+    if native_policy(policy) is None:
+        t = type(policy)
+        return (f"policy {t.__module__}.{t.__qualname__} is not native (native: "
+                f"{', '.join(sorted(set(NATIVE_POLICIES.values())))})")
+    rng = getattr(policy, "rng", None)
+    if not isinstance(rng, np.random.Generator) or rng.bit_generator.state.get("bit_generator") != "PCG64":
+        return "the policy's generator is not a numpy Generator over PCG64"
+    try:
+        for c in sim.costs:
+            disagrees = prefill_disagrees(c.prefill_time())
+            if disagrees:
+                return disagrees
+    except ValueError as e:
+        return str(e)
+    cells = native_trace(sim.trace).n_unique * sum(b > 0 for b in sim.config.instance_cache_blocks())
+    if cells > MAX_CACHE_CELLS:
+        return f"the pool's caches x the trace's distinct blocks ({cells:,}) exceed the engine's {MAX_CACHE_CELLS:,}"
+    return None
+
+
+#: The engine's copies of the last few traces' columns: {id(trace.block_ids): (block_ids, native trace)}.
+#: Each entry holds the block list it was made from, so the id cannot be reused while it is kept;
+#: an entry is used only for that very list (a trace's columns are not changed after it is made).
+_TRACES: dict[int, tuple] = {}
+_TRACES_KEPT = 8
+#: Most (instance with a cache) x (distinct block) pairs the engine's cache arrays hold.
+MAX_CACHE_CELLS = 1 << 26
+
+
+def native_trace(trace):
+    """The engine's columns of ``trace`` (flat block ids, mapped to dense indices in C++), made once
+    per trace and kept for the next runs on it (tune, compare and the benchmarks rerun one trace)."""
+    blocks = trace.block_ids
+    hit = _TRACES.get(id(blocks))
+    if hit is not None and hit[0] is blocks and len(hit[1]) == len(blocks):
+        return hit[1]
+    lengths = np.fromiter(map(len, blocks), dtype=np.int64, count=len(blocks))
+    start = np.zeros(len(blocks) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=start[1:])
+    ids = np.fromiter(chain.from_iterable(blocks), dtype=np.int64, count=int(start[-1]))
+    columns = native.Trace(np.ascontiguousarray(trace.arrival_s, dtype=np.float64),
+                           np.ascontiguousarray(trace.input_tokens, dtype=np.int64), start, ids)
+    if len(_TRACES) >= _TRACES_KEPT:
+        _TRACES.pop(next(iter(_TRACES)))
+    _TRACES[id(blocks)] = (blocks, columns)
+    return columns
+
+
+def make_engine(sim):
+    """A native ``RoutingEngine`` over ``sim``'s trace, pool and cost models (a
+    :class:`~mooncake_gym.sim.routing.RoutingSimulator`, whose constructor checked them)."""
+    kinds: dict = {}
+    group = [kinds.setdefault(c, len(kinds)) for c in sim.costs]  # as PrefixEstimates groups them
+    prefill = [prefill_fields(c.prefill_time()) for c in kinds]
+    c0 = sim.costs[0]
+    pool = {"block_tokens": int(c0.block_tokens), "kv_bytes_per_token": int(c0.model.kv_bytes_per_token),
+            "rdma_bandwidth": float(NODE_TIER_BANDWIDTH["rdma"]), "transfer_latency_s": float(c0.transfer_latency_s)}
+    return native.RoutingEngine(native_trace(sim.trace), list(sim.config.instance_cache_blocks()), group, prefill, pool)
+
+
+def _split(x: int) -> tuple[int, int]:
+    return x >> 64, x & 0xFFFFFFFFFFFFFFFF
+
+
+def rng_state(rng: np.random.Generator) -> tuple:
+    """A PCG64 generator's state as the engine's tuple."""
+    s = rng.bit_generator.state
+    return (*_split(s["state"]["state"]), *_split(s["state"]["inc"]), bool(s["has_uint32"]), int(s["uinteger"]))
+
+
+def set_rng_state(rng: np.random.Generator, state: tuple) -> None:
+    """Write the engine's generator state back into ``rng`` (the draws the run made, made)."""
+    s_hi, s_lo, i_hi, i_lo, has, u = state
+    rng.bit_generator.state = {"bit_generator": "PCG64", "state": {"state": (s_hi << 64) | s_lo, "inc": (i_hi << 64) | i_lo},
+                               "has_uint32": int(has), "uinteger": int(u)}
+
+
+class PoolStats:
+    """One instance's totals as ``RoutingResult`` reads them (``busy_s``, ``requests``)."""
+
+    __slots__ = ("busy_s", "requests")
+
+    def __init__(self, busy_s: float, requests: int):
+        self.busy_s = busy_s
+        self.requests = requests
+
+
+def run(sim, policy) -> tuple[np.ndarray, list[PoolStats]]:
+    """Route every request of ``sim`` (fresh, exact view) with the native ``policy``: the rows of
+    ``RoutingResult`` as an (n, 9) float64 array and each instance's totals. The policy's generator
+    ends where the Python run would leave it."""
+    engine = make_engine(sim)
+    name = native_policy(policy)
+    threshold = float(getattr(policy, "threshold", 1.0)) if name == "kvcentric" else 1.0
+    set_rng_state(policy.rng, engine.run(name, threshold, rng_state(policy.rng)))
+    stats = [PoolStats(b, r) for b, r in zip(engine.busy_s(), engine.requests())]
+    return engine.rows(), stats
