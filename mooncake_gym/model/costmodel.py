@@ -4,7 +4,12 @@ Prefill compute time, KV-cache load time from a storage tier, KV transfer time b
 instances and decode time all come from here; the simulators and the baselines' estimates call
 these functions and never carry a second formula.
 
-Every assumed constant lives in this module, in the block below, with its source.
+Every assumed constant lives in this module, in the block below, with its source; the NVLink
+all-reduce figures per GPU kind and TP degree in ``interconnect.json`` beside it.
+
+One forward iteration by component is :func:`iteration_breakdown` (``from
+mooncake_gym.model.costmodel import iteration_breakdown``; the old top-level path
+``mooncake_gym.costmodel`` still resolves, with the DeprecationWarning of every moved module).
 """
 
 from __future__ import annotations
@@ -269,11 +274,14 @@ class InstanceSpec:
 
     With ``realistic=False`` (the lecture's toy, the default) prefill is pure compute at ``mfu``
     plus ``prefill_overhead_s``. With ``realistic=True`` a prefill runs as model iterations of at
-    most ``chunk_tokens`` tokens (chunked prefill), each taking the larger of its compute and its
-    weight read, plus the tensor-parallel all-reduces over NVLink and ``iteration_overhead_s``.
-    Decode iterations (:meth:`CostModel.decode_step_s`) always use that realistic model.
-    ``memory_efficiency`` is the share of peak HBM bandwidth reached; ``memory_reserve`` the share of
-    GPU memory not available to the KV cache.
+    most ``chunk_tokens`` tokens (chunked prefill), each the sum of
+    :meth:`CostModel.iteration_breakdown`: linear layers, attention, element-wise kernels, the
+    tensor-parallel all-reduces over NVLink and ``iteration_overhead_s`` (the engine's cost per
+    iteration). Decode iterations (:meth:`CostModel.decode_step_s`) always use that realistic model.
+    ``memory_efficiency`` is the share of peak HBM bandwidth the weights' and element-wise kernels'
+    traffic reaches, ``kv_read_efficiency`` that of the KV reads, ``attention_efficiency`` the share
+    of ``mfu`` attention's FLOPs reach; ``memory_reserve`` the share of GPU memory not available to
+    the KV cache.
     """
 
     gpu: str = "A800"
