@@ -262,8 +262,8 @@ PRESETS: dict[str, ClusterPreset] = {
         CostModel.realistic("llama2-70b", "A800"), CostModel.realistic("llama2-70b", "A800"),
         16, 1, 5800, 8.0, 0.1, "batching", max_running=REALISTIC_MAX_RUNNING),
     # two GPU generations in the prefill pool (as the routing-heterogeneous scenario's 4xH800+4xA800):
-    # H800 nodes compute 3.2x as fast (989 vs 312 dense BF16 TFLOPS per GPU) but all-reduce over a
-    # slower NVLink (costmodel.INTERCONNECT, interconnect.json); the decode pool is the testbed's
+    # H800 nodes compute 3.2x as fast (989 vs 312 dense BF16 TFLOPS per GPU) and all-reduce at 215
+    # against A800's 137 GB/s (costmodel.INTERCONNECT, interconnect.json); the decode pool is the testbed's
     "mooncake-hetero": ClusterPreset(
         "mooncake-hetero",
         "'mooncake' with a prefill pool of two GPU generations: 4 nodes of 8x H800 and 4 of 8x A800, all "
