@@ -4,14 +4,21 @@ Prefill compute time, KV-cache load time from a storage tier, KV transfer time b
 instances and decode time all come from here; the simulators and the baselines' estimates call
 these functions and never carry a second formula.
 
-Every assumed constant lives in this module, in the block below, with its source.
+Every assumed constant lives in this module, in the block below, with its source; the NVLink
+all-reduce figures per GPU kind and TP degree in ``interconnect.json`` beside it.
+
+One forward iteration by component is :func:`iteration_breakdown` (``from
+mooncake_gym.model.costmodel import iteration_breakdown``; the old top-level path
+``mooncake_gym.costmodel`` still resolves, with the DeprecationWarning of every moved module).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from pathlib import Path
 
 # --------------------------------------------------------------------------------------------
 # Assumed constants (one place; each with its source)
@@ -61,26 +68,80 @@ GPU_HBM_BYTES = {"A100": 80 * GIB, "A800": 80 * GIB, "H100": 80 * GIB, "H800": 8
 #: Peak HBM bandwidth per GPU, bytes/s: A100/A800 80GB SXM 2,039 GB/s (NVIDIA A100 datasheet);
 #: H100/H800 SXM5 3.35 TB/s (NVIDIA H100 datasheet).
 GPU_HBM_BANDWIDTH = {"A100": 2.039e12, "A800": 2.039e12, "H100": 3.35e12, "H800": 3.35e12}
-#: All-reduce bus bandwidth over NVLink inside one 8-GPU node for the activation-sized messages of
-#: tensor parallelism (1-100 MB), bytes/s. nccl-tests reach about 200 GB/s on 8x A100 and 480 GB/s
-#: on 8x H100 (NVLink SHARP) only for messages of gigabytes (nccl-tests issues #149 and #212);
-#: Vidur's measured all-reduce kernels on a DGX-A100 take 0.179 ms for 10 MiB (about 100 GB/s of
-#: bus bandwidth). Calibrated to 115 GB/s on A100, 175 GB/s on H100 (docs/calibration.md); A800
-#: and H800 are export variants with NVLink cut to 400 GB/s: scaled by 400/600 and 400/900.
-NVLINK_ALLREDUCE_BUSBW = {"A100": 115e9, "A800": 77e9, "H100": 175e9, "H800": 78e9}
-#: Fixed latency of one small all-reduce over NVLink (NCCL's low-latency protocol), seconds.
-#: Assumption: 10 us, the order nccl-tests reports for kilobyte messages on 8 GPUs.
-ALLREDUCE_LATENCY_S = 10e-6
+#: All-reduce over NVLink inside a node, per GPU kind and tensor-parallel degree: ``{gpu: {"busbw":
+#: {tp: bytes/s}, "latency_s": {tp: s}}}``, read from ``interconnect.json`` beside this module (each
+#: figure with its published source there: nccl-tests runs on 8x A100 / H100 / H800 and NVIDIA's
+#: figures). Not fitted to end-to-end latencies (docs/calibration.md checks them against nccl-tests
+#: tables they were not taken from). Another GPU is added by adding an entry to that file.
+INTERCONNECT_PATH = Path(__file__).with_name("interconnect.json")
+
+
+def _load_interconnect(path: Path = INTERCONNECT_PATH) -> dict:
+    raw = json.loads(path.read_text())
+    table = {}
+    for gpu, entry in raw["gpus"].items():
+        table[gpu] = {key: {int(tp): float(v) for tp, v in entry[key].items()} for key in ("busbw", "latency_s")}
+    return table
+
+
+INTERCONNECT: dict[str, dict[str, dict[int, float]]] = _load_interconnect()
+
+
+def allreduce_figures(gpu: str, tp: int) -> tuple[float, float]:
+    """``(latency_s, busbw)`` of one NVLink all-reduce among ``tp`` GPUs of kind ``gpu``: the listed
+    TP degree, or the nearest listed one above it (the largest if none)."""
+    entry = INTERCONNECT.get(gpu)
+    if entry is None:
+        raise ValueError(f"gpu: no interconnect figures for {gpu!r}; expected one of {sorted(INTERCONNECT)}")
+    out = []
+    for key in ("latency_s", "busbw"):
+        by_tp = entry[key]
+        above = [d for d in by_tp if d >= tp]
+        out.append(by_tp[min(above) if above else max(by_tp)])
+    return out[0], out[1]
+
+
+def allreduce_s(gpu: str, tp: int, nbytes: float) -> float:
+    """Seconds of one all-reduce of ``nbytes`` bytes among ``tp`` GPUs: per-call latency plus the
+    ring's ``2 (tp - 1) / tp x nbytes`` over the bus bandwidth (nccl-tests' definition of busbw);
+    0 on one GPU."""
+    if tp <= 1:
+        return 0.0
+    latency, busbw = allreduce_figures(gpu, tp)
+    return latency + 2 * (tp - 1) / tp * nbytes / busbw
+
+
 #: Share of peak HBM bandwidth that streaming the weights reaches in decode. Calibrated: 0.7
 #: (gpt-fast measures 56-73 % of A100's 2,039 GB/s for LLaMA2-70B at batch 1; docs/calibration.md).
 DEFAULT_MEMORY_EFFICIENCY = 0.7
-#: Fixed cost of one model iteration (a decode step, or one chunk of a prefill): scheduling, input
-#: preparation, kernel launches and sampling. Calibrated: 4 ms (docs/calibration.md; vLLM's v0.6.0
-#: blog reports CPU overheads of this order, which overlapped schedulers then hid).
+#: Fixed cost of one model iteration of the lecture's InstanceSpec default (its decode steps are
+#: not used: the lecture's decode reserves a fixed TBT). The realistic presets take an engine's
+#: figure from ``ENGINE_OVERHEAD_S``.
 DEFAULT_ITERATION_OVERHEAD_S = 4e-3
-#: MFU of the realistic presets' linear layers. Calibrated: 0.65 (TensorRT-LLM's LLaMA2-70B prefill
-#: of 2,048 tokens on 4x A100 reaches 61 % end to end, Vidur's GEMMs 77 %; docs/calibration.md).
-REALISTIC_MFU = 0.65
+#: The serving engine's own cost per model iteration (scheduling, input preparation, kernel launches
+#: of a step not captured in a CUDA graph, sampling, detokenisation), seconds: a named parameter of
+#: the realistic presets, bracketing the published range. ``fast``: fitted to lmdeploy's (TurboMind)
+#: LLaMA2-70B decode on 4x A100; ``slow``: fitted to the fit half of Splitwise's profile (its own
+#: engine). docs/calibration.md (``python -m mooncake_gym.analysis.calibration``) refits both.
+ENGINE_OVERHEAD_S = {"fast": 7.4e-3, "slow": 22.7e-3}
+#: The serving engine's attention kernels: their FLOPs at this share of ``mfu``. ``fast``: a
+#: FlashAttention-2 engine: FlashAttention-2's forward pass reaches 50-73 % of A100's peak FLOP/s
+#: (Dao, "FlashAttention-2", 2023, §4.1); 50 % of peak at the fitted MFU of 0.8 is 0.625 (not fitted:
+#: no fast engine's long-prompt figures are in the calibration). ``slow``: fitted to Splitwise's
+#: profile, whose prompt times grow much faster than their FLOPs (docs/calibration.md).
+ENGINE_ATTENTION_EFFICIENCY = {"fast": 0.625, "slow": 0.0878}
+#: The engine the realistic presets assume.
+DEFAULT_ENGINE = "fast"
+#: The realistic presets' efficiencies, fitted to the fit half of docs/calibration.md's points
+#: (``mooncake_gym.analysis.calibration.fit``; the validation half was held back):
+#: MFU of the linear layers' GEMMs (Vidur's profiled GEMMs on A100 reach 77 %; TensorRT-LLM's
+#: LLaMA2-70B prefill of 2,048 tokens on 4x A100 reaches 61 % end to end, overheads included).
+REALISTIC_MFU = 0.8
+#: Share of peak HBM bandwidth of the weights' streaming and the element-wise kernels (the fit's
+#: upper bound, 0.9: STREAM-like kernels reach about 90 % of peak).
+REALISTIC_MEMORY_EFFICIENCY = 0.9
+#: Share of peak HBM bandwidth of decode's KV reads (paged attention over many short sequences).
+REALISTIC_KV_READ_EFFICIENCY = 0.249
 #: Fixed per-request prefill overhead of the realistic presets (tokenisation, scheduling, the first
 #: token's sampling and its return). Assumption: 20 ms.
 REALISTIC_PREFILL_OVERHEAD_S = 20e-3
@@ -106,7 +167,8 @@ DEFAULT_MEMORY_RESERVE = 0.1
 # --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ModelConfig:
-    """A decoder-only transformer with a gated (three-matrix) MLP and grouped-query attention."""
+    """A decoder-only transformer with grouped-query attention and an MLP of ``mlp_matrices``
+    ``d_model x d_ff`` matrices (3: gated, as LLaMA's SwiGLU; 2: BLOOM's GELU MLP)."""
 
     name: str
     n_layers: int
@@ -117,16 +179,17 @@ class ModelConfig:
     d_ff: int
     vocab: int
     tied_embeddings: bool
+    mlp_matrices: int = 3
 
     # derived figures are cached_property (computed once per frozen config): the cost model is on
     # the simulators' hot path
     @cached_property
     def params_per_layer(self) -> int:
-        """Weights of one layer: Q, K, V, O projections and the gated MLP (norms ignored)."""
+        """Weights of one layer: Q, K, V, O projections and the MLP (norms ignored)."""
         q = self.d_model * self.n_heads * self.d_head
         kv = 2 * self.d_model * self.n_kv_heads * self.d_head
         o = self.n_heads * self.d_head * self.d_model
-        mlp = 3 * self.d_model * self.d_ff
+        mlp = self.mlp_matrices * self.d_model * self.d_ff
         return q + kv + o + mlp
 
     @property
@@ -146,6 +209,16 @@ class ModelConfig:
         ``linear * (n - h) + attention * (n (n + 1) - h (h + 1))`` FLOPs per layer (see
         :meth:`prefill_flops`)."""
         return 2.0 * self.params_per_layer, 2.0 * self.n_heads * self.d_head
+
+    def elementwise_bytes_per_token(self, tp: int) -> int:
+        """HBM bytes one GPU of a ``tp``-way tensor-parallel group reads and writes per token per layer
+        in the element-wise kernels, in BF16: two RMS norms (read + write ``d_model``), two residual
+        adds (two reads, one write), rotary embedding of this GPU's Q and K heads (read + write) and
+        the MLP's activation (gate and up read, product written: ``3 d_ff / tp``)."""
+        norms_and_residuals = (2 * 2 + 2 * 3) * self.d_model
+        rotary = 2 * (self.n_heads + self.n_kv_heads) * self.d_head // tp
+        activation = 3 * self.d_ff // tp
+        return BYTES_PER_BF16 * (norms_and_residuals + rotary + activation)
 
     def prefill_flops(self, n_tokens: int, cached_tokens: int = 0) -> float:
         """FLOPs to prefill tokens ``cached_tokens..n_tokens`` of an ``n_tokens`` prompt.
@@ -176,6 +249,9 @@ MODELS: dict[str, ModelConfig] = {
     # Meta's public config.json of Llama-3-70B and Llama-3-8B (GQA, 128k vocabulary).
     "llama3-70b": ModelConfig("LLaMA3-70B", 80, 8192, 64, 8, 128, 28672, 128256, False),
     "llama3-8b": ModelConfig("LLaMA3-8B", 32, 4096, 32, 8, 128, 14336, 128256, False),
+    # BigScience's public config.json of BLOOM-176B: 70 layers, hidden 14,336, 112 heads of 128
+    # (multi-head attention), a 4x GELU MLP of two matrices, 250,880-token vocabulary, tied embeddings.
+    "bloom-176b": ModelConfig("BLOOM-176B", 70, 14336, 112, 112, 128, 57344, 250880, True, 2),
 }
 
 
@@ -198,11 +274,14 @@ class InstanceSpec:
 
     With ``realistic=False`` (the lecture's toy, the default) prefill is pure compute at ``mfu``
     plus ``prefill_overhead_s``. With ``realistic=True`` a prefill runs as model iterations of at
-    most ``chunk_tokens`` tokens (chunked prefill), each taking the larger of its compute and its
-    weight read, plus the tensor-parallel all-reduces over NVLink and ``iteration_overhead_s``.
-    Decode iterations (:meth:`CostModel.decode_step_s`) always use that realistic model.
-    ``memory_efficiency`` is the share of peak HBM bandwidth reached; ``memory_reserve`` the share of
-    GPU memory not available to the KV cache.
+    most ``chunk_tokens`` tokens (chunked prefill), each the sum of
+    :meth:`CostModel.iteration_breakdown`: linear layers, attention, element-wise kernels, the
+    tensor-parallel all-reduces over NVLink and ``iteration_overhead_s`` (the engine's cost per
+    iteration). Decode iterations (:meth:`CostModel.decode_step_s`) always use that realistic model.
+    ``memory_efficiency`` is the share of peak HBM bandwidth the weights' and element-wise kernels'
+    traffic reaches, ``kv_read_efficiency`` that of the KV reads, ``attention_efficiency`` the share
+    of ``mfu`` attention's FLOPs reach; ``memory_reserve`` the share of GPU memory not available to
+    the KV cache.
     """
 
     gpu: str = "A800"
@@ -280,11 +359,21 @@ class CostModel:
         return cls(get_model(model), InstanceSpec(gpu=gpu, n_gpus=n_gpus, **kw))
 
     @classmethod
-    def realistic(cls, model: str = "llama2-70b", gpu: str = "A800", n_gpus: int = 8, **kw) -> "CostModel":
+    def realistic(cls, model: str = "llama2-70b", gpu: str = "A800", n_gpus: int = 8, engine: str = DEFAULT_ENGINE,
+                  **kw) -> "CostModel":
         """The realistic model of an instance: chunked prefill with tensor-parallel all-reduces and
-        iteration overhead, a per-request overhead of ``REALISTIC_PREFILL_OVERHEAD_S``."""
+        the ``engine``'s iteration overhead and attention efficiency (``ENGINE_OVERHEAD_S``,
+        ``ENGINE_ATTENTION_EFFICIENCY``: ``"fast"`` or ``"slow"``), a
+        per-request overhead of ``REALISTIC_PREFILL_OVERHEAD_S``; the efficiencies are the calibrated
+        ``REALISTIC_*`` constants unless given."""
+        if engine not in ENGINE_OVERHEAD_S:
+            raise ValueError(f"engine: expected one of {sorted(ENGINE_OVERHEAD_S)}, got {engine!r}")
+        kw.setdefault("iteration_overhead_s", ENGINE_OVERHEAD_S[engine])
         kw.setdefault("prefill_overhead_s", REALISTIC_PREFILL_OVERHEAD_S)
         kw.setdefault("mfu", REALISTIC_MFU)
+        kw.setdefault("memory_efficiency", REALISTIC_MEMORY_EFFICIENCY)
+        kw.setdefault("attention_efficiency", ENGINE_ATTENTION_EFFICIENCY[engine])
+        kw.setdefault("kv_read_efficiency", REALISTIC_KV_READ_EFFICIENCY)
         return cls.preset(model, gpu, n_gpus, realistic=True, **kw)
 
     # -- memory -----------------------------------------------------------------------------
@@ -310,35 +399,106 @@ class CostModel:
     def allreduce_coefficients(self) -> tuple[float, float]:
         """``(fixed, per_token)``: the tensor-parallel all-reduces of one iteration over ``t`` tokens
         take ``fixed + per_token * t`` seconds. Megatron-style TP all-reduces the activations
-        (``t x d_model`` BF16 values) twice per layer; a ring all-reduce of B bytes over p GPUs takes
-        ``2 (p - 1) / p x B / busbw`` plus a fixed latency. 0 on one GPU."""
+        (``t x d_model`` BF16 values) twice per layer (after attention's output projection and after
+        the MLP), each :func:`allreduce_s`: the interconnect's per-call latency plus
+        ``2 (p - 1) / p x bytes / busbw`` (``INTERCONNECT``). 0 on one GPU."""
         p = self.instance.n_gpus
         if p == 1:
             return 0.0, 0.0
+        latency, busbw = allreduce_figures(self.instance.gpu, p)
         calls = 2 * self.model.n_layers
-        per_token = calls * self.model.d_model * BYTES_PER_BF16 * 2 * (p - 1) / p / NVLINK_ALLREDUCE_BUSBW[self.instance.gpu]
-        return calls * ALLREDUCE_LATENCY_S, per_token
+        per_token = calls * self.model.d_model * BYTES_PER_BF16 * 2 * (p - 1) / p / busbw
+        return calls * latency, per_token
+
+    @cached_property
+    def component_coefficients(self) -> dict:
+        """The constants of :meth:`iteration_breakdown`, seconds, summed over layers, for the whole
+        instance (its ``n_gpus`` working in parallel):
+
+        - ``weights_s``: reading the weights once from HBM at ``memory_efficiency``;
+        - ``linear_token_s``: the linear layers' FLOPs of one token at ``mfu`` of peak;
+        - ``attention_pair_s``: attention's FLOPs of one unit of ``e (e + 1) - p (p + 1)`` (half a
+          query-key pair: QK^T and AV are ``4 n_heads d_head`` FLOPs a pair) at ``attention_efficiency
+          x mfu``;
+        - ``kv_token_s``: reading one token's K and V (all layers) at ``kv_read_efficiency`` of peak HBM;
+        - ``elementwise_token_s``: one token's element-wise traffic
+          (:meth:`ModelConfig.elementwise_bytes_per_token`) at ``memory_efficiency``;
+        - ``allreduce_fixed_s``, ``allreduce_token_s``: :attr:`allreduce_coefficients`;
+        - ``overhead_s``: the engine's ``iteration_overhead_s``."""
+        inst, m = self.instance, self.model
+        peak_hbm = inst.n_gpus * GPU_HBM_BANDWIDTH[inst.gpu]
+        linear, attention = m.flop_coefficients
+        ar_fixed, ar_token = self.allreduce_coefficients
+        per_gpu_hbm = GPU_HBM_BANDWIDTH[inst.gpu] * inst.memory_efficiency
+        return {
+            "weights_s": self.weights_bytes / inst.memory_bandwidth,
+            "linear_token_s": m.n_layers * linear / inst.effective_flops,
+            "attention_pair_s": m.n_layers * attention / (inst.effective_flops * inst.attention_efficiency),
+            "kv_token_s": m.kv_bytes_per_token / (peak_hbm * inst.kv_read_efficiency),
+            "elementwise_token_s": m.n_layers * m.elementwise_bytes_per_token(inst.n_gpus) / per_gpu_hbm,
+            "allreduce_fixed_s": ar_fixed,
+            "allreduce_token_s": ar_token,
+            "overhead_s": inst.iteration_overhead_s,
+        }
+
+    def iteration_breakdown(self, new_tokens: int, context_tokens: float = 0, batch: int = 1) -> dict:
+        """Seconds of one forward iteration of this instance, by component, summed over layers:
+        ``batch`` requests each compute ``new_tokens / batch`` tokens over ``context_tokens`` tokens
+        already in their KV (a prefill chunk: ``batch=1``, ``context_tokens`` the prefix; a decode
+        step: ``new_tokens = batch``, ``context_tokens`` the mean context).
+
+        - ``linear``: QKV, output and MLP GEMMs: the larger of their FLOPs and the weights' read
+          (a roofline: a small batch is bound by streaming the weights);
+        - ``attention``: the larger of attention's FLOPs (each new token attends to the context and
+          the new tokens before it) and the read of the KV it attends to;
+        - ``elementwise``: norms, activation, rotary, residual adds: their HBM traffic;
+        - ``all_reduce``: two all-reduces per layer of the new tokens' activations (0 on one GPU);
+        - ``overhead``: the engine's per-iteration cost.
+
+        The prefill chunks of :class:`PrefillTime` and :meth:`decode_step_s` are closed forms of
+        these sums (tested)."""
+        if not (isinstance(batch, int) and 1 <= batch <= 10**6):
+            raise ValueError(f"batch: expected an integer in 1..10**6, got {batch!r}")
+        if not (isinstance(new_tokens, int) and batch <= new_tokens <= 10**8 and new_tokens % batch == 0):
+            raise ValueError(f"new_tokens: expected a multiple of batch = {batch} in {batch}..10**8, got {new_tokens!r}")
+        if not 0 <= context_tokens <= 10**8:
+            raise ValueError(f"context_tokens: expected 0..10**8 tokens, got {context_tokens!r}")
+        co = self.component_coefficients
+        n = new_tokens // batch
+        pairs2 = batch * (2 * n * context_tokens + n * (n + 1))  # e (e + 1) - p (p + 1) per request, summed
+        keys = batch * context_tokens + new_tokens
+        linear = co["linear_token_s"] * new_tokens
+        attention = co["attention_pair_s"] * pairs2
+        kv = co["kv_token_s"] * keys
+        return {
+            "linear": linear if linear > co["weights_s"] else co["weights_s"],
+            "attention": attention if attention > kv else kv,
+            "elementwise": co["elementwise_token_s"] * new_tokens,
+            "all_reduce": co["allreduce_fixed_s"] + co["allreduce_token_s"] * new_tokens,
+            "overhead": co["overhead_s"],
+        }
 
     def decode_step_coefficients(self, batch: int) -> tuple[float, float]:
         """``(fixed, per_context_token)``: a decode iteration of ``batch`` requests holding
         ``K`` tokens of context in all takes ``fixed + per_context_token * K`` seconds
         (:meth:`decode_step_s`). Between two changes of the batch the step time therefore grows
         linearly, by ``batch * per_context_token`` per iteration, which lets the simulator advance a
-        batch analytically."""
-        inst = self.instance
-        weights_s = self.weights_bytes / inst.memory_bandwidth
-        linear_s = batch * self.model.flop_coefficients[0] * self.model.n_layers / inst.effective_flops
-        ar_fixed, ar_token = self.allreduce_coefficients
-        fixed = inst.iteration_overhead_s + (weights_s if weights_s > linear_s else linear_s) + ar_fixed + ar_token * batch
-        kv_bandwidth = inst.memory_bandwidth / inst.memory_efficiency * inst.kv_read_efficiency
-        return fixed, self.model.kv_bytes_per_token / kv_bandwidth
+        batch analytically. The closed form of ``sum(iteration_breakdown(batch, K / batch, batch))``:
+        attention's FLOPs and its KV read both grow with the ``K + batch`` keys attended."""
+        co = self.component_coefficients
+        weights_s, linear_s = co["weights_s"], co["linear_token_s"] * batch
+        per_key = 2 * co["attention_pair_s"]
+        if co["kv_token_s"] > per_key:
+            per_key = co["kv_token_s"]
+        fixed = (co["overhead_s"] + (weights_s if weights_s > linear_s else linear_s) + per_key * batch
+                 + co["elementwise_token_s"] * batch + co["allreduce_fixed_s"] + co["allreduce_token_s"] * batch)
+        return fixed, per_key
 
     def decode_step_s(self, batch: int, context_tokens: int) -> float:
         """Time of one decode iteration producing one token for each of ``batch`` requests whose
-        contexts total ``context_tokens`` tokens (roofline of a memory-bound step):
-        ``iteration_overhead + max(weights read, linear-layer compute of the batch)
-        + KV read of the contexts + TP all-reduces``. Attention's FLOPs (about 1/15 of its KV read's
-        time on these GPUs) are left out. 0 for an empty batch."""
+        contexts total ``context_tokens`` tokens: the sum of :meth:`iteration_breakdown` with
+        ``new_tokens = batch`` (weights read, KV read at ``kv_read_efficiency`` or attention's FLOPs,
+        element-wise kernels, all-reduces, engine overhead). 0 for an empty batch."""
         if batch < 0 or context_tokens < 0:
             raise ValueError(f"batch, context_tokens: expected >= 0, got {batch}, {context_tokens}")
         if batch == 0:
@@ -424,11 +584,20 @@ class PrefillTime:
     one implementation of prefill time (``prefill_s`` checks its arguments and calls it); compute is
     ``ModelConfig.prefill_flops / effective_flops`` (``CostModel.compute_s``) and load
     ``tokens * kv_bytes_per_token / bandwidth`` (``CostModel.load_s``), term for term, so the
-    results are theirs to the last bit (tested)."""
+    results are theirs to the last bit (tested).
+
+    Fields (flat floats, ints and bools, which a native port reads): ``n_layers``, ``linear`` and
+    ``attention`` (``ModelConfig.flop_coefficients``), ``flops`` (effective FLOP/s), ``kv_bytes``
+    (per token), ``bandwidth`` (the tier's bytes/s), ``loads``, ``overlap``, ``overhead_s`` (per
+    request), ``realistic``, ``chunk`` (tokens per iteration), and of the realistic chunk loop:
+    ``weights_s`` (the weights' read), ``step_fixed_s`` (engine overhead + the all-reduces' latency
+    per iteration), ``ar_token_s`` (all-reduce seconds per token), ``attention_efficiency``, and
+    (new with the component model) ``kv_token_s`` (reading one key's KV; an iteration over tokens
+    ``p..e`` reads ``e`` keys) and ``elementwise_token_s`` (element-wise kernels per token)."""
 
     __slots__ = ("n_layers", "linear", "attention", "flops", "kv_bytes", "bandwidth", "loads", "overlap",
                  "overhead_s", "realistic", "chunk", "weights_s", "step_fixed_s", "ar_token_s", "attention_efficiency",
-                 "_memo")
+                 "kv_token_s", "elementwise_token_s", "_memo")
 
     def __init__(self, cost: "CostModel", tier: str = "dram", overlap: bool = True):
         m = cost.model
@@ -443,10 +612,13 @@ class PrefillTime:
         inst = cost.instance
         self.realistic = inst.realistic
         self.chunk = inst.chunk_tokens
-        self.weights_s = cost.weights_bytes / inst.memory_bandwidth
-        ar_fixed, self.ar_token_s = cost.allreduce_coefficients
-        self.step_fixed_s = inst.iteration_overhead_s + ar_fixed
+        co = cost.component_coefficients
+        self.weights_s = co["weights_s"]
+        self.ar_token_s = co["allreduce_token_s"]
+        self.step_fixed_s = co["overhead_s"] + co["allreduce_fixed_s"]
         self.attention_efficiency = inst.attention_efficiency
+        self.kv_token_s = co["kv_token_s"]
+        self.elementwise_token_s = co["elementwise_token_s"]
         self._memo: dict[tuple[int, int], float] = {}
 
     def cached(self, n: int, h: int) -> float:
@@ -464,33 +636,50 @@ class PrefillTime:
         return t
 
     def _chunked_compute(self, n: int, h: int) -> float:
-        """Realistic model: tokens ``h..n`` in iterations of at most ``chunk`` tokens, each taking
-        max(its compute, the weights' read) + its all-reduces + the iteration overhead."""
+        """Realistic model: tokens ``h..n`` in iterations of at most ``chunk`` tokens, each the sum
+        of ``CostModel.iteration_breakdown(e - p, p)`` for its tokens ``p..e`` (tested equal):
+        max(linear FLOPs, weights' read) + max(attention FLOPs, read of the ``e`` keys' KV) +
+        element-wise traffic + all-reduces + the iteration overhead."""
         layers, linear, flops, w = self.n_layers, self.linear, self.flops, self.weights_s
         attention = self.attention / self.attention_efficiency
+        per_token = self.ar_token_s + self.elementwise_token_s
+        kv = self.kv_token_s
         busy = 0.0
         p = h
         while p < n:
             e = p + self.chunk
             if e > n:
                 e = n
-            c = layers * (linear * (e - p) + attention * (e * (e + 1) - p * (p + 1))) / flops
-            busy += (c if c > w else w) + self.step_fixed_s + self.ar_token_s * (e - p)
+            c = layers * linear * (e - p) / flops
+            a = layers * attention * (e * (e + 1) - p * (p + 1)) / flops
+            r = kv * e
+            busy += (c if c > w else w) + (a if a > r else r) + self.step_fixed_s + per_token * (e - p)
             p = e
         return busy
 
     def chunk_compute_s(self, p: int, e: int) -> float:
-        """Realistic model: the FLOPs time of prefilling tokens ``p..e`` of one prompt (its context
-        the ``p`` tokens before), one term of :meth:`_chunked_compute` (the same operations)."""
-        attention = self.attention / self.attention_efficiency
-        return self.n_layers * (self.linear * (e - p) + attention * (e * (e + 1) - p * (p + 1))) / self.flops
+        """Realistic model: the linear layers' FLOPs time of prefilling tokens ``p..e`` of one prompt,
+        the part of :meth:`_chunked_compute`'s term that an iteration's chunks share with the
+        weights' read (:meth:`iteration_s`)."""
+        return self.n_layers * self.linear * (e - p) / self.flops
 
-    def iteration_s(self, compute_s: float, tokens: int) -> float:
+    def chunk_attention_s(self, p: int, e: int) -> float:
+        """Realistic model: the attention of tokens ``p..e`` of one prompt over its ``e`` keys:
+        max(attention FLOPs, the read of their KV), one prompt's part of an iteration (the same
+        operations as :meth:`_chunked_compute`)."""
+        a = self.n_layers * (self.attention / self.attention_efficiency) * (e * (e + 1) - p * (p + 1)) / self.flops
+        r = self.kv_token_s * e
+        return a if a > r else r
+
+    def iteration_s(self, compute_s: float, tokens: int, attention_s: float = 0.0) -> float:
         """Realistic model: one model iteration of ``tokens`` new tokens (several prompts' chunks)
-        whose FLOPs take ``compute_s``: max(compute, the weights' read) + its all-reduces + the
-        iteration overhead, as each iteration of :meth:`_chunked_compute`."""
+        whose linear FLOPs take ``compute_s`` and attention ``attention_s`` (the sums of
+        :meth:`chunk_compute_s` and :meth:`chunk_attention_s` over its chunks): max(linear, the
+        weights' read) + attention + the iteration overhead + all-reduces and element-wise traffic
+        per token, as each iteration of :meth:`_chunked_compute`."""
         w = self.weights_s
-        return (compute_s if compute_s > w else w) + self.step_fixed_s + self.ar_token_s * tokens
+        return ((compute_s if compute_s > w else w) + attention_s + self.step_fixed_s
+                + (self.ar_token_s + self.elementwise_token_s) * tokens)
 
     def __call__(self, n: int, h: int) -> float:
         layers = self.n_layers
@@ -504,6 +693,19 @@ class PrefillTime:
         else:
             busy = compute + load
         return busy + self.overhead_s
+
+
+def iteration_breakdown(model: str | ModelConfig, gpu: str, tp: int, new_tokens: int, context_tokens: float = 0,
+                        batch: int = 1, engine: str = DEFAULT_ENGINE, **instance) -> dict:
+    """Seconds of one forward iteration of one instance of ``tp`` GPUs of kind ``gpu`` serving
+    ``model`` (names as the presets use them: ``'llama2-70b'``, ``'A100'``), summed over layers, as
+    ``{'linear', 'attention', 'elementwise', 'all_reduce', 'overhead'}``: the realistic cost model's
+    :meth:`CostModel.iteration_breakdown`. A prefill chunk: ``new_tokens`` the chunk,
+    ``context_tokens`` the prefix already in KV; a decode step: ``new_tokens = batch`` requests each
+    adding one token over ``context_tokens`` of mean context. ``engine`` and ``instance`` (fields of
+    :class:`InstanceSpec`) as :meth:`CostModel.realistic` takes them."""
+    cost = CostModel.realistic(model, gpu, tp, engine=engine, **instance)
+    return cost.iteration_breakdown(new_tokens, context_tokens, batch)
 
 
 def ceil_blocks(tokens: int, block_tokens: int = BLOCK_TOKENS) -> int:

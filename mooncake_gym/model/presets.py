@@ -204,6 +204,9 @@ class ClusterPreset:
     - ``decode_capacity_tokens``: KV tokens per decode instance (``None``: the cost model's
       ``kv_capacity_tokens``, GPU memory less a reserve less the weights).
     - ``tbt_s``: the fixed time per token of the ``reserve`` model.
+    - ``max_running``: the most requests one decode instance runs at once (an engine's cap on its
+      batch, vLLM's ``max_num_seqs``; its default there is 256), counting those whose KV is on its
+      way; None: no cap (the ``reserve`` model and the lecture).
     - ``prefill_gpus``: None (every prefill instance is ``prefill_cost``'s) or one GPU name per
       prefill instance, as a sequence or a string such as ``"4xH800+4xA800"``: a pool of several GPU
       generations, each instance ``prefill_cost``'s with that GPU (its FLOPs, HBM bandwidth and
@@ -246,6 +249,7 @@ class ClusterPreset:
     shared_nics: bool = False
     pipeline_nodes: int = 1
     pipeline_min_tokens: int = 0
+    max_running: int | None = None
 
     def __post_init__(self):
         if self.prefill_gpus is not None:
@@ -281,9 +285,17 @@ class ClusterPreset:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and 0 < v < 1e6):
                 raise ValueError(f"{name}: expected a number of seconds in (0, 1e6), got {v!r}")
+        most = self.max_running
+        if most is not None and not (isinstance(most, int) and 1 <= most <= 10**6):
+            raise ValueError(f"max_running: expected an integer in 1..10**6 or None, got {most!r}")
         cap = self.decode_capacity_tokens
         if cap is not None and not (isinstance(cap, int) and 1 <= cap <= 10**9):
             raise ValueError(f"decode_capacity_tokens: expected an integer in 1..10**9 or None, got {cap!r}")
+
+    @property
+    def max_running_cap(self) -> int:
+        """``max_running`` as the decode instances take it (no cap: 2**30)."""
+        return self.max_running if self.max_running is not None else 1 << 30
 
     @property
     def capacity_tokens(self) -> int:
@@ -315,6 +327,10 @@ class ClusterPreset:
         return replace(self, **changes)
 
 
+#: The realistic presets' cap on running requests per decode instance: vLLM's default
+#: ``max_num_seqs`` (256; vLLM engine arguments).
+REALISTIC_MAX_RUNNING = 256
+
 PRESETS: dict[str, ClusterPreset] = {
     "lecture": ClusterPreset(
         "lecture",
@@ -328,7 +344,7 @@ PRESETS: dict[str, ClusterPreset] = {
         "Mooncake's testbed (v3 §8): 8 + 8 nodes of 8x A800-SXM4-80GB serving LLaMA2-70B; chunked prefill "
         "with TP8 all-reduces; continuous-batching decode with KV growing per token; TTFT 30 s, TBT 100 ms",
         CostModel.realistic("llama2-70b", "A800"), CostModel.realistic("llama2-70b", "A800"),
-        8, 8, 5800, 30.0, 0.1, "batching", **ENGINE),
+        8, 8, 5800, 30.0, 0.1, "batching", max_running=REALISTIC_MAX_RUNNING, **ENGINE),
     # Under this cost model the 8 + 8 testbed is prefill-bound on Mooncake's and the synthetic
     # request mixes (long prompts, short outputs: the decode pool completes 6-17x what the prefill
     # pool does; ``cluster.saturation``). Mooncake §7's overload is a decode pool that saturates
@@ -338,28 +354,29 @@ PRESETS: dict[str, ClusterPreset] = {
         "Mooncake's hardware and model with 16 prefill + 1 decode nodes, so that the decode pool saturates "
         "first (Mooncake §7's overload); otherwise as 'mooncake'",
         CostModel.realistic("llama2-70b", "A800"), CostModel.realistic("llama2-70b", "A800"),
-        16, 1, 5800, 30.0, 0.1, "batching", **ENGINE),
+        16, 1, 5800, 30.0, 0.1, "batching", max_running=REALISTIC_MAX_RUNNING, **ENGINE),
     # the same cluster with a tight TTFT SLO (interactive chat; Mooncake's 30 s is for long documents):
     # prompts whose own prefill exceeds 8 s cannot be good at all (scenario admission-tight-slo)
     "mooncake-overload-tight": ClusterPreset(
         "mooncake-overload-tight",
         "'mooncake-overload' with a TTFT SLO of 8 s (an assumption: interactive chat)",
         CostModel.realistic("llama2-70b", "A800"), CostModel.realistic("llama2-70b", "A800"),
-        16, 1, 5800, 8.0, 0.1, "batching", **ENGINE),
+        16, 1, 5800, 8.0, 0.1, "batching", max_running=REALISTIC_MAX_RUNNING, **ENGINE),
     # two GPU generations in the prefill pool (as the routing-heterogeneous scenario's 4xH800+4xA800):
-    # H800 nodes compute 3.2x as fast (989 vs 312 dense BF16 TFLOPS per GPU) but all-reduce over a
-    # slower NVLink (costmodel.NVLINK_ALLREDUCE_BUSBW); the decode pool is the testbed's
+    # H800 nodes compute 3.2x as fast (989 vs 312 dense BF16 TFLOPS per GPU) and all-reduce at 215
+    # against A800's 137 GB/s (costmodel.INTERCONNECT, interconnect.json); the decode pool is the testbed's
     "mooncake-hetero": ClusterPreset(
         "mooncake-hetero",
         "'mooncake' with a prefill pool of two GPU generations: 4 nodes of 8x H800 and 4 of 8x A800, all "
         "serving LLaMA2-70B with the same realistic model; decode as 'mooncake'",
         CostModel.realistic("llama2-70b", "A800"), CostModel.realistic("llama2-70b", "A800"),
-        8, 8, 5800, 30.0, 0.1, "batching", prefill_gpus="4xH800+4xA800", **ENGINE),
+        8, 8, 5800, 30.0, 0.1, "batching", prefill_gpus="4xH800+4xA800",
+        max_running=REALISTIC_MAX_RUNNING, **ENGINE),
     "h100": ClusterPreset(
         "h100",
         "the same cluster of 8x H100-SXM5-80GB nodes serving LLaMA3-70B",
         CostModel.realistic("llama3-70b", "H100"), CostModel.realistic("llama3-70b", "H100"),
-        8, 8, 5800, 30.0, 0.1, "batching", **ENGINE),
+        8, 8, 5800, 30.0, 0.1, "batching", max_running=REALISTIC_MAX_RUNNING, **ENGINE),
 }
 
 

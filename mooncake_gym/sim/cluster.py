@@ -239,8 +239,8 @@ class ClusterSimulator:
             self.decode = list(self._reserving)
         else:
             check_s = p.tbt_slo_s * (1 - self.tbt_headroom)  # x 1.0 exactly without headroom
-            self._batching = [BatchingDecodeInstance(j, p.decode_cost, self.capacity_tokens, check_s, p.preemption)
-                              for j in range(p.n_decode)]
+            self._batching = [BatchingDecodeInstance(j, p.decode_cost, self.capacity_tokens, check_s,
+                                                     p.max_running_cap, p.preemption) for j in range(p.n_decode)]
             self.decode = list(self._batching)
         n = len(self._arrival)
         self._heap: list = []
@@ -1065,7 +1065,7 @@ def saturation(trace: Trace, preset: str | ClusterPreset = "mooncake", decode_ch
 def _batching_decode_rate(p: ClusterPreset, mix: list, check_tbt: bool, n_requests: int) -> float:
     """Completions per second of ``p``'s batching decode pool fed from an infinite backlog of ``mix``
     ((input, output) pairs, repeated up to ``n_requests``), between the first and the last quarter."""
-    pool = [BatchingDecodeInstance(j, p.decode_cost, p.capacity_tokens, p.tbt_slo_s, p.preemption)
+    pool = [BatchingDecodeInstance(j, p.decode_cost, p.capacity_tokens, p.tbt_slo_s, p.max_running_cap, p.preemption)
             for j in range(p.n_decode)]
     ends: list[float] = []
     heap: list = []

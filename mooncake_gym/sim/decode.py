@@ -114,7 +114,7 @@ class BatchingDecodeInstance:
     """
 
     def __init__(self, index: int, cost: CostModel, capacity_tokens: int, tbt_slo_s: float,
-                 preemption: str = "abort"):
+                 max_running: int = 1 << 30, preemption: str = "abort"):
         if preemption not in ("abort", "recompute", "swap"):
             raise ValueError(f"preemption: expected 'abort', 'recompute' or 'swap', got {preemption!r}")
         self.preemption = preemption
@@ -131,6 +131,8 @@ class BatchingDecodeInstance:
         self.index = index
         self.cost = cost
         self.capacity_tokens = int(capacity_tokens)
+        self.max_running = int(max_running)  # most requests running or arriving (the preset's max_running)
+        self.pending_requests = 0  # accepted requests whose KV is still being transferred here
         self.tbt_slo_s = tbt_slo_s
         self._coefficients: dict[int, tuple[float, float]] = {}
         self.t0 = 0.0
@@ -278,7 +280,7 @@ class BatchingDecodeInstance:
             return None
         context = self._context_tokens(now) + self.pending_tokens + tokens
         b = self.batch + 1
-        if context + b > self.capacity_tokens:
+        if context + b > self.capacity_tokens or b + self.pending_requests > self.max_running:
             return None
         co = self._coefficients.get(b)
         if co is None:
@@ -315,6 +317,7 @@ class BatchingDecodeInstance:
     # -- changes -------------------------------------------------------------------------------
     def reserve(self, tokens: int) -> None:
         self.pending_tokens += tokens
+        self.pending_requests += 1
 
     def join(self, r: int, now: float, tokens: int, output_tokens: int, first_token_s: float,
              reserved: int = 0) -> list[Completion]:
@@ -322,6 +325,8 @@ class BatchingDecodeInstance:
         token at ``first_token_s``) joins at the first boundary at or after ``now``; returns the
         requests that ended at that boundary (finishes at the same boundary come first)."""
         self.pending_tokens -= reserved
+        if reserved:
+            self.pending_requests -= 1
         ended: list[Completion] = []
         t0 = self.t0
         if self.batch == 0:
@@ -644,7 +649,7 @@ def fastest_accepting(instances: list[BatchingDecodeInstance], tokens: int, now:
         if inst.waiting:  # preempted requests come first
             continue
         context = inst._context_tokens(now) + inst.pending_tokens + tokens
-        if context + inst.batch + 1 > inst.capacity_tokens:
+        if context + inst.batch + 1 > inst.capacity_tokens or inst.batch + 1 + inst.pending_requests > inst.max_running:
             continue
         step = co[0] + co[1] * context
         if check_tbt and step > inst.tbt_slo_s:

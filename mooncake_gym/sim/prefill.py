@@ -122,8 +122,9 @@ class PrefillEngine:
     Each model iteration takes up to ``budget`` new tokens from the queue in arrival order: the rest
     of the head prompt, or a chunk of it, then the next prompts (a prompt whose prefix pull has not
     arrived yet is passed over), until the budget is spent. An iteration of ``t`` tokens whose
-    chunks' FLOPs take ``c`` seconds lasts ``PrefillTime.iteration_s(c, t)`` (max(compute, weights
-    read) + all-reduces + iteration overhead) plus the per-request time (``extra_s``) of the prompts
+    chunks' linear FLOPs take ``c`` seconds and attention ``a`` lasts ``PrefillTime.iteration_s(c, t, a)``
+    (max(linear, weights read) + attention + all-reduces, element-wise traffic and the iteration
+    overhead; the cost model by component) plus the per-request time (``extra_s``) of the prompts
     it ends; a prompt's first token comes at the end of the iteration holding its last chunk. A lone
     prompt whose chunks fill the budget takes exactly ``PrefillTime``'s time.
 
@@ -213,6 +214,7 @@ class PrefillEngine:
         timing = self.timing
         left = self.budget
         compute = 0.0
+        attention = 0.0
         tokens = 0
         extra = 0.0
         done: list[PrefillJob] = []
@@ -228,6 +230,7 @@ class PrefillEngine:
                 take = left
             e = job.pos + take
             compute += timing.chunk_compute_s(job.pos, e)
+            attention += timing.chunk_attention_s(job.pos, e)
             tokens += take
             left -= take
             if e == job.n:
@@ -241,7 +244,7 @@ class PrefillEngine:
             job.pos = e
             if left == 0:
                 break
-        dur = timing.iteration_s(compute, tokens) + extra
+        dur = timing.iteration_s(compute, tokens, attention) + extra
         end = s + dur
         self.time = end
         self.iterations += 1
@@ -283,7 +286,8 @@ class PrefillEngine:
             if e > job.n:
                 e = job.n
             t = e - pos
-            stage = (timing.iteration_s(timing.chunk_compute_s(pos, e), t) - ovh) / p_stages + ovh
+            stage = (timing.iteration_s(timing.chunk_compute_s(pos, e), t, timing.chunk_attention_s(pos, e)) - ovh
+                     ) / p_stages + ovh
             send = self.send_latency_s + self.send_s_per_token * t
             ready = start  # the chunk enters stage 0 at once
             for k in range(p_stages):
