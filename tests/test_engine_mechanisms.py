@@ -25,8 +25,13 @@ ONE = get_preset("mooncake").with_(n_prefill=1, n_decode=1)
 
 
 def c(p, e):
-    """FLOPs time of tokens p..e of one prompt."""
+    """Linear layers' FLOPs time of tokens p..e of one prompt."""
     return PT.chunk_compute_s(p, e)
+
+
+def a(p, e):
+    """Attention time of tokens p..e of one prompt over its e keys (max of FLOPs and KV read)."""
+    return PT.chunk_attention_s(p, e)
 
 
 # --- chunked prefill batching ----------------------------------------------------------------------
@@ -52,11 +57,12 @@ def test_a_lone_prompt_takes_its_prefill_time_whatever_the_chunks():
 def test_queued_prompts_share_iterations_up_to_the_token_budget():
     # A (10,000 tokens), B (3,000), C (2,000) at 0; D (1,000) during iteration 1; E (500) during iteration 2.
     # iteration 1, from 0: A's first 8,192 tokens (the budget);
-    d1 = PT.iteration_s(c(0, 8192), 8192)
+    d1 = PT.iteration_s(c(0, 8192), 8192, a(0, 8192))
     # iteration 2: A's last 1,808, then B, C and D whole (6,808 + 1,000 = 7,808 <= 8,192); it ends all four
-    d2 = PT.iteration_s(c(8192, 10_000) + c(0, 3000) + c(0, 2000) + c(0, 1000), 7808) + 4 * OVH
+    d2 = PT.iteration_s(c(8192, 10_000) + c(0, 3000) + c(0, 2000) + c(0, 1000), 7808,
+                        a(8192, 10_000) + a(0, 3000) + a(0, 2000) + a(0, 1000)) + 4 * OVH
     # iteration 3: E alone, formed when it starts (E arrived during iteration 2)
-    d3 = PT.iteration_s(c(0, 500), 500) + OVH
+    d3 = PT.iteration_s(c(0, 500), 500, a(0, 500)) + OVH
     t_d, t_e = d1 / 2, d1 + d2 / 2
     tr = trace_of((0.0, 10_000, 5), (0.0, 3000, 5), (0.0, 2000, 5), (t_d, 1000, 5), (t_e, 500, 5))
     sim = RoutingSimulator(tr, RoutingConfig(1, 0, 30.0), COST, batching=PrefillBatching(8192))
@@ -88,9 +94,9 @@ def test_a_prompt_waiting_for_its_pull_is_passed_over():
     engine.add(0, 0.0, 0.5, 4000, 0, COST.prefill_s(4000))  # its prefix arrives at 0.5 s
     engine.add(1, 0.0, 0.0, 1000, 0, COST.prefill_s(1000))
     engine.advance(math.inf)
-    d1 = PT.iteration_s(c(0, 1000), 1000) + OVH  # iteration 1, from 0: request 1 alone
+    d1 = PT.iteration_s(c(0, 1000), 1000, a(0, 1000)) + OVH  # iteration 1, from 0: request 1 alone
     assert d1 < 0.5
-    d2 = PT.iteration_s(c(0, 4000), 4000) + OVH  # iteration 2 waits for request 0's pull: from 0.5 s
+    d2 = PT.iteration_s(c(0, 4000), 4000, a(0, 4000)) + OVH  # iteration 2 waits for request 0's pull: from 0.5 s
     assert engine.ended == [(1, pytest.approx(d1, rel=1e-12)), (0, pytest.approx(0.5 + d2, rel=1e-12))]
     assert inst.busy_until == pytest.approx(0.5 + d2, rel=1e-12) and engine.waiting == 0
 
@@ -119,7 +125,7 @@ def _two_requests(mode):
     # and the later request (B) is preempted with 1,000 + 50 tokens; A decodes its 149 iterations alone
     small = ONE.with_(decode_capacity_tokens=2100, preemption=mode)
     res = simulate(trace_of((0.0, 1000, 200), (0.0, 1000, 200)), small, decode_check="kv", kv_transfer=False)
-    T = PT.iteration_s(2 * c(0, 1000), 2000) + 2 * OVH
+    T = PT.iteration_s(2 * c(0, 1000), 2000, 2 * a(0, 1000)) + 2 * OVH
     both = [_step(2, 2000 + 2 * k) for k in range(50)]
     alone = [_step(1, 1050 + m) for m in range(149)]  # A's last 149 iterations, and B's after it
     return res, T, both, alone
@@ -173,7 +179,7 @@ def test_every_request_ends_once_under_heavy_preemption(mode):
     rng = np.random.default_rng(3)
     n = 120
     tr = trace_of(*[(0.05 * k, int(rng.integers(200, 3000)), int(rng.integers(2, 400))) for k in range(n)])
-    p = get_preset("mooncake").with_(n_prefill=2, n_decode=2, decode_capacity_tokens=12_000, preemption=mode)
+    p = get_preset("mooncake").with_(n_prefill=2, n_decode=2, decode_capacity_tokens=8_000, preemption=mode)
     sim = ClusterSimulator(tr, p, decode_check="kv")
     view = sim.view
     while view is not None:
@@ -271,7 +277,7 @@ def test_a_long_prompt_is_pipelined_over_its_group_and_holds_it():
     ovh = COST.instance.iteration_overhead_s  # each stage's iteration pays it whole
     send_per_token = COST.model.d_model * 2 / 100e9  # BF16 activations over 800 Gbps
     chunks = [(0, 8192), (8192, 16_384), (16_384, 20_000)]
-    stage = [(PT.iteration_s(c(p, e), e - p) - ovh) / 2 + ovh for p, e in chunks]
+    stage = [(PT.iteration_s(c(p, e), e - p, a(p, e)) - ovh) / 2 + ovh for p, e in chunks]
     send = [COST.transfer_latency_s + send_per_token * (e - p) for p, e in chunks]
     # stage 0 runs the chunks back to back; stage 1 takes chunk k after its send and after chunk k - 1
     f0 = [stage[0], stage[0] + stage[1], stage[0] + stage[1] + stage[2]]

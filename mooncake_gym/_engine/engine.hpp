@@ -220,18 +220,24 @@ struct PrefillTime {
     bool realistic = false;
     int64_t chunk = 1;
     double weights_s = 0, step_fixed_s = 0, ar_token_s = 0, attention_efficiency = 1;
+    double kv_token_s = 0, elementwise_token_s = 0;
 
+    // each chunk p..e: max(linear FLOPs, weights' read) + max(attention FLOPs, read of the e keys' KV)
+    // + iteration overhead + (all-reduce + element-wise) per token, in Python's order of operations
     double chunked_compute(int64_t n, int64_t h) const {
         const double layers = static_cast<double>(n_layers);
         const double attn = attention / attention_efficiency;
+        const double per_token = ar_token_s + elementwise_token_s;
         double busy = 0.0;
         int64_t p = h;
         while (p < n) {
             int64_t e = p + chunk;
             if (e > n) e = n;
-            const double c = layers * (linear * static_cast<double>(e - p) +
-                                       attn * static_cast<double>(e * (e + 1) - p * (p + 1))) / flops;
-            busy += ((c > weights_s ? c : weights_s) + step_fixed_s) + ar_token_s * static_cast<double>(e - p);
+            const double c = layers * linear * static_cast<double>(e - p) / flops;
+            const double a = layers * attn * static_cast<double>(e * (e + 1) - p * (p + 1)) / flops;
+            const double r = kv_token_s * static_cast<double>(e);
+            busy += (((c > weights_s ? c : weights_s) + (a > r ? a : r)) + step_fixed_s) +
+                    per_token * static_cast<double>(e - p);
             p = e;
         }
         return busy;

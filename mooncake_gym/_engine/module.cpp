@@ -57,6 +57,8 @@ mooncake::PrefillTime prefill_from(const nb::dict& d) {
     p.step_fixed_s = field<double>(d, "step_fixed_s");
     p.ar_token_s = field<double>(d, "ar_token_s");
     p.attention_efficiency = field<double>(d, "attention_efficiency");
+    p.kv_token_s = field<double>(d, "kv_token_s");
+    p.elementwise_token_s = field<double>(d, "elementwise_token_s");
     if (p.n_layers < 1 || p.chunk < 1) throw nb::value_error("prefill: n_layers and chunk must be >= 1");
     return p;
 }

@@ -33,7 +33,8 @@ NATIVE_POLICIES = {
 PREFILL_FIELDS = {
     "n_layers": int, "linear": float, "attention": float, "flops": float, "kv_bytes": int, "bandwidth": float,
     "loads": bool, "overlap": bool, "overhead_s": float, "realistic": bool, "chunk": int, "weights_s": float,
-    "step_fixed_s": float, "ar_token_s": float, "attention_efficiency": float,
+    "step_fixed_s": float, "ar_token_s": float, "attention_efficiency": float, "kv_token_s": float,
+    "elementwise_token_s": float,
 }
 
 
