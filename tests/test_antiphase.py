@@ -26,10 +26,13 @@ def test_early_rejection_swings_prefill_load_against_decode_load_on_the_public_t
         runs = {name: simulate(trace, PRESET, admission=make_policy("admission", name), seed=seed,
                                warmup_s=STEADY_AFTER_S).metrics for name in ("baseline", "early")}
         early, baseline = runs["early"], runs["baseline"]
-        # seeds 1, 2: early -0.24, -0.37 with prefill-load std 0.16, 0.12; baseline -0.02, +0.01, std 0.02, 0.03
+        # seeds 1, 2 (cost model by component and chunked prefill batching): early -0.24, -0.30 with
+        # prefill-load std 0.071, 0.064; baseline -0.00, -0.07, std 0.024, 0.028. (Before batching, on the
+        # component model alone: early std 0.16, 0.12: batching iterations drain the queue in smaller steps,
+        # and the swing's amplitude fell; its anti-phase stayed.)
         assert early["load_correlation"] < -0.2
-        assert early["prefill_load_std"] > 0.1  # swings, not a flat series
+        assert early["prefill_load_std"] > 2 * baseline["prefill_load_std"]  # swings, against a flat series
         assert baseline["load_correlation"] > -0.15 and baseline["prefill_load_std"] < 0.06
-        # and early rejection wastes less prefill (2,214 vs 3,510 s on seed 1)
+        # and early rejection wastes less prefill (2,393 vs 3,464 s on seed 1)
         assert early["wasted_prefill_s"] < 0.8 * baseline["wasted_prefill_s"]
         assert early["token_goodput"] > baseline["token_goodput"]
