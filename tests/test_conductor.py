@@ -249,3 +249,12 @@ def test_one_parser_per_action_type():
     # simulate checks the admission answers with the same parser (a wrong type is a TypeError there)
     with pytest.raises(TypeError, match="admit"):
         simulate(trace_of((0.0, 10, 2)), "lecture", admission=lambda view: "yes")
+
+
+def test_the_balanced_preset_saturates_both_pools_alike_on_the_public_trace(shared_trace):
+    """Issue 24 item 8: one preset in which both pools bind (8 + 1 nodes: 9.63 and 9.14 requests/s)."""
+    sat = saturation(shared_trace, "mooncake-balanced")
+    assert 0.85 < sat.decode_per_s / sat.prefill_per_s < 1.15
+    # and the paper's 8 + 8 testbed is prefill-bound by far under this cost model
+    testbed = saturation(shared_trace, "mooncake")
+    assert testbed.bottleneck == "prefill" and testbed.decode_per_s > 5 * testbed.prefill_per_s

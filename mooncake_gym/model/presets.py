@@ -355,6 +355,15 @@ PRESETS: dict[str, ClusterPreset] = {
         "first (Mooncake §7's overload); otherwise as 'mooncake'",
         CostModel.realistic("llama2-70b", "A800"), CostModel.realistic("llama2-70b", "A800"),
         16, 1, 5800, 30.0, 0.1, "batching", max_running=REALISTIC_MAX_RUNNING, **ENGINE),
+    # Both pools bind (issue 24 item 8): on Mooncake's public trace's request mix 8 prefill nodes
+    # serve 9.63 requests/s and one decode node 9.14 (cluster.saturation, 2026-12-02), so both queues
+    # build at a load near 1; on the synthetic mix (shorter prompts) decode binds first (19.2 vs 6.4).
+    "mooncake-balanced": ClusterPreset(
+        "mooncake-balanced",
+        "Mooncake's hardware and model with 8 prefill + 1 decode nodes, sized so that on Mooncake's public "
+        "trace both pools saturate at about the same rate; otherwise as 'mooncake'",
+        CostModel.realistic("llama2-70b", "A800"), CostModel.realistic("llama2-70b", "A800"),
+        8, 1, 5800, 30.0, 0.1, "batching", max_running=REALISTIC_MAX_RUNNING, **ENGINE),
     # the same cluster with a tight TTFT SLO (interactive chat; Mooncake's 30 s is for long documents):
     # prompts whose own prefill exceeds 8 s cannot be good at all (scenario admission-tight-slo)
     "mooncake-overload-tight": ClusterPreset(
