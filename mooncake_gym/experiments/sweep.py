@@ -14,7 +14,7 @@ from __future__ import annotations
 from mooncake_gym.baselines import ADMISSION_POLICIES, ROUTING_POLICIES, make_policy
 from mooncake_gym.model.limits import check
 from mooncake_gym.model.presets import get_preset
-from mooncake_gym.model.workload import Trace
+from mooncake_gym.model.workload import Trace, resample_iid
 from mooncake_gym.sim import cluster
 from mooncake_gym.sim.policy import is_policy_spec, load_policy
 
@@ -49,7 +49,8 @@ def sweep(base: Trace, preset, decision: str, names, loads, n_requests: int, see
     sat, reference = cluster.load_reference(base, p, "cluster")
     rows = []
     for load in loads:
-        trace, _ = cluster.overload_workload(base, load, n_requests, seed, p, fresh_blocks=fresh_blocks, pool="cluster")
+        # overload_workload's draw, the saturation measured once for every load
+        trace = resample_iid(base, n_requests, load * reference, seed, fresh_blocks=fresh_blocks)
         for name in names:
             policy = make_policy(decision, name)
             result = cluster.simulate(trace, p, seed=seed, **{decision: policy})

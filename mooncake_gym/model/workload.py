@@ -413,13 +413,9 @@ def read_trace(path: str | os.PathLike, block_tokens: int = BLOCK_TOKENS, format
     name = os.path.splitext(os.path.basename(path))[0]
     if fmt.kind != "mooncake":
         cols = read_columns(path, fmt)
-        rule = prefix or ("session" if cols.session_ids is not None else "none")
-        if rule == "session" and cols.session_ids is None:
-            raise ValueError(f"prefix: 'session' needs a session column, and {path} ({fmt}) has none; "
-                             f"use 'none' or name the column (csv:...,session=COL)")
-        return Trace(cols.arrival_s, cols.input_tokens, cols.output_tokens,
-                     derived_block_ids(cols.input_tokens, cols.session_ids, rule, block_tokens),
-                     cols.session_ids, name=name, prefix_ids=rule)
+        return _with_derived_ids(cols.arrival_s, cols.input_tokens, cols.output_tokens, cols.session_ids, prefix,
+                                 block_tokens, name, f"{path} ({fmt}) has no session column; use 'none' or name "
+                                                     f"the column (csv:...,session=COL)")
     check_input_file(path, "trace")
     ts, inp, out, ids, sess = [], [], [], [], []
     last_ts = None
@@ -458,12 +454,20 @@ def read_trace(path: str | os.PathLike, block_tokens: int = BLOCK_TOKENS, format
         if prefix is not None:
             raise ValueError(f"prefix: {path} has its own hash_ids; leave prefix out")
         return Trace(arrivals, inp, out, ids, sess, name=name)
-    has_sessions = any(x >= 0 for x in sess)
-    rule = prefix or ("session" if has_sessions else "none")
-    if rule == "session" and not has_sessions:
-        raise ValueError(f"prefix: 'session' needs session_id fields, and {path} has none; use 'none'")
-    return Trace(arrivals, inp, out, derived_block_ids(inp, sess if has_sessions else None, rule, block_tokens),
-                 sess, name=name, prefix_ids=rule)
+    return _with_derived_ids(arrivals, inp, out, sess if any(x >= 0 for x in sess) else None, prefix, block_tokens,
+                             name, f"{path} has no session_id fields; use 'none'")
+
+
+def _with_derived_ids(arrivals, inputs, outputs, sessions, prefix: str | None, block_tokens: int, name: str,
+                      no_sessions: str) -> Trace:
+    """A trace from a source without prefix ids, its ids made by the rule ``prefix``
+    (:func:`derived_block_ids`; None: ``"session"`` where ``sessions`` is given, else ``"none"``);
+    ``no_sessions`` says why ``"session"`` cannot apply to a source without them."""
+    rule = prefix or ("session" if sessions is not None else "none")
+    if rule == "session" and sessions is None:
+        raise ValueError(f"prefix: 'session' needs sessions: {no_sessions}")
+    return Trace(arrivals, inputs, outputs, derived_block_ids(inputs, sessions, rule, block_tokens),
+                 sessions, name=name, prefix_ids=rule)
 
 
 def derived_block_ids(input_tokens: Sequence[int], session_ids: Sequence[int] | None, rule: str,
