@@ -6,7 +6,9 @@ import math
 
 import pytest
 
-pytest.importorskip("ray", reason="needs the ray extra: make test-ray (pip install 'mooncake-gym[ray]')")
+# ray.rllib, not ray: a folder named ray on sys.path (Ray's own /tmp/ray beside a checkout in /tmp, which the
+# editable install puts on sys.path) imports as an empty namespace package
+pytest.importorskip("ray.rllib", reason="needs the ray extra: make test-ray (pip install 'mooncake-gym[ray]')")
 
 import ray  # noqa: E402
 import torch  # noqa: E402

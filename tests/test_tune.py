@@ -156,7 +156,8 @@ def test_compare_tuned_rejects_a_bad_file_or_a_problem_it_does_not_run(tmp_path,
 
 
 
-@pytest.mark.skipif(importlib.util.find_spec("ray") is not None, reason="ray is installed here (tests/test_ray.py)")
+@pytest.mark.skipif(importlib.util.find_spec("ray") is not None and importlib.util.find_spec("ray.tune") is not None,
+                    reason="ray is installed here (tests/test_ray.py)")
 def test_the_ray_backends_without_ray_say_what_to_install(tmp_path, capsys):
     assert main(["train", "--env", "routing", "--backend", "rllib", "--out", str(tmp_path)]) == 2
     assert "pip install 'mooncake-gym[ray]'" in capsys.readouterr().err
