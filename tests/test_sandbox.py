@@ -69,7 +69,8 @@ def test_every_failure_is_a_reason(tmp_path, source, reason):
 def test_the_child_cannot_write_data_to_files(tmp_path):
     target = tmp_path / "stolen.txt"
     source = f"def route(view):\n    with open({str(target)!r}, 'w') as f:\n        f.write('data')\n    return 0\n"
-    with pytest.raises(SubmissionFailed, match="the policy raised OSError"):
+    # PermissionError where Landlock confines the child, else OSError (EFBIG) from RLIMIT_FSIZE
+    with pytest.raises(SubmissionFailed, match="the policy raised (PermissionError|OSError)"):
         with _policy(tmp_path, source) as policy:
             policy(_view())
     assert not target.exists() or target.read_text() == ""
@@ -104,3 +105,67 @@ def test_grading_seeds_are_distinct_non_negative_and_capped(seeds, message, caps
     with pytest.raises(SystemExit) as e:
         lab.main(["grade", "--env", "routing", "--policy", "x.py:f", "--seeds", seeds])
     assert e.value.code == 2 and re.search(message, capsys.readouterr().err)
+
+
+def _confined(tmp_path, source):
+    """The submission's policy run once in a fresh child; skips where the kernel has no Landlock."""
+    with _policy(tmp_path, source) as policy:
+        if policy.confinement == "none":
+            pytest.skip("this kernel has no Landlock: the file-system confinement does not hold here")
+        return policy(_view())
+
+
+def test_the_child_reads_nothing_outside_python_and_the_project(tmp_path):
+    secret = tmp_path / "secret" / "answers.txt"
+    secret.parent.mkdir()
+    secret.write_text("the grader's reference solution")
+    source = f"def route(view):\n    return len(open({str(secret)!r}).read())\n"
+    with pytest.raises(SubmissionFailed, match="the policy raised PermissionError"):
+        _confined(tmp_path, source)
+
+
+def test_the_child_deletes_nothing_outside_its_scratch_folder(tmp_path):
+    victim = tmp_path / "keep.txt"
+    victim.write_text("data")
+    source = ("import os\n"
+              "def route(view):\n"
+              "    open('scratch.txt', 'w').close()  # its own folder: allowed\n"
+              "    os.remove('scratch.txt')\n"
+              f"    os.remove({str(victim)!r})\n"
+              "    return 0\n")
+    with pytest.raises(SubmissionFailed, match="the policy raised PermissionError"):
+        _confined(tmp_path, source)
+    assert victim.read_text() == "data"
+
+
+def test_a_confined_child_still_imports_the_standard_library_numpy_and_the_project(tmp_path):
+    source = ("import fractions, statistics, json\n"
+              "import numpy as np\n"
+              "from mooncake_gym.sim.views import RoutingView\n"
+              "def route(view):\n"
+              "    return int(np.argmin([view.ttft_s(i) for i in range(view.n_instances)]))\n")
+    view = _view()
+    assert _confined(tmp_path, source) == int(np.argmin([view.ttft_s(i) for i in range(view.n_instances)]))
+
+
+def test_a_confined_child_neither_connects_nor_signals_the_grader(tmp_path):
+    import socket
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        source = ("import socket\n"
+                  f"def route(view):\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n    return 0\n")
+        with _policy(tmp_path, source) as policy:
+            abi = int(policy.confinement.split()[-1]) if policy.confinement != "none" else 0
+            if abi < 4:
+                pytest.skip(f"Landlock ABI {abi} has no network rights")
+            with pytest.raises(SubmissionFailed, match="the policy raised PermissionError"):
+                policy(_view())
+    source = "import os, signal\ndef route(view):\n    os.kill(os.getppid(), signal.SIGTERM)\n    return 0\n"
+    with _policy(tmp_path, source) as policy:
+        if abi < 6:
+            pytest.skip(f"Landlock ABI {abi} does not scope signals")
+        with pytest.raises(SubmissionFailed, match="the policy raised PermissionError"):
+            policy(_view())

@@ -20,13 +20,27 @@ Every way a submission can fail (an import error, an exception, ``sys.exit``, ``
 loop, a memory blow-up, an answer that is not JSON) raises :class:`SubmissionFailed` with the
 reason; the grader reports it as the submission's result.
 
-What it does not do: it is not a security boundary against a determined attacker (the child
-runs as the grader's user and can read what that user can read, and delete files that user may
-delete); run untrusted submissions under their own user or in a container for that.
+- on Linux 5.13 and later, before the submission's code runs, the child confines itself with
+  Landlock (the kernel's unprivileged access control, ``landlock(7)``): it may read and execute
+  only below Python's own folders (the standard library, the venv and its site-packages) and the
+  system's library folders, read the installed ``mooncake_gym`` and ``baselines`` packages, and
+  create, change and delete files only in its scratch folder. Reading anything else (the
+  grader's files, a home folder, the other students' submissions) or deleting anything outside
+  the scratch folder fails with ``PermissionError``. Where the kernel's Landlock ABI has them it
+  also may not bind or connect TCP sockets (ABI 4), nor signal processes or reach abstract Unix
+  sockets outside its own domain (ABI 6). :attr:`SandboxedPolicy.confinement` says what held.
+
+What it does not do: where Landlock is missing (older kernels, other systems) the file-system
+confinement does not hold and the child can read what the grader's user can read and delete what
+that user may delete; ``confinement`` is then ``"none"`` and the grader says so. Landlock does not
+restrict UDP or non-abstract Unix sockets (before ABI 6 nor any socket but TCP). For a hostile
+class, run the grader under its own user or in a container as well.
 """
 
 from __future__ import annotations
 
+import ctypes
+import importlib.util
 import json
 import os
 import resource
@@ -35,6 +49,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass
@@ -107,8 +122,6 @@ def _source_of(spec: str) -> tuple[str, str, str]:
     if module.endswith(".py"):
         path = Path(module)
     else:
-        import importlib.util
-
         if os.getcwd() not in sys.path:
             sys.path.insert(0, os.getcwd())
         try:
@@ -160,7 +173,10 @@ class SandboxedPolicy:
                                       cwd=self._scratch, env=env, close_fds=True, preexec_fn=confine,
                                       start_new_session=True)
         self._buffer = b""
-        self._send({"source": source, "filename": filename, "function": function})
+        #: what confined the child's file system: ``"landlock ABI N"`` or ``"none"`` (module docstring)
+        self.confinement = "none"
+        self._send({"source": source, "filename": filename, "function": function,
+                    "read": readable_folders(), "write": [self._scratch]})
         self._receive(deadline=time.monotonic() + START_S, expect="ready", what="while importing the submission")
 
     # -- the policy interface --------------------------------------------------------------------
@@ -251,6 +267,8 @@ class SandboxedPolicy:
                     self._send({"result": self._call(message)})
                     continue
                 if expect == "ready" and message.get("ready") is True:
+                    if isinstance(message.get("confinement"), str):
+                        self.confinement = message["confinement"][:100]
                     return None
                 if expect == "action" and "action" in message:
                     action = message["action"]
@@ -270,6 +288,80 @@ class SandboxedPolicy:
             return _jsonable(getattr(self._view, name)(*args))
         except (TypeError, ValueError) as e:
             return {"__error__": f"{type(e).__name__}: {e}"}
+
+
+def readable_folders() -> list[str]:
+    """The folders a confined child may read below: Python's (standard library, prefixes,
+    site-packages), the system's library folders, and the folders of the packages a submission may
+    import from this project."""
+    folders = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+               "/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/local/lib", "/usr/share/zoneinfo"}
+    folders.update(v for k, v in sysconfig.get_paths().items() if k in ("stdlib", "platstdlib", "purelib", "platlib"))
+    for package in ("mooncake_gym", "baselines", "numpy"):
+        spec = importlib.util.find_spec(package)
+        if spec is not None and spec.submodule_search_locations:
+            folders.update(spec.submodule_search_locations)
+    return sorted(f for f in folders if os.path.isdir(f))
+
+
+# Landlock (linux/landlock.h): the system calls (the same numbers on every architecture) and rights.
+_LANDLOCK_CREATE_RULESET, _LANDLOCK_ADD_RULE, _LANDLOCK_RESTRICT_SELF = 444, 445, 446
+_PR_SET_NO_NEW_PRIVS = 38
+_FS_EXECUTE, _FS_READ_FILE, _FS_READ_DIR = 1 << 0, 1 << 2, 1 << 3
+#: every file-system right of each ABI version: 13 in ABI 1, then REFER (2), TRUNCATE (3), IOCTL_DEV (5)
+_FS_ALL = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 4: (1 << 15) - 1, 5: (1 << 16) - 1}
+_NET_BIND_TCP, _NET_CONNECT_TCP = 1 << 0, 1 << 1  # ABI 4
+_SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1 << 0, 1 << 1  # ABI 6
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def confine_files(read: list[str], write: list[str]) -> str:
+    """Confine this process with Landlock: read and execute below ``read``, every right below
+    ``write``, nothing elsewhere (and no TCP, signals or abstract sockets outside, where the ABI
+    has them). Returns ``"landlock ABI N"``, or ``"none"`` where the kernel has no Landlock."""
+    if not sys.platform.startswith("linux"):
+        return "none"
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    abi = libc.syscall(_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    if abi < 1:
+        return "none"
+    fs_all = _FS_ALL[min(abi, 5)]
+    attr = _RulesetAttr(fs_all, _NET_BIND_TCP | _NET_CONNECT_TCP if abi >= 4 else 0,
+                        _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL if abi >= 6 else 0)
+    size = 24 if abi >= 6 else 16 if abi >= 4 else 8
+    ruleset = libc.syscall(_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    if ruleset < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
+    try:
+        for folders, rights in ((read, _FS_EXECUTE | _FS_READ_FILE | _FS_READ_DIR), (write, fs_all)):
+            for folder in folders:
+                try:
+                    fd = os.open(folder, os.O_PATH | os.O_CLOEXEC | os.O_DIRECTORY)
+                except OSError:
+                    continue  # a folder that is not there: nothing to allow
+                try:
+                    rule = _PathBeneathAttr(rights, fd)
+                    if libc.syscall(_LANDLOCK_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(1),
+                                    ctypes.byref(rule), ctypes.c_uint32(0)) < 0:
+                        raise OSError(ctypes.get_errno(), f"landlock_add_rule failed on {folder}")
+                finally:
+                    os.close(fd)
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or \
+                libc.syscall(_LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) < 0:
+            raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
+    finally:
+        os.close(ruleset)
+    return f"landlock ABI {abi}"
 
 
 # -- the child -------------------------------------------------------------------------------------
@@ -325,13 +417,18 @@ def child() -> None:
         os._exit(1)
 
     start = receive()
+    try:
+        confinement = confine_files(start["read"], start["write"])
+    except OSError as e:
+        send({"error": f"the sandbox could not confine the submission: {e}"})
+        os._exit(1)
     namespace: dict = {"__name__": "submission", "__file__": start["filename"]}
     guarded("importing the submission", lambda: exec(compile(start["source"], start["filename"], "exec"), namespace))
     policy = namespace.get(start["function"])
     if not callable(policy):
         send({"error": f"the submission has no function {start['function']!r}"})
         os._exit(1)
-    send({"ready": True})
+    send({"ready": True, "confinement": confinement})
     while True:
         message = receive()
         if "reset" in message:
