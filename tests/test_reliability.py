@@ -498,3 +498,31 @@ def test_observation_parameters_are_bounded_before_any_simulator_is_built(text, 
     # at the bounds the configuration is accepted
     as_observation("scraped,scrape_period_s=0.001,scrape_delay_s=99.999")
     as_observation("noisy,noise_sigma=10")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["trace", "generate", "-o", "{dir}"], "--output: '{dir}' is a directory, not a file"),
+    (["trace", "generate", "-o", "{dir}/file.txt/x.jsonl"], "--output: the folder '{dir}/file.txt' is not a directory"),
+    (["tune", "--policy", "kvcentric", "--env", "routing", "--out", "{dir}/best.txt"], "--out: expected a .json file name"),
+    (["cache", "synthetic", "--plot", "{dir}"], "--plot: expected a .png file name"),
+])
+def test_an_output_path_that_cannot_be_written_is_named_before_any_work(tmp_path, capsys, argv, message):
+    """Every file a command writes is checked before the work (``_files.check_output_file``)."""
+    (tmp_path / "file.txt").write_text("")
+    from mooncake_gym.cli import main
+
+    assert main([a.format(dir=tmp_path) for a in argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message.format(dir=tmp_path) in err
+
+
+def test_an_atomic_write_names_its_target_not_the_temporary_file(tmp_path):
+    from mooncake_gym._files import write_atomic
+
+    with pytest.raises(ValueError, match=r"output: '.*' is a directory, not a file"):
+        write_atomic(tmp_path, "x")
+    with pytest.raises(ValueError, match=r"the folder '.*missing.txt' is not a directory"):
+        (tmp_path / "missing.txt").write_text("")
+        write_atomic(tmp_path / "missing.txt" / "a.json", "x")
+    write_atomic(tmp_path / "new" / "a.json", "x")  # a missing folder is created
+    assert (tmp_path / "new" / "a.json").read_text() == "x"

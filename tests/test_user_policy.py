@@ -27,7 +27,8 @@ def test_the_example_router_runs_as_a_function_of_the_view(capsys):
 
 def test_a_class_is_instantiated_and_a_module_path_works():
     policy = load_policy("mooncake_gym.baselines.routing:KVCentric")
-    assert type(policy).__name__ == "KVCentric"
+    assert type(policy.policy).__name__ == "KVCentric" and policy.name == policy.policy.name
+    assert policy.threshold == policy.policy.threshold  # the policy's own attributes show through
     assert load_policy("mooncake_gym.baselines.routing:KVCentric") is not policy  # a fresh one each time
 
 
@@ -57,6 +58,22 @@ def test_the_command_line_names_a_bad_policy_before_any_work(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:  # argparse's usage error, one line
         main(["replay", "--policy", "kvcentric_typo"])
     assert e.value.code == 2 and "FILE.py:NAME" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("source, match", [
+    ("def f(view):\n    return 1 / 0\n", r"the policy raised ZeroDivisionError: division by zero"),
+    ("class f:\n    def __call__(self, view):\n        return 0\n    def reset(self, rng):\n"
+     "        raise KeyError('state')\n", r"reset raised KeyError: 'state'"),
+])
+def test_a_policy_that_raises_ends_the_command_with_one_line(tmp_path, capsys, source, match):
+    file = tmp_path / "p.py"
+    file.write_text(source)
+    assert main(["replay", "--policy", f"{file}:f", "--rate", "2", "--json"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("mooncake-gym replay: error: policy ")
+    assert __import__("re").search(match, err)
+    assert main(["replay", "--policy", "os:getcwd", "--rate", "2"]) == 2  # a callable of the wrong shape
+    assert "the policy raised TypeError" in capsys.readouterr().err
 
 
 def test_a_users_policy_takes_no_knobs():

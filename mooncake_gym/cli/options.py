@@ -8,6 +8,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Callable
 
+from mooncake_gym._files import check_output_file
 from mooncake_gym.model.limits import check
 from mooncake_gym.model.presets import PRESETS, get_preset
 from mooncake_gym.model.traceformats import TraceFormat, parse_format
@@ -21,7 +22,9 @@ class Opt:
     """One option: argparse's ``flags`` and keywords, the range of ``mooncake_gym.model.limits`` its
     value (each item of a list) is checked against, its mutually exclusive ``group``, ``synthetic``:
     its default when it only sets up a synthetic trace (given with a trace file: no effect), and
-    ``only``: ``(decode model, why)`` when it applies to the presets of one decode model only."""
+    ``only``: ``(decode model, why)`` when it applies to the presets of one decode model only, and
+    ``output``: the file name endings of a file it names to be written (``()``: any), checked
+    writable before any work (``mooncake_gym._files.check_output_file``)."""
 
     flags: tuple
     kwargs: dict
@@ -29,14 +32,15 @@ class Opt:
     group: str | None = None
     synthetic: object = _UNSET
     only: tuple | None = None
+    output: tuple | None = None
 
     @property
     def dest(self) -> str:
         return self.kwargs.get("dest") or self.flags[-1].lstrip("-").replace("-", "_")
 
 
-def opt(*flags, limit=None, group=None, synthetic=_UNSET, only=None, **kwargs) -> Opt:
-    return Opt(flags, kwargs, limit, group, synthetic, only)
+def opt(*flags, limit=None, group=None, synthetic=_UNSET, only=None, output=None, **kwargs) -> Opt:
+    return Opt(flags, kwargs, limit, group, synthetic, only, output)
 
 
 @dataclass(frozen=True)
@@ -191,6 +195,8 @@ class Command:
                 for v in (value if isinstance(value, list) else [value]):
                     if v is not None:
                         check(o.limit, v, option(o.dest))
+            if o.output is not None and value is not None:
+                check_output_file(value, o.flags[-1], o.output)
         if given(getattr(args, "trace_format", None)):
             if getattr(args, "trace", None) in (None, "synthetic"):
                 raise no_effect("trace_format", "without a trace file: it is the format of the trace")

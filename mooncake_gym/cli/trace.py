@@ -52,7 +52,7 @@ GENERATE = Command("trace generate", "write a synthetic trace as JSONL", (
     opt("--duration", type=float, default=600.0, limit="duration_s",
         help="seconds of session arrivals (default 600)"),
     opt("--requests", type=int, default=None, limit="requests", help="cut to the first N requests"),
-    opt("-o", "--output", required=True, help="output JSONL file"),
+    opt("-o", "--output", required=True, output=(), help="output JSONL file"),
 ), run_generate)
 CONVERT = Command("trace convert", "convert an Azure, BurstGPT or CSV trace to Mooncake's JSONL", (
     opt("input", help="the trace file to convert"),
@@ -65,7 +65,7 @@ CONVERT = Command("trace convert", "convert an Azure, BurstGPT or CSV trace to M
         help="how prefix block ids are made, the source having none: none (no request shares a prefix) or "
              "session (a request shares the previous request of its session's full blocks); default session "
              "where the source names sessions, else none"),
-    opt("-o", "--output", required=True, help="output JSONL file (written whole or not at all)"),
+    opt("-o", "--output", required=True, output=(), help="output JSONL file (written whole or not at all)"),
 ), run_convert, check_convert)
 #: ``trace``'s help and its subcommands
 HELP = "inspect, generate or convert workload traces"

@@ -41,7 +41,7 @@ OPTIONS = (
     opt("--train-batch", type=int, default=None, help="ppo: env steps per iteration (default: hyperparams.yml)"),
     opt("--scenario", default=None, metavar="NAME",
         help="tune on this scenario's environment (docs/scenarios.md; --trace gives its trace if it needs one)"),
-    opt("--out", required=True, metavar="FILE.json", help="write the result (best knobs) here"),
+    opt("--out", required=True, metavar="FILE.json", output=(".json",), help="write the result (best knobs) here"),
     JSON,
 )
 RULES = (

@@ -17,7 +17,7 @@ import os
 from typing import Mapping
 
 import numpy as np
-from mooncake_gym._files import replacing
+from mooncake_gym._files import check_output_file, replacing
 from mooncake_gym.evaluation import problems
 
 
@@ -32,15 +32,9 @@ def _figure(width: float, height: float):
 
 def check_plot_path(path: str | os.PathLike, name: str = "plot") -> str:
     """``path`` if a figure can be written there: a ``.png`` name whose folder exists or can be
-    created and is writable (``ValueError``/``OSError`` naming ``name`` otherwise). Commands call
-    it before their run, so a bad path fails at once, not after the work."""
-    path = os.fspath(path)
-    if not path.lower().endswith(".png"):
-        raise ValueError(f"{name}: expected a .png file name, got {path!r}")
-    check_plot_dir(os.path.dirname(path) or ".", name)
-    if os.path.isdir(path):
-        raise ValueError(f"{name}: {path!r} is a directory")
-    return path
+    created and is writable (``ValueError`` naming ``name`` otherwise). Commands call it before
+    their run, so a bad path fails at once, not after the work."""
+    return check_output_file(path, name, (".png",))
 
 
 def check_plot_dir(folder: str | os.PathLike, name: str = "plot_dir") -> str:

@@ -84,4 +84,32 @@ def load_policy(spec: str) -> Callable:
             raise ValueError(f"policy {spec}: {attr}() failed: {type(e).__name__}: {e}".splitlines()[0]) from None
     if not callable(policy):
         raise ValueError(f"policy {spec}: {attr} is not callable (expected a function view -> action)")
-    return policy
+    return UserPolicy(spec, policy)
+
+
+class UserPolicy:
+    """A user's policy as :func:`load_policy` returns it: calls go to ``policy``, and an exception
+    it raises (in a decision or in ``reset``) becomes a ``ValueError`` naming ``spec``, so a command
+    ends with one line instead of a traceback. Other attributes are the policy's own."""
+
+    def __init__(self, spec: str, policy: Callable):
+        self.spec, self.policy = spec, policy
+        self.name = policy_name(policy)
+
+    def _failed(self, what: str, e: Exception) -> ValueError:
+        return ValueError(f"policy {self.spec}: {what} raised {type(e).__name__}: {e}".splitlines()[0])
+
+    def __call__(self, view):
+        try:
+            return self.policy(view)
+        except Exception as e:  # the user's code failed: one line naming it
+            raise self._failed("the policy", e) from None
+
+    def reset(self, rng) -> None:
+        try:
+            reset_policy(self.policy, rng)
+        except Exception as e:
+            raise self._failed("reset", e) from None
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["policy"], name)
