@@ -1,6 +1,6 @@
 """Property-based tests (hypothesis) of everything that takes input from outside: trace lines, Trace
 columns, command lines, environment arguments, actions and policy answers, agent cards, tuned
-files and reset options.
+files, reset options and the lab grader's submissions.
 
 Each property: the input ends in a clear error (the project's own exception types; on the command
 line one line on stderr and exit code 2) or in a valid result whose invariants hold. Command lines
@@ -569,3 +569,48 @@ def test_fuzz_reset_options(env_id, options):
         return
     assert env.observation_space.contains(obs)
     env.close()
+
+
+# --- the lab grader's submissions ------------------------------------------------------------------
+#: Pieces of a submission: at import, or in the policy's body (indented by the strategy).
+_IMPORT_PIECES = ["", "import os, sys", "raise RuntimeError('at import')", "import sys\nsys.exit(3)",
+                  "x = open('/etc/hostname').read()", "import numpy as np", "def helper():\n    return 1",
+                  "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)"]
+_BODY_PIECES = ["return 0", "return True", "return -1", "return 10 ** 30", "return float('nan')", "return None",
+                "return 'x' * 2000000", "return [0] * 3", "return (0, False)", "raise KeyError('k')",
+                "import os\n    os._exit(5)", "import sys\n    sys.exit(0)", "return view.ttft_s(0) and 0",
+                "return view.ttft_s(10 ** 9)", "return min(range(view.n_instances), key=view.ttft_s)",
+                "import os\n    os.remove({victim!r})\n    return 0", "open({victim!r}, 'a').write('x')\n    return 0",
+                "return [0] * (10 ** 9)", "import os\n    os.kill(os.getppid(), 9)\n    return 0"]
+
+
+@examples(6, 60)
+@given(head=st.lists(st.sampled_from(_IMPORT_PIECES), max_size=2), body=st.sampled_from(_BODY_PIECES),
+       name=st.sampled_from(["route", "route", "other"]))
+def test_fuzz_lab_submissions(tmp_path_factory, head, body, name):
+    """A submission ends as an action or as a graded failure with its reason (``SubmissionFailed``),
+    never as another exception or as the grader's exit; the grader's files stay as they were."""
+    from mooncake_gym.course.sandbox import Limits, SandboxedPolicy, SubmissionFailed, landlock_abi
+    from mooncake_gym.model.workload import synthetic_trace
+    from mooncake_gym.sim.routing import RoutingSimulator
+
+    folder = tmp_path_factory.mktemp("submission")
+    victim = folder / "grader-owned.txt"
+    victim.write_text("kept")
+    source = "\n".join(head) + f"\ndef {name}(view):\n    " + body.format(victim=str(victim)) + "\n"
+    (folder / "s.py").write_text(source)
+    view = RoutingSimulator(synthetic_trace(0, 4.0).head(10)).reset()
+    outcome = None
+    try:
+        with SandboxedPolicy(f"{folder / 's.py'}:route", Limits(episode_s=30, total_s=60, memory_mb=256)) as policy:
+            outcome = policy(view)
+    except SubmissionFailed as e:
+        assert str(e), "a failure has a reason"
+        event(f"failed: {str(e).split(':')[0]}")
+    else:
+        event("answered")
+        assert outcome is not None or body == "return None"
+    if landlock_abi():  # confined: nothing outside the scratch folder changed
+        assert victim.read_text() == "kept"
+    elif victim.exists():  # RLIMIT_FSIZE alone: nothing appended
+        assert victim.read_text() == "kept"

@@ -324,17 +324,25 @@ class _PathBeneathAttr(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version (0 where there is none: not Linux, before 5.13, or
+    disabled)."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return max(int(libc.syscall(_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1))), 0)
+
+
 def confine_files(read: list[str], write: list[str]) -> str:
     """Confine this process with Landlock: read and execute below ``read``, every right below
     ``write``, nothing elsewhere (and no TCP, signals or abstract sockets outside, where the ABI
     has them). Returns ``"landlock ABI N"``, or ``"none"`` where the kernel has no Landlock."""
-    if not sys.platform.startswith("linux"):
+    abi = landlock_abi()
+    if abi < 1:
         return "none"
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
-    abi = libc.syscall(_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
-    if abi < 1:
-        return "none"
     fs_all = _FS_ALL[min(abi, 5)]
     attr = _RulesetAttr(fs_all, _NET_BIND_TCP | _NET_CONNECT_TCP if abi >= 4 else 0,
                         _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL if abi >= 6 else 0)
