@@ -505,3 +505,52 @@ def analyze_cache(trace, blocks: Sequence[int] | str | None = None, gib: Sequenc
         ceiling=cache_ceiling(trace, window, block_tokens, tree=tree),
         points=points,
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Local versus global KV store (FAST'25 Figure 10)
+# --------------------------------------------------------------------------------------------
+#: The routers :func:`compare_stores` runs by default: the cache-aware router (no pulls: what a node
+#: reuses is exactly what its store lets it read) and the two cache-blind ones.
+STORE_ROUTERS = ("cache", "load", "random")
+#: FAST'25 Figure 10's cluster: 10 prefill nodes, each with about 3 M tokens of DRAM cache.
+FIGURE10_PREFILL_NODES = 10
+
+
+def compare_stores(trace, preset="mooncake", n_prefill: int = FIGURE10_PREFILL_NODES,
+                   routers: Sequence[str] | str = STORE_ROUTERS, ssd: Sequence[bool] = (False, True),
+                   eviction: str = "lru", seed: int = 0) -> list[dict]:
+    """FAST'25 Figure 10 re-measured: each prefill node reading only its own KV store (``"local"``)
+    against Mooncake Store's pool, where any node reads any node's cached blocks over RDMA
+    (``"global"``), on ``trace``'s own arrivals through ``preset``'s prefill pool resized to
+    ``n_prefill`` nodes (its DRAM cache per node; with ``ssd`` True, the SSD tier ``SSD_TIER`` below
+    it). One row per (SSD tier, router, store): the token hit ratio, its shares by tier, mean and P90
+    TTFT, the mean prefill time (transfer + prefill, queue left out) and the tokens computed."""
+    from mooncake_gym.baselines import make_policy
+    from mooncake_gym.model.presets import KV_STORES, SSD_TIER, get_preset
+    from mooncake_gym.sim.routing import simulate
+
+    p = get_preset(preset)
+    names = [r.strip() for r in routers.split(",")] if isinstance(routers, str) else list(routers)
+    rows = []
+    for with_ssd in ssd:
+        for name in names:
+            for store in KV_STORES:
+                tiers = p.with_(n_prefill=n_prefill, kv_store=store, eviction=eviction,
+                                **(SSD_TIER if with_ssd else {"ssd_cache_blocks": 0}))
+                res = simulate(trace, make_policy("routing", name), tiers.routing_config(), p.prefill_cost, seed)
+                m = res.metrics
+                total = m["input_tokens"]
+                ssd_hits = m.get("ssd_hit_tokens", 0)
+                remote = m.get("remote_hit_tokens", m["fetched_tokens"])
+                rows.append({
+                    "ssd": bool(with_ssd), "router": name, "store": store,
+                    "hit_ratio": m["hit_ratio"],
+                    "dram_share": (m["hit_tokens"] - ssd_hits - remote) / total if total else float("nan"),
+                    "ssd_share": ssd_hits / total if total else float("nan"),
+                    "remote_share": remote / total if total else float("nan"),
+                    "mean_ttft_s": m["mean_ttft_s"], "p90_ttft_s": m["p90_ttft_s"],
+                    "mean_prefill_s": float((res.prefill_s + res.transfer_s).mean()),
+                    "computed_tokens": m["computed_tokens"],
+                })
+    return rows
