@@ -305,3 +305,29 @@ def test_the_cluster_runs_the_global_store_through_the_shared_nics():
     assert out["global"][0]["hit_ratio"] > out["local"][0]["hit_ratio"]
     assert out["global"][0]["fetched_tokens"] > 0 and out["local"][0]["fetched_tokens"] == 0
     assert out["global"][1] > out["local"][1]  # the remote reads on the NICs, beside the KV copies to decode
+
+
+def test_the_cache_analysis_runs_rlt_on_request_between_nothing_and_the_optimal():
+    from mooncake_gym.analysis.cache import analyze_cache
+    trace = _small()
+    a, b = (analyze_cache(trace, blocks=[20, 60], policies="lru,rlt,optimal") for _ in range(2))
+    assert a.hit_rates("rlt") == b.hit_rates("rlt")  # its draws are seeded
+    for rlt, best in zip(a.hit_rates("rlt"), a.hit_rates("optimal")):
+        assert 0 < rlt <= best
+    assert analyze_cache(trace, blocks=[20]).policies == ("lru", "fifo", "optimal")  # not in the default set
+
+
+def test_cache_stores_prints_the_comparison_and_refuses_capacities(tmp_path, capsys):
+    import json
+
+    from mooncake_gym.cli import main
+    path = tmp_path / "t.jsonl"
+    assert main(["trace", "generate", "--rate", "1", "--seed", "2", "--duration", "40", "-o", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["cache", str(path), "--stores", "--prefill-nodes", "3", "--routers", "random", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["ssd"], r["store"]) for r in rows] == [(False, "local"), (False, "global"), (True, "local"),
+                                                      (True, "global")]
+    assert rows[1]["hit_ratio"] >= rows[0]["hit_ratio"]
+    assert main(["cache", str(path), "--stores", "--blocks", "100"]) == 2
+    assert "--blocks: has no effect with --stores" in capsys.readouterr().err

@@ -9,6 +9,8 @@ rate, beside the ceiling of an infinite cache:
     :class:`~mooncake_gym.sim.prefixcache.PrefixCache`, the same cache the routing simulator uses.
 ``fifo``
     The same class with ``eviction="fifo"``.
+``rlt`` (on request, not in the default set)
+    The same class with ``eviction="rlt"``: randomized leaf eviction (ICLR'26, arXiv 2601.18999).
 ``optimal``
     Belady's rule on the prefix tree, an upper bound for eviction policies (see
     :func:`_replay_optimal` for the exact rule).
@@ -55,9 +57,12 @@ from typing import Iterable, Sequence
 
 from mooncake_gym.model.costmodel import BLOCK_TOKENS, get_model
 from mooncake_gym.model.limits import LIMITS, check
-from mooncake_gym.sim.prefixcache import PrefixCache
+from mooncake_gym.sim.prefixcache import PrefixCache, eviction_rng
 
 POLICIES = ("lru", "fifo", "optimal")
+#: Every policy the analysis knows: :data:`POLICIES` (the default set) and, on request, ``rlt``
+#: (randomized leaf eviction, ``PrefixCache(eviction="rlt")``, its draws from ``eviction_rng(0)``).
+KNOWN_POLICIES = POLICIES + ("rlt",)
 WINDOWS = ("all", "second-half")
 DEFAULT_BLOCKS = (1000, 3000, 10000, 30000)
 DEFAULT_MODEL = "llama2-70b"
@@ -124,8 +129,8 @@ def parse_policies(text: str | Iterable[str]) -> list[str]:
     out = []
     for item in items:
         p = str(item).strip().lower()
-        if p not in POLICIES:
-            raise ValueError(f"policies: expected a comma-separated subset of {','.join(POLICIES)}, got {text!r}")
+        if p not in KNOWN_POLICIES:
+            raise ValueError(f"policies: expected a comma-separated subset of {','.join(KNOWN_POLICIES)}, got {text!r}")
         if p not in out:
             out.append(p)
     if not out:
@@ -243,8 +248,8 @@ class CacheResult:
 
 
 def _replay_cache(tree: PrefixTree, capacity: int, warmup: int, eviction: str) -> tuple[int, bool]:
-    """LRU or FIFO through :class:`PrefixCache`: (measured hit tokens, full before the window)."""
-    cache = PrefixCache(capacity, eviction=eviction)
+    """LRU, FIFO or RLT through :class:`PrefixCache`: (measured hit tokens, full before the window)."""
+    cache = PrefixCache(capacity, eviction=eviction, rng=eviction_rng(0) if eviction == "rlt" else None)
     match, insert = cache.match, cache.insert
     bt = tree.block_tokens
     hit = 0
@@ -361,8 +366,8 @@ def _measured_tokens(tree: PrefixTree, warmup: int) -> int:
 def simulate_cache(trace, capacity_blocks: int, policy: str = "lru", window: str = "all",
                    block_tokens: int = BLOCK_TOKENS, tree: PrefixTree | None = None) -> CacheResult:
     """Replay ``trace`` through one global cache of ``capacity_blocks`` blocks under ``policy``."""
-    if policy not in POLICIES:
-        raise ValueError(f"policy: expected one of {', '.join(POLICIES)}, got {policy!r}")
+    if policy not in KNOWN_POLICIES:
+        raise ValueError(f"policy: expected one of {', '.join(KNOWN_POLICIES)}, got {policy!r}")
     if isinstance(capacity_blocks, bool) or not isinstance(capacity_blocks, int) or capacity_blocks < 1:
         raise ValueError(f"capacity_blocks: expected a positive integer, got {capacity_blocks!r}")
     tree = tree if tree is not None else PrefixTree(trace, block_tokens)

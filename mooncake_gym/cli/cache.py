@@ -22,7 +22,8 @@ OPTIONS = (
     opt("--gib", default=None, group="capacity", help="comma-separated capacities in GiB of --model's KV"),
     opt("--model", default=DEFAULT_MODEL,
         help=f"model preset for GiB figures (default {DEFAULT_MODEL}; 320 KiB of KV per token)"),
-    opt("--policies", default=",".join(POLICIES), help="comma-separated subset of lru,fifo,optimal (default all)"),
+    opt("--policies", default=",".join(POLICIES),
+        help="comma-separated subset of lru,fifo,optimal,rlt (default lru,fifo,optimal; rlt: randomized leaf eviction)"),
     opt("--window", choices=WINDOWS, default="all",
         help="measure all requests (default), or warm on the first half and measure the second "
              "(kvcache-simulator's convention)"),
