@@ -331,3 +331,20 @@ def test_cache_stores_prints_the_comparison_and_refuses_capacities(tmp_path, cap
     assert rows[1]["hit_ratio"] >= rows[0]["hit_ratio"]
     assert main(["cache", str(path), "--stores", "--blocks", "100"]) == 2
     assert "--blocks: has no effect with --stores" in capsys.readouterr().err
+
+
+def test_kvcentric_counts_the_ssd_load_and_prefers_the_node_holding_the_prefix_in_dram():
+    cost = CostModel()
+    config = RoutingConfig(n_instances=2, cache_blocks=(1, 4), ssd_cache_blocks=4, ssd_read_bandwidth=SSD_BW)
+    trace = _trace((0.0, 1024, [1, 2]), (50.0, 1024, [1, 2]), (100.0, 1536, [1, 2, 3]))
+    sim = routing.RoutingSimulator(trace, config, cost)
+    sim.step(0)  # node 0: DRAM 1, SSD 2
+    sim.step(1)  # node 1: DRAM 2 1
+    v = sim.view
+    assert v.hit_tier_tokens == ((512, 512, 0, 0), (1024, 0, 0, 0)) and v.queue_s == (0.0, 0.0)
+    compute = cost.compute_s(1536, 1024)
+    dram = NODE_TIER_BANDWIDTH["dram"]
+    assert v.prefill_s[0] == pytest.approx(overlapped(compute, 512 * KV / dram + 512 * KV / SSD_BW), rel=1e-15)
+    assert v.prefill_s[1] == pytest.approx(overlapped(compute, 1024 * KV / dram), rel=1e-15)
+    assert v.prefill_s[0] > v.prefill_s[1]
+    assert KVCentric()(v) == Route(1, False)
