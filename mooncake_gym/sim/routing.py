@@ -18,6 +18,11 @@ Model (Mooncake v3 §6, Algorithm 1):
   *i*'s cache, so hot prefixes replicate.
 * After dispatch all of the request's blocks are in *i*'s cache: FIFO service makes this exact for
   every later request sent to *i*.
+* The KV store's tiers (``RoutingConfig.ssd_cache_blocks``, ``kv_store``; off by default): an SSD
+  tier below each DRAM cache takes what it evicts, and with ``kv_store="global"`` (Mooncake Store)
+  any instance reads any instance's blocks over RDMA; each hit's tiers are priced by
+  :class:`TierEstimates` and shown in the view's ``hit_tier_tokens``. ``eviction="rlt"``: the DRAM
+  caches evict a random leaf of their prefix tree (``prefixcache``), drawn from ``seed``.
 
 Since service is FIFO and deterministic, each request's TTFT is known at dispatch:
 ``TTFT = queue + transfer + prefill``, where queue is the work already queued on the instance.
