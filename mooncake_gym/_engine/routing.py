@@ -77,10 +77,24 @@ def prefill_disagrees(f: PrefillTime) -> str | None:
     return None
 
 
+def store_unsupported(config) -> str | None:
+    """Why the pool's KV store is not native (the engine has LRU DRAM caches only), or None."""
+    if config.eviction != "lru":
+        return f"the native engine evicts by LRU only (eviction={config.eviction!r} runs in Python)"
+    if config.ssd_cache_blocks:
+        return "the native engine has no SSD tier (ssd_cache_blocks > 0 runs in Python)"
+    if config.kv_store != "local":
+        return f"the native engine has local caches only (kv_store={config.kv_store!r} runs in Python)"
+    return None
+
+
 def unsupported(sim, policy) -> str | None:
     """Why ``policy`` on the routing simulator ``sim`` cannot run natively, or None if it can."""
     if native is None:
         return "the native engine is not built"
+    store = store_unsupported(sim.config)
+    if store:
+        return store
     if not sim.observation.exact:
         return "the native engine shows the exact view only (observation modes run in Python)"
     if native_policy(policy) is None:

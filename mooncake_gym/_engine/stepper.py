@@ -10,7 +10,7 @@ This module is in the simulator's layer (tests/test_layers.py).
 
 from __future__ import annotations
 
-from mooncake_gym._engine.routing import PoolStats, make_engine
+from mooncake_gym._engine.routing import PoolStats, make_engine, store_unsupported
 from mooncake_gym.sim.routing import RoutingResult, RoutingSimulator, RoutingView
 from mooncake_gym.sim.views import check_route
 
@@ -24,6 +24,9 @@ class NativeRoutingSimulator:
         ref = RoutingSimulator(trace, config, cost, observation, rng)  # the checks, the costs, the columns
         if not ref.observation.exact:
             raise ValueError("observation: the native engine shows the exact view only; use RoutingSimulator")
+        why = store_unsupported(ref.config)
+        if why:
+            raise ValueError(f"config: {why}; use RoutingSimulator")
         self.trace, self.config, self.cost, self.costs, self.observation = (ref.trace, ref.config, ref.cost, ref.costs,
                                                                              ref.observation)
         self._output, self._blocks = ref._output, ref._blocks
@@ -58,7 +61,7 @@ class NativeRoutingSimulator:
          ks) = self._engine.full_view()
         return _new_tuple(RoutingView, (now, i, n_in, self._output[i], self._blocks[i], self._n, queue, queued, hits,
                                         prefills, best, best_instance, transfers, pulls, queued_tokens,
-                                        self._cache_blocks, ks))
+                                        self._cache_blocks, ks, None))
 
     def step(self, action) -> RoutingView | None:
         if self._engine.done:

@@ -9,6 +9,8 @@ rate, beside the ceiling of an infinite cache:
     :class:`~mooncake_gym.sim.prefixcache.PrefixCache`, the same cache the routing simulator uses.
 ``fifo``
     The same class with ``eviction="fifo"``.
+``rlt`` (on request, not in the default set)
+    The same class with ``eviction="rlt"``: randomized leaf eviction (ICLR'26, arXiv 2601.18999).
 ``optimal``
     Belady's rule on the prefix tree, an upper bound for eviction policies (see
     :func:`_replay_optimal` for the exact rule).
@@ -55,9 +57,12 @@ from typing import Iterable, Sequence
 
 from mooncake_gym.model.costmodel import BLOCK_TOKENS, get_model
 from mooncake_gym.model.limits import LIMITS, check
-from mooncake_gym.sim.prefixcache import PrefixCache
+from mooncake_gym.sim.prefixcache import PrefixCache, eviction_rng
 
 POLICIES = ("lru", "fifo", "optimal")
+#: Every policy the analysis knows: :data:`POLICIES` (the default set) and, on request, ``rlt``
+#: (randomized leaf eviction, ``PrefixCache(eviction="rlt")``, its draws from ``eviction_rng(0)``).
+KNOWN_POLICIES = POLICIES + ("rlt",)
 WINDOWS = ("all", "second-half")
 DEFAULT_BLOCKS = (1000, 3000, 10000, 30000)
 DEFAULT_MODEL = "llama2-70b"
@@ -124,8 +129,8 @@ def parse_policies(text: str | Iterable[str]) -> list[str]:
     out = []
     for item in items:
         p = str(item).strip().lower()
-        if p not in POLICIES:
-            raise ValueError(f"policies: expected a comma-separated subset of {','.join(POLICIES)}, got {text!r}")
+        if p not in KNOWN_POLICIES:
+            raise ValueError(f"policies: expected a comma-separated subset of {','.join(KNOWN_POLICIES)}, got {text!r}")
         if p not in out:
             out.append(p)
     if not out:
@@ -243,8 +248,8 @@ class CacheResult:
 
 
 def _replay_cache(tree: PrefixTree, capacity: int, warmup: int, eviction: str) -> tuple[int, bool]:
-    """LRU or FIFO through :class:`PrefixCache`: (measured hit tokens, full before the window)."""
-    cache = PrefixCache(capacity, eviction=eviction)
+    """LRU, FIFO or RLT through :class:`PrefixCache`: (measured hit tokens, full before the window)."""
+    cache = PrefixCache(capacity, eviction=eviction, rng=eviction_rng(0) if eviction == "rlt" else None)
     match, insert = cache.match, cache.insert
     bt = tree.block_tokens
     hit = 0
@@ -361,8 +366,8 @@ def _measured_tokens(tree: PrefixTree, warmup: int) -> int:
 def simulate_cache(trace, capacity_blocks: int, policy: str = "lru", window: str = "all",
                    block_tokens: int = BLOCK_TOKENS, tree: PrefixTree | None = None) -> CacheResult:
     """Replay ``trace`` through one global cache of ``capacity_blocks`` blocks under ``policy``."""
-    if policy not in POLICIES:
-        raise ValueError(f"policy: expected one of {', '.join(POLICIES)}, got {policy!r}")
+    if policy not in KNOWN_POLICIES:
+        raise ValueError(f"policy: expected one of {', '.join(KNOWN_POLICIES)}, got {policy!r}")
     if isinstance(capacity_blocks, bool) or not isinstance(capacity_blocks, int) or capacity_blocks < 1:
         raise ValueError(f"capacity_blocks: expected a positive integer, got {capacity_blocks!r}")
     tree = tree if tree is not None else PrefixTree(trace, block_tokens)
@@ -505,3 +510,52 @@ def analyze_cache(trace, blocks: Sequence[int] | str | None = None, gib: Sequenc
         ceiling=cache_ceiling(trace, window, block_tokens, tree=tree),
         points=points,
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Local versus global KV store (FAST'25 Figure 10)
+# --------------------------------------------------------------------------------------------
+#: The routers :func:`compare_stores` runs by default: the cache-aware router (no pulls: what a node
+#: reuses is exactly what its store lets it read) and the two cache-blind ones.
+STORE_ROUTERS = ("cache", "load", "random")
+#: FAST'25 Figure 10's cluster: 10 prefill nodes, each with about 3 M tokens of DRAM cache.
+FIGURE10_PREFILL_NODES = 10
+
+
+def compare_stores(trace, preset="mooncake", n_prefill: int = FIGURE10_PREFILL_NODES,
+                   routers: Sequence[str] | str = STORE_ROUTERS, ssd: Sequence[bool] = (False, True),
+                   eviction: str = "lru", seed: int = 0) -> list[dict]:
+    """FAST'25 Figure 10 re-measured: each prefill node reading only its own KV store (``"local"``)
+    against Mooncake Store's pool, where any node reads any node's cached blocks over RDMA
+    (``"global"``), on ``trace``'s own arrivals through ``preset``'s prefill pool resized to
+    ``n_prefill`` nodes (its DRAM cache per node; with ``ssd`` True, the SSD tier ``SSD_TIER`` below
+    it). One row per (SSD tier, router, store): the token hit ratio, its shares by tier, mean and P90
+    TTFT, the mean prefill time (transfer + prefill, queue left out) and the tokens computed."""
+    from mooncake_gym.baselines import make_policy
+    from mooncake_gym.model.presets import KV_STORES, SSD_TIER, get_preset
+    from mooncake_gym.sim.routing import simulate
+
+    p = get_preset(preset)
+    names = [r.strip() for r in routers.split(",")] if isinstance(routers, str) else list(routers)
+    rows = []
+    for with_ssd in ssd:
+        for name in names:
+            for store in KV_STORES:
+                tiers = p.with_(n_prefill=n_prefill, kv_store=store, eviction=eviction,
+                                **(SSD_TIER if with_ssd else {"ssd_cache_blocks": 0}))
+                res = simulate(trace, make_policy("routing", name), tiers.routing_config(), p.prefill_cost, seed)
+                m = res.metrics
+                total = m["input_tokens"]
+                ssd_hits = m.get("ssd_hit_tokens", 0)
+                remote = m.get("remote_hit_tokens", m["fetched_tokens"])
+                rows.append({
+                    "ssd": bool(with_ssd), "router": name, "store": store,
+                    "hit_ratio": m["hit_ratio"],
+                    "dram_share": (m["hit_tokens"] - ssd_hits - remote) / total if total else float("nan"),
+                    "ssd_share": ssd_hits / total if total else float("nan"),
+                    "remote_share": remote / total if total else float("nan"),
+                    "mean_ttft_s": m["mean_ttft_s"], "p90_ttft_s": m["p90_ttft_s"],
+                    "mean_prefill_s": float((res.prefill_s + res.transfer_s).mean()),
+                    "computed_tokens": m["computed_tokens"],
+                })
+    return rows

@@ -50,6 +50,14 @@ NODE_TIER_BANDWIDTH = {
     "rdma": 800e9 / 8,
 }
 TIERS = tuple(NODE_TIER_BANDWIDTH)
+#: The SSD tier of a node's KV store (``ClusterPreset.ssd_cache_blocks``, off by default): PCIe 4.0
+#: NVMe drives of 3.84 TB reading 7.0 GB/s sequentially each (Samsung PM1733 datasheet: 7,000 MB/s
+#: sequential read; the PCIe 4.0 x4 ceiling is about 7.9 GB/s), ``NVME_DRIVES_PER_NODE`` of them per
+#: node (an assumption; Mooncake's papers publish no drive count). Demo 1's ``"ssd"`` tier above keeps
+#: the lecture's conservative 5 GB/s per drive.
+NVME_READ_BANDWIDTH = 7.0e9
+NVME_DRIVE_BYTES = 3.84e12
+NVME_DRIVES_PER_NODE = 4
 GPUS_PER_NODE = 8
 #: Fixed latency of one inter-instance KV transfer (connection set-up, descriptor exchange).
 #: Assumption: 1 ms, the order of magnitude of an RDMA transfer engine's per-batch set-up cost.
@@ -562,6 +570,37 @@ class CostModel:
             return 0.0
         return self.kv_bytes(tokens) / NODE_TIER_BANDWIDTH["rdma"] + self.transfer_latency_s
 
+    # -- KV storage tiers (Mooncake Store: DRAM, SSD, another node's over RDMA) --------------------
+    def tier_load_s(self, dram_tokens: int, ssd_tokens: int, ssd_bandwidth: float) -> float:
+        """Seconds to read a cached prefix into this instance's GPUs: ``dram_tokens`` from its node's
+        DRAM (``tier_bandwidth("dram")``), then ``ssd_tokens`` from its SSD tier at ``ssd_bandwidth``
+        bytes/s per node (this instance's GPUs' share, as every tier). What ``PrefillTime.with_load``
+        overlaps with the compute; with no SSD tokens it is ``prefill_s``'s DRAM load exactly."""
+        kv = self.model.kv_bytes_per_token
+        load = dram_tokens * kv / self.instance.tier_bandwidth("dram") if dram_tokens > 0 else 0.0
+        if ssd_tokens > 0:
+            load += ssd_tokens * kv / (ssd_bandwidth * self.instance.n_gpus / GPUS_PER_NODE)
+        return load
+
+    def remote_read_s(self, dram_tokens: int, ssd_tokens: int, ssd_bandwidth: float) -> float:
+        """Seconds to copy a prefix held by another node over RDMA (:meth:`transfer_s`'s model):
+        ``dram_tokens`` from its DRAM at the NIC's rate, ``ssd_tokens`` from its SSD tier streamed at
+        the slower of the NIC and ``ssd_bandwidth`` (bytes/s per node), one transfer latency."""
+        if dram_tokens + ssd_tokens <= 0:
+            return 0.0
+        return self.remote_read_bytes(dram_tokens, ssd_tokens, ssd_bandwidth) / NODE_TIER_BANDWIDTH["rdma"] \
+            + self.transfer_latency_s
+
+    def remote_read_bytes(self, dram_tokens: int, ssd_tokens: int, ssd_bandwidth: float) -> float:
+        """:meth:`remote_read_s`'s bytes as the NIC sees them: the SSD part counted at the NIC's rate
+        (its bytes x NIC / SSD bandwidth when the SSD is the slower), so that a copy sharing NICs
+        (``mooncake_gym.sim.network``) takes the stated time when it has a whole NIC."""
+        rdma = NODE_TIER_BANDWIDTH["rdma"]
+        nbytes = float(self.kv_bytes(dram_tokens))
+        if ssd_tokens > 0:
+            nbytes += self.kv_bytes(ssd_tokens) * (rdma / ssd_bandwidth if ssd_bandwidth < rdma else 1.0)
+        return nbytes
+
     # -- decode -----------------------------------------------------------------------------
     @staticmethod
     def decode_s(output_tokens: float, tbt_s: float) -> float:
@@ -682,13 +721,21 @@ class PrefillTime:
                 + (self.ar_token_s + self.elementwise_token_s) * tokens)
 
     def __call__(self, n: int, h: int) -> float:
-        layers = self.n_layers
-        if self.realistic:
-            compute = self._chunked_compute(n, h)
-        else:
-            compute = layers * (self.linear * (n - h) + self.attention * (n * (n + 1) - h * (h + 1))) / self.flops
         load = h * self.kv_bytes / self.bandwidth if h > 0 and self.loads else 0.0
+        return self.with_load(self.compute(n, h), load)
+
+    def compute(self, n: int, h: int) -> float:
+        """The compute of prefilling tokens ``h..n`` (realistic: the chunked iterations)."""
+        if self.realistic:
+            return self._chunked_compute(n, h)
+        return self.n_layers * (self.linear * (n - h) + self.attention * (n * (n + 1) - h * (h + 1))) / self.flops
+
+    def with_load(self, compute: float, load: float) -> float:
+        """The prefill time of ``compute`` seconds of compute whose cached prefix takes ``load``
+        seconds to read (``CostModel.prefill_s``'s layer-wise overlap, or load then compute), plus
+        the per-request overhead. The KV tiers (``CostModel.tier_load_s``) give ``load``."""
         if self.overlap:  # max(compute, load) + min(compute, load) / L, without the builtins' calls
+            layers = self.n_layers
             busy = compute + load / layers if compute >= load else load + compute / layers
         else:
             busy = compute + load

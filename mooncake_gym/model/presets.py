@@ -19,7 +19,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from mooncake_gym._native import mypyc_attr
-from mooncake_gym.model.costmodel import CostModel, InstanceSpec
+from mooncake_gym.model.costmodel import (BLOCK_TOKENS, NVME_DRIVE_BYTES, NVME_DRIVES_PER_NODE, NVME_READ_BANDWIDTH,
+                                          CostModel, InstanceSpec, get_model)
 from mooncake_gym.model.limits import LIMITS, check
 
 DECODE_MODELS = ("batching", "reserve")
@@ -42,6 +43,22 @@ PIPELINE = dict(pipeline_nodes=4, pipeline_min_tokens=32_768)
 #: The same fields with the mechanisms off (``preset.with_(**NO_ENGINE)``): one request at a time per
 #: prefill instance, FIFO, each copy with a whole NIC, preempted requests aborted.
 NO_ENGINE = dict(prefill_token_budget=0, preemption="abort", shared_nics=False, pipeline_nodes=1, pipeline_min_tokens=0)
+#: Where a prefill node reads cached KV from (``ClusterPreset.kv_store``): ``"local"``, its own DRAM and
+#: SSD tiers (another node's only through a router's pull); ``"global"``, Mooncake Store's pool: any
+#: node's DRAM or SSD, over RDMA (FAST'25 Figure 10's global cache).
+KV_STORES = ("local", "global")
+#: How a prefill node's DRAM cache evicts (``ClusterPreset.eviction``; ``sim.prefixcache``): least
+#: recently used, or randomized leaf eviction (RLT, Wu, Silwal and Zhang, ICLR'26).
+EVICTIONS = ("lru", "rlt")
+#: The SSD tier's read bandwidth per node by default: ``NVME_DRIVES_PER_NODE`` PCIe 4.0 NVMe drives at
+#: 7.0 GB/s each (``mooncake_gym.model.costmodel``), 28 GB/s.
+SSD_TIER_BANDWIDTH = NVME_DRIVES_PER_NODE * NVME_READ_BANDWIDTH
+#: An SSD tier below each prefill node's DRAM cache, opt-in (``preset.with_(**SSD_TIER)``): the
+#: ``NVME_DRIVES_PER_NODE`` drives' 15.36 TB in 512-token blocks of LLaMA-70B KV (327,680 bytes per
+#: token: 91,552 blocks) at their 28 GB/s. Not a default of any preset (docs/cluster.md, "KV tiers").
+SSD_TIER = dict(ssd_cache_blocks=int(NVME_DRIVES_PER_NODE * NVME_DRIVE_BYTES
+                                    // (BLOCK_TOKENS * get_model("llama2-70b").kv_bytes_per_token)),
+                ssd_read_bandwidth=SSD_TIER_BANDWIDTH)
 
 
 @mypyc_attr(native_class=False)  # a frozen dataclass set in __post_init__
@@ -59,12 +76,18 @@ class RoutingConfig:
         name (``"H800"``) stands for ``InstanceSpec(gpu=name)`` (8 GPUs at 60 % MFU), and a string
         such as ``"4xH800+4xA800"`` for that list. Each instance then prefills at its own speed
         (``CostModel`` with that instance); the served model, block size and RDMA are the cluster's.
+    ssd_cache_blocks, ssd_read_bandwidth, kv_store, eviction: the KV store's tiers and eviction
+        (:class:`ClusterPreset`'s fields of the same names).
     """
 
     n_instances: int | None = None
     cache_blocks: int | tuple[int, ...] = 3000
     ttft_slo_s: float = 5.0
     instances: tuple[InstanceSpec, ...] | None = None
+    ssd_cache_blocks: int = 0
+    ssd_read_bandwidth: float = SSD_TIER_BANDWIDTH
+    kv_store: str = "local"
+    eviction: str = "lru"
 
     def __post_init__(self):
         if self.instances is not None:
@@ -87,6 +110,13 @@ class RoutingConfig:
         else:
             check("cache_blocks", blocks)
         check("ttft_slo_s", self.ttft_slo_s)
+        check_store(self.ssd_cache_blocks, self.ssd_read_bandwidth, self.kv_store, self.eviction)
+
+    @property
+    def tiered(self) -> bool:
+        """Whether a hit may come from elsewhere than the instance's own DRAM (an SSD tier, or the
+        global store)."""
+        return self.ssd_cache_blocks > 0 or self.kv_store == "global"
 
     def instance_cache_blocks(self) -> tuple[int, ...]:
         """Each instance's prefix-cache capacity in blocks."""
@@ -127,6 +157,20 @@ class PrefillBatching:
         if not self.token_budget:
             raise ValueError("token_budget: expected at least 1 token per iteration (no batching: batching=None)")
         check_pipeline(self.pipeline_nodes, self.pipeline_min_tokens, self.token_budget)
+
+
+def check_store(ssd_blocks, ssd_bandwidth, kv_store, eviction) -> None:
+    """The KV store's fields: ``ssd_cache_blocks`` 0..10**9, ``ssd_read_bandwidth`` bytes/s > 0,
+    ``kv_store`` one of :data:`KV_STORES`, ``eviction`` one of :data:`EVICTIONS`."""
+    if not (isinstance(ssd_blocks, int) and not isinstance(ssd_blocks, bool) and 0 <= ssd_blocks <= 10**9):
+        raise ValueError(f"ssd_cache_blocks: expected an integer in 0..10**9 (0: no SSD tier), got {ssd_blocks!r}")
+    if not (isinstance(ssd_bandwidth, (int, float)) and not isinstance(ssd_bandwidth, bool)
+            and 0 < ssd_bandwidth < 1e15):
+        raise ValueError(f"ssd_read_bandwidth: expected bytes/s per node in (0, 1e15), got {ssd_bandwidth!r}")
+    if kv_store not in KV_STORES:
+        raise ValueError(f"kv_store: expected one of {KV_STORES}, got {kv_store!r}")
+    if eviction not in EVICTIONS:
+        raise ValueError(f"eviction: expected one of {EVICTIONS}, got {eviction!r}")
 
 
 def check_token_budget(budget, name: str = "prefill_token_budget") -> None:
@@ -229,6 +273,14 @@ class ClusterPreset:
       ``pipeline_min_tokens`` computed tokens is prefilled over its instance's whole group, its
       chunks (``prefill_token_budget``) pipelined through the group's stages (``PrefillBatching``,
       ``prefill.PrefillEngine``). 1: none.
+    - ``ssd_cache_blocks``: blocks of the SSD tier below each prefill node's DRAM cache (0: none, the
+      default): the blocks the DRAM cache evicts are demoted there, it evicts by LRU, and a hit in it
+      loads at ``ssd_read_bandwidth`` (bytes/s per node), overlapped layer by layer with the compute
+      (``SSD_TIER``: 4 NVMe drives).
+    - ``kv_store``: ``"local"`` (default: a node reads its own tiers) or ``"global"`` (Mooncake Store:
+      any node reads any node's DRAM or SSD blocks over RDMA; :data:`KV_STORES`).
+    - ``eviction``: the DRAM cache's eviction, ``"lru"`` (default) or ``"rlt"`` (randomized leaf
+      eviction, drawn from the run's seed; :data:`EVICTIONS`).
     """
 
     name: str
@@ -250,8 +302,13 @@ class ClusterPreset:
     pipeline_nodes: int = 1
     pipeline_min_tokens: int = 0
     max_running: int | None = None
+    ssd_cache_blocks: int = 0
+    ssd_read_bandwidth: float = SSD_TIER_BANDWIDTH
+    kv_store: str = "local"
+    eviction: str = "lru"
 
     def __post_init__(self):
+        check_store(self.ssd_cache_blocks, self.ssd_read_bandwidth, self.kv_store, self.eviction)
         if self.prefill_gpus is not None:
             try:
                 gpus = tuple(spec.gpu for spec in parse_instances(self.prefill_gpus))
@@ -314,7 +371,9 @@ class ClusterPreset:
         SLO; with ``prefill_gpus``, one ``InstanceSpec`` per instance)."""
         instances = None if self.prefill_gpus is None else tuple(
             replace(self.prefill_cost.instance, gpu=gpu) for gpu in self.prefill_gpus)
-        return RoutingConfig(self.n_prefill, self.cache_blocks, self.ttft_slo_s, instances=instances)
+        return RoutingConfig(self.n_prefill, self.cache_blocks, self.ttft_slo_s, instances=instances,
+                             ssd_cache_blocks=self.ssd_cache_blocks, ssd_read_bandwidth=self.ssd_read_bandwidth,
+                             kv_store=self.kv_store, eviction=self.eviction)
 
     def prefill_batching(self) -> PrefillBatching | None:
         """How the prefill instances run their queues (None: one request at a time, FIFO)."""

@@ -221,7 +221,7 @@ class ClusterSimulator:
         reset_policy(self.router, self.seed)
         self.prefill = RoutingSimulator(self.trace, self._routing_config, p.prefill_cost, self.observation,
                                         None if self.observation.exact else observation_rng(self.seed),
-                                        p.prefill_batching())
+                                        p.prefill_batching(), seed=self.seed)
         # batching prefill: each iteration is an event here (_ITER), so that pulls and copies over
         # the shared NICs (self.network) and the iterations happen in one order of time
         self.prefill.external_clock = self._batched
@@ -352,8 +352,8 @@ class ClusterSimulator:
                 if prefill.pulls:  # its prefix's copy, over the shared NICs
                     net = self.network
                     assert net is not None
-                    for r, holder, to, tokens in prefill.pulls:
-                        net.add(now, holder, to, self.preset.prefill_cost.kv_bytes(tokens), (_PULLED, r, to))
+                    for r, holder, to, nbytes in prefill.pulls:  # (bytes: the KV store's tiers priced in)
+                        net.add(now, holder, to, nbytes, (_PULLED, r, to))
                     prefill.pulls.clear()
                     self._schedule_network()
                 if not self._iterating[k]:

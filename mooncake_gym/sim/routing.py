@@ -18,6 +18,11 @@ Model (Mooncake v3 §6, Algorithm 1):
   *i*'s cache, so hot prefixes replicate.
 * After dispatch all of the request's blocks are in *i*'s cache: FIFO service makes this exact for
   every later request sent to *i*.
+* The KV store's tiers (``RoutingConfig.ssd_cache_blocks``, ``kv_store``; off by default): an SSD
+  tier below each DRAM cache takes what it evicts, and with ``kv_store="global"`` (Mooncake Store)
+  any instance reads any instance's blocks over RDMA; each hit's tiers are priced by
+  :class:`TierEstimates` and shown in the view's ``hit_tier_tokens``. ``eviction="rlt"``: the DRAM
+  caches evict a random leaf of their prefix tree (``prefixcache``), drawn from ``seed``.
 
 Since service is FIFO and deterministic, each request's TTFT is known at dispatch:
 ``TTFT = queue + transfer + prefill``, where queue is the work already queued on the instance.
@@ -47,11 +52,11 @@ import numpy as np
 from mooncake_gym import _engine
 from mooncake_gym._engine import routing as _native_routing
 from mooncake_gym.sim.prefill import PrefillEngine, PrefillInstance, pool_load
-from mooncake_gym.model.costmodel import NODE_TIER_BANDWIDTH, CostModel
+from mooncake_gym.model.costmodel import NODE_TIER_BANDWIDTH, PREFILL_MEMO_SIZE, CostModel
 from mooncake_gym._native import mypyc_attr
 from mooncake_gym.sim.observation import Observer, as_observation, observation_rng
 from mooncake_gym.sim.policy import policy_name, reset_policy
-from mooncake_gym.sim.prefixcache import PrefixCache, match_all
+from mooncake_gym.sim.prefixcache import SSD, PrefixCache, eviction_rng, match_all, match_tiers, pool_tiers
 from mooncake_gym.sim.views import ROUTING_VIEW_FIELDS, Route, RoutingView, check_route
 from mooncake_gym.model.presets import PrefillBatching, RoutingConfig, parse_instances  # noqa: F401 (data)
 from mooncake_gym.model.workload import Trace
@@ -118,6 +123,121 @@ class PrefixEstimates:
                 rows.append(row)
             hits, prefills, transfers, pulls = zip(*rows)
         return hits, prefills, transfers, pulls, best, ks.index(best_blocks) if best_blocks else -1
+
+
+class TierEstimates:
+    """The view's prefix fields under the KV store's tiers (``RoutingConfig.tiered``: an SSD tier
+    below each node's DRAM cache, or the global store), through the cost model.
+
+    Each block of a hit is read from where the node finds it (``prefixcache.match_tiers``): its own
+    DRAM and SSD tiers load layer by layer, overlapped with the compute
+    (``CostModel.tier_load_s`` and ``PrefillTime.with_load``: demo 1's formula, the SSD part at
+    ``ssd_read_bandwidth``); another node's blocks are copied over RDMA first
+    (``CostModel.remote_read_s``) into the node's DRAM and load from there.
+
+    - ``kv_store="local"``: ``hit_tokens[i]`` is node i's own-tier hit; a pull copies the blocks it
+      lacks from ``best_instance``'s tiers (``transfer_s``), then they load from DRAM
+      (``pull_prefill_s``).
+    - ``kv_store="global"`` (Mooncake Store): every node reads the pool's longest prefix;
+      ``prefill_s[i]`` is the RDMA copy of the blocks node i does not hold plus its prefill;
+      nothing is left to pull (``transfer_s`` 0). The copy's sender is the other node holding the
+      longest leading run of the prefix itself (one sender per request: a simplification).
+
+    ``estimate`` also returns, per instance, what a dispatch there does: (copy s, prefill s after
+    it, tokens copied, sender, the copy's bytes on the NIC).
+    """
+
+    __slots__ = ("costs", "prefill", "ssd_bandwidth", "global_store", "_compute")
+
+    def __init__(self, costs: Sequence[CostModel], config: RoutingConfig):
+        self.costs = costs
+        self.prefill = [c.prefill_time() for c in costs]
+        self.ssd_bandwidth = config.ssd_read_bandwidth
+        self.global_store = config.kv_store == "global"
+        self._compute: dict[tuple[int, int, int], float] = {}  # (instance, n, h) -> compute s
+
+    def _compute_s(self, i: int, n: int, h: int) -> float:
+        key = (i, n, h)
+        c = self._compute.get(key)
+        if c is None:
+            if len(self._compute) >= PREFILL_MEMO_SIZE:
+                self._compute.clear()
+            c = self._compute[key] = self.prefill[i].compute(n, h)
+        return c
+
+    @staticmethod
+    def split(tiers: list[int], hit: int, block: int, start: int = 0) -> list[int]:
+        """Tokens of the hit's blocks ``start..`` by tier (prefixcache's DRAM, SSD, REMOTE_DRAM,
+        REMOTE_SSD): block j holds ``min(block, hit - j x block)`` of the ``hit`` tokens."""
+        out = [0, 0, 0, 0]
+        for j in range(start, len(tiers)):
+            t = hit - j * block
+            if t <= 0:
+                break
+            out[tiers[j]] += t if t < block else block
+        return out
+
+    def estimate(self, caches: Sequence[PrefixCache], ids: Sequence[int], n_in: int) -> tuple:
+        n = len(caches)
+        c0 = self.costs[0]
+        block = c0.block_tokens
+        bw = self.ssd_bandwidth
+        pool = pool_tiers(caches, ids) if self.global_store else None
+        tiers = [match_tiers(c, ids, pool) for c in caches]
+        own = [_own_run(t) for t in tiers]  # leading blocks each node holds itself
+        best_own = max(own)
+        holder = own.index(best_own) if best_own else -1
+        hits, prefills, transfers, pulls, tier_tokens, extra = [], [], [], [], [], []
+        if pool is not None:
+            k = len(pool)
+            h = c0.hit_tokens(k, n_in)
+            for i in range(n):
+                d, s, rd, rs = split = self.split(tiers[i], h, block)
+                cost = self.costs[i]
+                r = cost.remote_read_s(rd, rs, bw)
+                p = self.prefill[i].with_load(self._compute_s(i, n_in, h), cost.tier_load_s(d + rd + rs, s, bw))
+                sender = holder
+                if sender == i:  # the longest run of another node
+                    rest = own[:i] + [-1] + own[i + 1:]
+                    sender = rest.index(max(rest)) if n > 1 else -1
+                extra.append((r, p, rd + rs, sender, cost.remote_read_bytes(rd, rs, bw)))
+                hits.append(h)
+                prefills.append(r + p)
+                transfers.append(0.0)
+                pulls.append(r + p)
+                tier_tokens.append(tuple(split))
+            return (tuple(hits), tuple(prefills), tuple(transfers), tuple(pulls), h, holder, (k,) * n,
+                    tuple(tier_tokens), extra)
+        best = c0.hit_tokens(best_own, n_in)
+        for i in range(n):
+            cost, prefill = self.costs[i], self.prefill[i]
+            h = cost.hit_tokens(own[i], n_in)
+            d, s, _, _ = split = self.split(tiers[i], h, block)
+            p = prefill.with_load(self._compute_s(i, n_in, h), cost.tier_load_s(d, s, bw))
+            if h < best:  # a pull copies blocks own[i].. of the holder's, from its tiers
+                pd, ps, _, _ = self.split(tiers[holder], best, block, own[i])
+                transfers.append(cost.remote_read_s(pd, ps, bw))
+                pulls.append(prefill.with_load(self._compute_s(i, n_in, best), cost.tier_load_s(d + pd + ps, s, bw)))
+                extra.append(cost.remote_read_bytes(pd, ps, bw))
+            else:
+                transfers.append(0.0)
+                pulls.append(p)
+                extra.append(0.0)
+            hits.append(h)
+            prefills.append(p)
+            tier_tokens.append(tuple(split))
+        return (tuple(hits), tuple(prefills), tuple(transfers), tuple(pulls), best, holder, tuple(own),
+                tuple(tier_tokens), extra)
+
+
+def _own_run(tiers: list[int]) -> int:
+    """Leading blocks of ``tiers`` in the node's own DRAM or SSD."""
+    k = 0
+    for t in tiers:
+        if t > SSD:
+            break
+        k += 1
+    return k
 
 
 class RoutingResult:
@@ -187,11 +307,18 @@ class RoutingSimulator:
     ``observation``: what the views show (None or ``"exact"``: the exact state; otherwise an
     :class:`~mooncake_gym.sim.observation.ObservationConfig`, a mode string or a dict of its fields);
     ``exact_view`` is always the truth, which dispatch follows. ``rng``: the generator of the
-    observation's noise (``simulate`` spawns one from its seed).
+    observation's noise (``simulate`` spawns one from its seed). ``seed``: the ``"rlt"`` eviction's
+    draws (``prefixcache.eviction_rng``, anew at each ``reset``).
+
+    The KV store (``RoutingConfig``'s ``ssd_cache_blocks``, ``kv_store``, ``eviction``): each
+    instance's DRAM cache evicts by ``eviction`` and demotes what it evicts to an SSD tier of
+    ``ssd_cache_blocks``; the view's prefix fields then come from :class:`TierEstimates` and say
+    where each hit is (``hit_tier_tokens``); the exact observation only.
     """
 
     def __init__(self, trace: Any, config: RoutingConfig | None = None, cost: CostModel | None = None,  # trace: checked
-                 observation=None, rng: np.random.Generator | None = None, batching: PrefillBatching | None = None):
+                 observation=None, rng: np.random.Generator | None = None, batching: PrefillBatching | None = None,
+                 seed: Any = 0):
         if not isinstance(trace, Trace):
             raise ValueError(f"trace: expected a mooncake_gym.model.workload.Trace, got {type(trace).__name__}")
         if len(trace) == 0:
@@ -204,6 +331,12 @@ class RoutingSimulator:
         self._rng = rng if rng is not None else np.random.default_rng(0)  # the observation's noise only
         self._arrival, self._input, self._output, self._blocks = trace.columns()
         self._estimates = PrefixEstimates(self.costs)
+        self._seed = seed
+        self._tiers: TierEstimates | None = TierEstimates(self.costs, self.config) if self.config.tiered else None
+        self._global: bool = self.config.kv_store == "global"
+        if self._tiers is not None and not self.observation.exact:
+            raise ValueError("observation: the KV store's tiers (ssd_cache_blocks, kv_store='global') are shown in "
+                             "the exact view only")
         self._prefill0: list[float] | None = None  # uncached_prefill_s of a homogeneous pool, once asked
         if batching is not None and not isinstance(batching, PrefillBatching):
             raise ValueError(f"batching: expected a PrefillBatching or None, got {type(batching).__name__}")
@@ -219,8 +352,16 @@ class RoutingSimulator:
     # -- stepping -------------------------------------------------------------------------------
     def reset(self) -> RoutingView | None:
         self.instances = [PrefillInstance(i, b) for i, b in enumerate(self.config.instance_cache_blocks())]
+        cfg = self.config
+        if cfg.tiered or cfg.eviction != "lru":  # the KV store's tiers and eviction
+            draws = eviction_rng(self._seed) if cfg.eviction == "rlt" else None
+            for inst, b in zip(self.instances, cfg.instance_cache_blocks()):
+                inst.cache = PrefixCache(b, cfg.eviction, PrefixCache(cfg.ssd_cache_blocks) if cfg.ssd_cache_blocks
+                                         else None, draws)
         self._caches = cast("list[PrefixCache]", [inst.cache for inst in self.instances])  # all cached
         self._cache_blocks = self.config.instance_cache_blocks()
+        self._dispatch_tiers: list = []  # tier path: what a dispatch on each instance does (TierEstimates)
+        self.tier_hit_tokens = [0, 0, 0, 0]  # tier path: the dispatched hits' tokens by tier
         self._batched: bool = self._budget > 0
         if self._batched:
             for inst, c in zip(self.instances, self.costs):
@@ -239,12 +380,12 @@ class RoutingSimulator:
         self._row_of: dict[int, int] = {}  # batching: request -> its row in _rows, until its TTFT is known
         self.prefill_ends: list[tuple[int, float]] = []  # batching: (request, first token time) since last read
         # batching driven from outside (the cluster's event loop forms each iteration: ``form``), and
-        # pulls left to it (``pulls``: (request, holder, instance, tokens) to copy; ``pull_arrived``)
+        # pulls left to it (``pulls``: (request, holder, instance, bytes) to copy; ``pull_arrived``)
         self.external_clock = False
         self.defer_pulls = False
-        self.pulls: list[tuple[int, int, int, int]] = []
+        self.pulls: list[tuple[int, int, int, float]] = []  # (request, holder, instance, bytes)
         # every cache holds 0 blocks (the lecture's pool): no instance ever has a prefix hit
-        self._uncached: bool = not any(self._cache_blocks) and not self._batched
+        self._uncached: bool = not any(self._cache_blocks) and not self._batched and not cfg.tiered
         self._i = 0
         self._rows: list[tuple] = []  # one outcome per dispatched request (fields of _ARRAYS)
         self._last_row: tuple | None = None  # the last dispatched request's row of _rows (None after a skip)
@@ -337,14 +478,21 @@ class RoutingSimulator:
         if self._batched:
             self.sync(now)
         ids = self._blocks[i]
-        ks = match_all(self._caches, ids)
         n_in = self._input[i]
+        if self._tiers is not None:
+            hits, prefills, transfers, pulls, best, best_instance, ks, tiers, self._dispatch_tiers = \
+                self._tiers.estimate(self._caches, ids, n_in)
+            queue, queued, queued_tokens = pool_load(self.instances, now)
+            return _new_tuple(RoutingView, (now, i, n_in, self._output[i], ids, len(ks), queue, queued, hits,
+                                            prefills, best, best_instance, transfers, pulls, queued_tokens,
+                                            self._cache_blocks, ks, tiers))
+        ks = match_all(self._caches, ids)
         hits, prefills, transfers, pulls, best, best_instance = self._estimates.estimate(ks, n_in)
         queue, queued, queued_tokens = pool_load(self.instances, now)
         # the fields in the order of ROUTING_VIEW_FIELDS, as one tuple (read-only for the policy)
         return _new_tuple(RoutingView, (now, i, n_in, self._output[i], ids, len(ks), queue, queued, hits, prefills,
                                         best, best_instance, transfers, pulls, queued_tokens, self._cache_blocks,
-                                        tuple(ks)))
+                                        tuple(ks), None))
 
     def _parse(self, action) -> tuple[int, bool]:
         return check_route(action, len(self.instances))
@@ -401,7 +549,10 @@ class RoutingSimulator:
         hit = v.hit_tokens[i]
         transfer = 0.0
         fetched = 0
-        if pull and v.best_hit_tokens > hit:
+        holder = v.best_instance
+        if self._global:  # the global store: the blocks held elsewhere copied first, whatever the pull says
+            transfer, prefill, fetched, holder, _ = self._dispatch_tiers[i]
+        elif pull and v.best_hit_tokens > hit:
             transfer = v.transfer_s[i]
             fetched = v.best_hit_tokens - hit
             hit = v.best_hit_tokens
@@ -415,12 +566,24 @@ class RoutingSimulator:
         else:  # queued for batching: the pull runs on the NICs meanwhile; TTFT known when formed
             self._row_of[k] = len(self._rows)
             if fetched and self.defer_pulls:  # ready when the caller says its copy arrived
-                self.pulls.append((k, v.best_instance, i, fetched))
+                nbytes = self.cost.kv_bytes(fetched) if self._tiers is None else (
+                    self._dispatch_tiers[i][4] if self._global else self._dispatch_tiers[i])
+                self.pulls.append((k, holder, i, nbytes))
                 engine.add(k, now, math.inf, n_in, hit, prefill)
             else:
                 engine.add(k, now, now + transfer, n_in, hit, prefill)
         self._caches[i].insert(v.block_ids)  # inst.cache
-        ttft = queue + transfer + prefill  # = finish - arrival, without the rounding of absolute times
+        if self._tiers is None:
+            ttft = queue + transfer + prefill  # = finish - arrival, without the rounding of absolute times
+        else:
+            # (the global store's view shows transfer + prefill as its prefill_s)
+            ttft = queue + (transfer + prefill) if self._global else queue + transfer + prefill
+            by_tier = cast(RoutingView, v).tier_tokens(i)
+            counts = self.tier_hit_tokens
+            for t in range(4):
+                counts[t] += by_tier[t]
+            if fetched and not self._global:  # a pull: its tokens come from another node
+                counts[2] += fetched
         self._last_row = row = (now, n_in, i, ttft, queue, transfer, prefill, hit, fetched)
         self._rows.append(row)
         self._last_index = k
@@ -517,7 +680,12 @@ class RoutingSimulator:
 
     def result(self, policy: str = "?") -> RoutingResult:
         self.finish()
-        return RoutingResult(policy, self.trace.name, self.config, self._rows, self.instances, self.cost)
+        res = RoutingResult(policy, self.trace.name, self.config, self._rows, self.instances, self.cost)
+        if self._tiers is not None:  # where the hits came from: own DRAM, own SSD, another node's
+            d, s, rd, rs = self.tier_hit_tokens
+            res.metrics.update(dram_hit_tokens=d, ssd_hit_tokens=s, remote_hit_tokens=rd + rs,
+                               ssd_evictions=sum(c.lower.evictions for c in self._caches if c.lower is not None))
+        return res
 
 
 def simulate(trace: Trace, policy: Callable, config: RoutingConfig | None = None, cost: CostModel | None = None,
@@ -532,7 +700,7 @@ def simulate(trace: Trace, policy: Callable, config: RoutingConfig | None = None
     why), ``"python"`` this module; None (default) the native engine where the run is native
     (``mooncake_gym.engine()`` says whether it is built) and this module otherwise. Both give the same
     numbers (tests/test_engine_routing.py)."""
-    sim = RoutingSimulator(trace, config, cost, observation, observation_rng(seed))
+    sim = RoutingSimulator(trace, config, cost, observation, observation_rng(seed), seed=seed)
     reset_policy(policy, seed)
     chosen = _engine.resolve(engine)
     if chosen == "native":

@@ -63,7 +63,7 @@ def check_route(action, n_instances: int) -> tuple[int, bool]:
 RoutingViewFields = namedtuple("RoutingViewFields", [  # the fields written out: mypy (and mypyc) read them
     "now", "index", "input_tokens", "output_tokens", "block_ids", "n_instances", "queue_s", "queued_requests",
     "hit_tokens", "prefill_s", "best_hit_tokens", "best_instance", "transfer_s", "pull_prefill_s", "queued_tokens",
-    "cache_blocks", "hit_blocks"])
+    "cache_blocks", "hit_blocks", "hit_tier_tokens"], defaults=(None,))
 #: The fields of :class:`RoutingView`, in order.
 ROUTING_VIEW_FIELDS: tuple[str, ...] = RoutingViewFields._fields
 
@@ -88,6 +88,12 @@ class RoutingView(RoutingViewFields):
     best_hit_tokens, best_instance: the longest prefix held anywhere and who holds it (-1 if none).
     transfer_s: time to pull the part of the best prefix each instance lacks (0 where none is missing).
     pull_prefill_s: prefill time on each instance after such a pull (with the best hit).
+    hit_tier_tokens: where each instance's hit comes from, ``(dram, ssd, remote_dram, remote_ssd)``
+        tokens (its own DRAM and SSD tiers, another node's DRAM and SSD over RDMA); None when the
+        pool has no SSD tier and a local store (every hit is in the instance's own DRAM:
+        :meth:`tier_tokens` says so). ``prefill_s`` counts each tier's load: an SSD hit at the SSD's
+        bandwidth, overlapped layer by layer with the compute, a remote one (the global store,
+        ``kv_store="global"``) as an RDMA copy before it.
 
     With the default exact observation every field is the simulator's truth; an observation mode
     (``mooncake_gym.sim.observation``) changes what the load, hit and time fields say, never the class
@@ -101,6 +107,11 @@ class RoutingView(RoutingViewFields):
         if pull:
             return self.queue_s[instance] + self.transfer_s[instance] + self.pull_prefill_s[instance]
         return self.queue_s[instance] + self.prefill_s[instance]
+
+    def tier_tokens(self, instance: int) -> tuple[int, int, int, int]:
+        """``hit_tier_tokens[instance]``: the hit's tokens in (own DRAM, own SSD, remote DRAM, remote SSD)."""
+        tiers = self.hit_tier_tokens
+        return (self.hit_tokens[instance], 0, 0, 0) if tiers is None else tiers[instance]
 
     def __repr__(self) -> str:
         return (f"RoutingView(now={self.now:.3f}, index={self.index}, input={self.input_tokens}, "
