@@ -11,6 +11,7 @@ from typing import Callable
 from mooncake_gym.model.limits import check
 from mooncake_gym.model.presets import PRESETS, get_preset
 from mooncake_gym.model.traceformats import TraceFormat, parse_format
+from mooncake_gym.reporting.requests import check_per_request_path, check_timeline_path
 from mooncake_gym.sim.policy import is_policy_spec, load_policy
 
 _UNSET = object()
@@ -115,15 +116,37 @@ def trace_opts(positional: bool = False, rate=4.0, seed=0) -> tuple:
                 help="synthetic trace: random seed (default 0)"))
 
 
-#: ``--preset``'s default: the lecture's toy
-PRESET_DEFAULT = "lecture"
+#: ``--preset``'s default: Mooncake's testbed, the faithful cluster (``--preset lecture``: the lecture's toy)
+PRESET_DEFAULT = "mooncake"
 
 
 def preset_opt(realistic: str) -> Opt:
-    others = ", ".join(n for n in PRESETS if n != PRESET_DEFAULT)
+    others = ", ".join(n for n in PRESETS if n != "lecture")
     return opt("--preset", choices=tuple(PRESETS), default=PRESET_DEFAULT,
-               help=f"cluster preset (mooncake_gym.model.presets): lecture (default) is the lecture's toy, as "
-                    f"without this option; with {others}, {realistic}")
+               help=f"cluster preset (mooncake_gym.model.presets): with {others} ({PRESET_DEFAULT}, Mooncake's "
+                    f"testbed, by default), {realistic}; lecture is the lecture's toy (its simulators and the v0 "
+                    f"environments)")
+
+
+#: ``--per-request``, ``--plot-dir``, ``--timeline``: one run's requests (``mooncake_gym.reporting.requests``)
+RUN_OUTPUTS = (
+    opt("--per-request", default=None, metavar="FILE.csv|FILE.jsonl",
+        help="write one row per request (arrival, prefill instance, hit and computed tokens, queue wait, TTFT, "
+             "decode instance, mean and tail TBT, outcome; policy when several run), CSV or JSONL by the suffix"),
+    opt("--plot-dir", default=None, metavar="DIR",
+        help="write TTFT and TBT CDFs (a colour and marker per policy) and SLO attainment and goodput per policy here"),
+    opt("--timeline", default=None, metavar="FILE.json",
+        help="write the instances' timeline in Chrome's trace-event format (open it in Perfetto): a slice per "
+             "prefill and per decode residency, a process per pool, a thread per instance"),
+)
+
+
+def check_run_outputs(args) -> None:
+    """``--per-request`` and ``--timeline`` paths checked before the run (``--plot-dir`` by the app)."""
+    if args.per_request is not None:
+        check_per_request_path(args.per_request)
+    if args.timeline is not None:
+        check_timeline_path(args.timeline)
 
 
 JSON = opt("--json", action="store_true", help="print one JSON document")
