@@ -126,8 +126,9 @@ def run(args) -> int:
     settings = cmp.compare(args.env, args.seeds, args.rates, args.loads, trace, args.speed, agents=agents,
                            plot_dir=args.plot_dir, progress=not (args.json or args.no_progress), threads=args.threads,
                            tuned=tuned, preset=args.preset)
+    elsewhere = cmp.agents_elsewhere(settings) if args.agent is None else []
     if args.json:
-        report.print_json(cmp.settings_json(settings, args.seeds))
+        report.print_json({**cmp.settings_json(settings, args.seeds), "agents_elsewhere": elsewhere})
         return 0
     print(compare_header(args.preset, args.seeds))
     for path, doc in zip(args.tuned or [], tuned or []):
@@ -135,6 +136,8 @@ def run(args) -> int:
     for s in settings:
         print(f"\n{'### ' if args.markdown else ''}{s.label}\n")
         print(cmp.format_setting(s, markdown=args.markdown))
+    if elsewhere:
+        print(f"\n{cmp.format_elsewhere(elsewhere)}")
     if args.plot_dir:
         print(f"\nplots written to {args.plot_dir}")
     return 0

@@ -230,16 +230,16 @@ class Command:
                 raise no_effect(o.dest, f"with a trace file ({args.trace}): it sets up the synthetic trace")
         if getattr(args, "seed", 0) is None:  # replay: the seed also drives the random baseline's tie-breaks
             args.seed = 0
+        for rule in self.rules:  # (before the preset's: e.g. --rates has no effect with --scenario on any preset)
+            if rule.when(args):
+                for dest in rule.dests:
+                    if given(getattr(args, dest)):
+                        raise no_effect(dest, rule.why(args) if callable(rule.why) else rule.why)
         for o in self.options:
             if o.only is not None and given(getattr(args, o.dest)) and o.only[0] != decode_model(args):
                 model, why = o.only
                 where = (f"not with --preset {args.preset}" if model == "reserve"
                          else "only with a cluster --preset (not lecture)")
                 raise ValueError(f"{option(o.dest)}: {where}: {why}")
-        for rule in self.rules:
-            if rule.when(args):
-                for dest in rule.dests:
-                    if given(getattr(args, dest)):
-                        raise no_effect(dest, rule.why(args) if callable(rule.why) else rule.why)
         if self.check is not None:
             self.check(args)

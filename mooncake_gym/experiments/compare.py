@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from mooncake_gym.agents import available, load_agent
+from mooncake_gym.agents import available, card, load_agent
 from mooncake_gym.evaluation import problems
 from mooncake_gym.evaluation.episodes import check_model_fits, evaluate, ModelPolicy
 from mooncake_gym.evaluation.scenarios import get_scenario, SCENARIOS
@@ -312,6 +312,43 @@ def problem_of(model) -> str:
 def shipped_agents() -> dict:
     """``{name: (problem, agent)}`` of the shipped agents present (sha256 verified, loaded without unpickling)."""
     return {name: (problem, load_agent(name)) for name, problem in available().items()}
+
+
+def agents_elsewhere(settings: list[Setting]) -> list[dict]:
+    """The shipped agents present that no table of ``settings`` shows (of the decisions they show),
+    each with what it was trained
+    on (its card's env id and preset) and the command that shows it on that problem: ``{"agent",
+    "trained_on", "see"}``. An agent of the lecture's toy (a v0 environment) acts on that problem's
+    observation and actions, so it is never shown on a realistic cluster."""
+    shown = {r["policy"] for s in settings for r in s.rows}
+    decisions = {problems.get(s.problem).decision for s in settings}
+    out = []
+    for name, problem in available().items():
+        if name in shown or problems.get(problem).decision not in decisions:
+            continue
+        c = card(name)
+        env_id, kwargs = c["env_id"], c.get("env_kwargs") or {}
+        if c.get("scenarios"):
+            see = f"mooncake-gym compare --scenario {','.join(c['scenarios'])}"
+        elif env_id.endswith("-v0"):
+            see = "mooncake-gym compare --preset lecture"
+        else:
+            same = [sc.name for sc in SCENARIOS.values() if sc.base_env_id == env_id and not sc.requires
+                    and sc.config().get("preset") == kwargs.get("preset")]
+            see = f"mooncake-gym compare --scenario {','.join(same)}" if same else ""
+        where = "the lecture's toy" if env_id.endswith("-v0") else f"preset {kwargs.get('preset', 'mooncake')}"
+        out.append({"agent": name, "trained_on": f"{env_id} ({where})", "see": see})
+    return out
+
+
+def format_elsewhere(elsewhere: list[dict]) -> str:
+    """:func:`agents_elsewhere` as lines under the tables (empty if every agent was shown)."""
+    if not elsewhere:
+        return ""
+    lines = ["Shipped agents not in these tables (each acts on the problem it was trained on):"]
+    lines += [f"- {e['agent']}: trained on {e['trained_on']}" + (f"; shown by `{e['see']}`" if e["see"] else "")
+              for e in elsewhere]
+    return "\n".join(lines)
 
 
 def settings_json(settings: list[Setting], seeds: int) -> dict:

@@ -193,10 +193,10 @@ def timeline(runs: dict, trace, rows: dict | None = None) -> dict:
     several = len(runs) > 1
     for k, (name, result) in enumerate(runs.items()):
         mine = request_rows(result, trace) if rows is None else rows[name]
-        prefill = [(r, r["arrival_s"] + r["ttft_s"] - _prefill_time(result, r), r["arrival_s"] + r["ttft_s"])
-                   for r in mine if r["prefill_instance"] is not None and r["ttft_s"] is not None]
+        prefill = [(r, r["arrival_s"] + r["ttft_s"] - p, p) for r in mine
+                   if r["prefill_instance"] is not None and r["ttft_s"] is not None for p in [_prefill_time(result, r)]]
         decode = [(r, *span) for r in mine if r["decode_instance"] is not None
-                  for span in [_decode_span(result, r["request"])] if math.isfinite(span[1])]
+                  for span in [_decode_span(result, r["request"])] if math.isfinite(span[1])]  # (start, duration)
         for pool, spans, key in (("prefill", prefill, "prefill_instance"), ("decode", decode, "decode_instance")):
             if not spans:
                 continue
@@ -209,12 +209,12 @@ def timeline(runs: dict, trace, rows: dict | None = None) -> dict:
                 by_instance.setdefault(span[0][key], []).append(span)
             for instance in sorted(by_instance):
                 spans_of = by_instance[instance]
-                lanes = _lanes([(s, e) for _, s, e in spans_of])
+                lanes = _lanes([(s, s + d) for _, s, d in spans_of])
                 for lane in sorted(set(lanes)):
                     tid = instance * LANE_STRIDE + lane
                     label = f"{pool} {instance}" + (f" ({lane + 1})" if lane else "")
                     events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": label}})
-                for (r, start, end), lane in zip(spans_of, lanes):
+                for (r, start, dur), lane in zip(spans_of, lanes):
                     args = {"request": r["request"], "input_tokens": r["input_tokens"]}
                     if pool == "prefill":
                         args |= {"hit_tokens": r["hit_tokens"], "ttft_s": r["ttft_s"]}
@@ -222,7 +222,7 @@ def timeline(runs: dict, trace, rows: dict | None = None) -> dict:
                         args |= {"output_tokens": r["output_tokens"], "tail_tbt_s": r["tail_tbt_s"],
                                  "outcome": r["outcome"]}
                     events.append({"name": f"request {r['request']}", "cat": pool, "ph": "X", "ts": start * 1e6,
-                                   "dur": (end - start) * 1e6, "pid": pid, "tid": instance * LANE_STRIDE + lane,
+                                   "dur": dur * 1e6, "pid": pid, "tid": instance * LANE_STRIDE + lane,
                                    "args": args})
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
@@ -236,8 +236,9 @@ def _prefill_time(result, row: dict) -> float:
 
 
 def _decode_span(result, i: int) -> tuple[float, float]:
+    """A decode residency's ``(start, duration)``."""
     end = result.decode_end_s[i] if hasattr(result, "decode_end_s") else result.end_s[i]
-    return float(result.decode_start_s[i]), float(end)
+    return float(result.decode_start_s[i]), float(end - result.decode_start_s[i])
 
 
 def write_timeline(path: str | os.PathLike, runs: dict, trace, rows: dict | None = None) -> str:
