@@ -112,6 +112,8 @@ def _run_scenarios(args, agents, tuned) -> int:
     for s in settings:
         print(f"\n{'### ' if args.markdown else ''}{s.label}\n")
         print(f"fingerprint: {md}{s.fingerprint}{md}\n")
+        if cmp.trace_line(s):
+            print(f"{cmp.trace_line(s)}\n")
         print(cmp.format_setting(cmp.ranked(s), markdown=args.markdown))
     for reason in skipped:
         print(f"\n{reason}")

@@ -971,7 +971,7 @@ class ClusterResult:
             "drain_good_requests": int((good & ~credited).sum()),
             "drain_token_goodput": int(output[good & ~credited].sum()),
         }
-        # the old names, kept for JSON readers (docs/cluster.md, "Metric names"): goodput and goodput_tokens
+        # the old names, kept for JSON readers (docs/metrics.md): goodput and goodput_tokens
         # count the drain too (good_requests + drain_good_requests, and their tokens)
         self.metrics["goodput_requests"] = self.metrics["good_requests"]
         self.metrics["drain_goodput_tokens"] = self.metrics["drain_token_goodput"]
