@@ -6,6 +6,8 @@
 - :func:`compare_plots`: the figures of ``mooncake-gym compare --plot-dir``.
 - :func:`plot_sweep`: mean and P99 TTFT, TBT attainment and token goodput against load
   (``mooncake-gym sweep --plot``).
+- :func:`request_plots`: TTFT and TBT CDFs and SLO attainment and goodput per policy of one run
+  (``replay --plot-dir``, ``overload --plot-dir``).
 
 Every figure that draws one line per policy gives each its own colour and marker
 (:func:`policy_styles`), so that tables of 17 policies stay readable.
