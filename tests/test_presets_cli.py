@@ -85,7 +85,8 @@ def test_replay_json_carries_the_bound_no_policy_beats(capsys, small_trace):
     doc = run_json(capsys, "replay", "--trace", small_trace, "--preset", "mooncake")
     assert doc["bound"]["mean_ttft_s"] == cluster_ttft_bound(tr, "mooncake").mean_ttft_s
     assert all(m["mean_ttft_s"] >= doc["bound"]["mean_ttft_s"] for m in doc["results"].values())
-    doc = run_json(capsys, "replay", "--trace", small_trace, "--instances", "3", "--policy", "kvcentric")
+    doc = run_json(capsys, "replay", "--preset", "lecture", "--trace", small_trace, "--instances", "3", "--policy",
+                   "kvcentric")
     assert doc["bound"]["mean_ttft_s"] == ttft_lower_bound(tr, RoutingConfig(n_instances=3)).mean_ttft_s
 
 
