@@ -94,17 +94,17 @@ def env_run(env_id, steps, seed=0, **kw):
 
 CLI_RUNS = [
     "trace stats synthetic --json",
-    "replay --trace synthetic --policy all --json",
-    "replay --trace synthetic --policy all --observation scraped --observation noisy --json",
+    "replay --preset lecture --trace synthetic --policy all --json",
+    "replay --preset lecture --trace synthetic --policy all --observation scraped --observation noisy --json",
     *(f"replay --trace synthetic --policy all --preset {p} --json"
       for p in ("mooncake", "mooncake-overload", "mooncake-hetero", "h100")),
-    "overload --policy all --json",
-    "overload --policy all --json --load 3 --requests 500 --seed 2",
+    "overload --preset lecture --policy all --json",
+    "overload --preset lecture --policy all --json --load 3 --requests 500 --seed 2",
     *(f"overload --policy all --preset {p} --requests 400 --json"
       for p in ("mooncake", "mooncake-overload", "mooncake-hetero", "h100")),
     "cache synthetic --blocks 1000,3000 --json",
     "lecture --json",
-    "compare --seeds 1 --json",
+    "compare --preset lecture --seeds 1 --json",
     "compare --preset mooncake --seeds 1 --json",
     "compare --scenario all --seeds 1 --json",
 ]

@@ -219,7 +219,8 @@ def test_pickle_carrying_zip_is_refused_without_the_flag(tmp_path, monkeypatch):
     assert agents.load_agent(good).source == "weights"
     # no card: refused on the CLI in one line, unpickled with --unsafe-pickle
     shutil.copy(src, tmp_path / "nocard.zip")
-    assert main(["compare", "--env", "admission", "--agent", str(tmp_path / "nocard.zip"), "--seeds", "1", "--json"]) == 2
+    assert main(["compare", "--preset", "lecture", "--env", "admission", "--agent", str(tmp_path / "nocard.zip"),
+                 "--seeds", "1", "--json"]) == 2
 
 
 @pytest.mark.parametrize("change, message", [
@@ -407,6 +408,6 @@ def test_an_agents_wrappers_are_built_before_any_episode(tmp_path, capsys):
     with pytest.raises(AgentFormatError, match="its wrappers do not build on mooncake_gym/OverloadAdmission-v1: "
                                                "growth: expected True or False"):
         agent.check_wrappers()
-    assert main(["compare", "--env", "admission", "--agent", str(path), "--seeds", "1", "--json"]) == 2
+    assert main(["compare", "--preset", "lecture", "--env", "admission", "--agent", str(path), "--seeds", "1", "--json"]) == 2
     assert "growth: expected True or False" in capsys.readouterr().err
     agents.load_agent("ppo_admission_v1").check_wrappers()  # the shipped card's build

@@ -78,7 +78,8 @@ def test_hyperparameters_exist_for_both_envs():
 
 
 def test_compare_json_small_setting(capsys):
-    code = main(["compare", "--env", "all", "--seeds", "2", "--rates", "6", "--loads", "2", "--json"])
+    code = main(["compare", "--preset", "lecture", "--env", "all", "--seeds", "2", "--rates", "6", "--loads", "2",
+                 "--json"])
     assert code == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["seeds"] == [cmp.COMPARE_SEED_BASE, cmp.COMPARE_SEED_BASE + 1]
@@ -127,5 +128,5 @@ def test_compare_finds_the_problem_of_a_user_agent(capsys):
     path = str(agents.agent_dir() / "ppo_admission.zip")
     assert cmp.problem_of(agents.load_agent("ppo_admission")) == "admission"
     assert cmp.problem_of(agents.load_agent("ppo_routing")) == "routing"
-    assert main(["compare", "--env", "routing", "--agent", path, "--seeds", "1", "--json"]) == 2
+    assert main(["compare", "--preset", "lecture", "--env", "routing", "--agent", path, "--seeds", "1", "--json"]) == 2
     assert "the agent solves admission, but --env is routing" in capsys.readouterr().err

@@ -80,7 +80,7 @@ def test_overload_cli_fresh_blocks_is_the_conductor_workload(capsys):
 
 
 def test_fresh_blocks_is_refused_under_the_lecture_preset(capsys):
-    assert main(["overload", "--fresh-blocks"]) == 2
+    assert main(["overload", "--preset", "lecture", "--fresh-blocks"]) == 2
     err = capsys.readouterr().err
     assert "--fresh-blocks: only with a cluster --preset" in err
 

@@ -353,7 +353,9 @@ CLI_COMMANDS = {
 }
 #: Valid values that keep a run short, used for the options not fuzzed.
 CLI_SMALL = {("trace", "stats", "synthetic"): ["--rate", "0.2"], ("trace", "generate"): ["--duration", "20"],
-             ("replay", "--policy", "load"): ["--rate", "0.2"], ("cache", "synthetic"): ["--rate", "0.2"]}
+             ("replay", "--policy", "load"): ["--rate", "0.2", "--preset", "lecture"],
+             ("overload", "--policy", "baseline", "--requests", "200"): ["--preset", "lecture"],  # (the quick toy)
+             ("cache", "synthetic"): ["--rate", "0.2"]}
 
 
 def _limit_memory():

@@ -266,7 +266,7 @@ def test_maskable_ppo_reads_the_masks():
 def test_replay_with_observation_modes(capsys):
     from mooncake_gym.cli import main
 
-    argv = ["replay", "--rate", "1", "--seed", "1", "--policy", "kvcentric", "--json"]
+    argv = ["replay", "--preset", "lecture", "--rate", "1", "--seed", "1", "--policy", "kvcentric", "--json"]
     assert main(argv + ["--observation", "exact", "--observation", "scraped,scrape_delay_s=0.5"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert list(doc["results"]) == ["exact", "scraped,scrape_delay_s=0.5"]

@@ -443,14 +443,14 @@ def test_load_correlation_helper():
 # Command line, lecture and plot
 # --------------------------------------------------------------------------------------------
 def test_overload_command_json(capsys):
-    assert main(["overload", "--requests", "300", "--policy", "early", "--json"]) == 0
+    assert main(["overload", "--preset", "lecture", "--requests", "300", "--policy", "early", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert list(doc["results"]) == ["early"] and doc["requests"] == 300
     assert doc["arrival_rate_per_s"] == pytest.approx(2 * doc["decode_capacity_per_s"])
 
 
 def test_overload_command_table_and_errors(capsys):
-    assert main(["overload", "--requests", "200", "--load", "1.5"]) == 0
+    assert main(["overload", "--preset", "lecture", "--requests", "200", "--load", "1.5"]) == 0
     out = capsys.readouterr().out
     for name in ADMISSION_POLICIES:
         assert name in out

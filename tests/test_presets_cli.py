@@ -35,11 +35,15 @@ def test_lecture_preset_is_the_routing_simulator_and_prints_the_same(capsys, sma
     expected = routing.simulate(read_trace(small_trace), make_policy("routing", "kvcentric")).metrics
     assert doc["results"]["kvcentric"] == to_jsonable(expected)
     assert "preset" not in doc and doc["config"]["ttft_slo_s"] == 5.0 and doc["config"]["cache_blocks"] == 3000
+
+
+@pytest.mark.parametrize("command", [["replay", "--policy", "cache"], ["overload", "--policy", "early", "--requests", "300"]])
+def test_the_default_preset_is_mooncake_the_faithful_cluster(capsys, small_trace, command):
     outs = []
-    for argv in (["--preset", "lecture"], []):
-        assert main(["replay", "--trace", small_trace, "--policy", "cache", *argv]) == 0
+    for argv in (["--preset", "mooncake"], []):
+        assert main([*command, "--trace", small_trace, *argv]) == 0
         outs.append(capsys.readouterr().out)
-    assert outs[0] == outs[1] and "preset" not in outs[0]
+    assert outs[0] == outs[1] and "preset mooncake: 8 prefill + 8 decode instances" in outs[0]
 
 
 def test_lecture_preset_is_the_overload_simulator(capsys):
@@ -81,7 +85,8 @@ def test_replay_json_carries_the_bound_no_policy_beats(capsys, small_trace):
     doc = run_json(capsys, "replay", "--trace", small_trace, "--preset", "mooncake")
     assert doc["bound"]["mean_ttft_s"] == cluster_ttft_bound(tr, "mooncake").mean_ttft_s
     assert all(m["mean_ttft_s"] >= doc["bound"]["mean_ttft_s"] for m in doc["results"].values())
-    doc = run_json(capsys, "replay", "--trace", small_trace, "--instances", "3", "--policy", "kvcentric")
+    doc = run_json(capsys, "replay", "--preset", "lecture", "--trace", small_trace, "--instances", "3", "--policy",
+                   "kvcentric")
     assert doc["bound"]["mean_ttft_s"] == ttft_lower_bound(tr, RoutingConfig(n_instances=3)).mean_ttft_s
 
 
@@ -125,8 +130,8 @@ def test_overload_pool_sizes_reach_the_cluster_and_its_saturation(capsys):
 
 
 def test_overload_pool_sizes_reach_the_lecture_simulator(capsys):
-    doc = run_json(capsys, "overload", "--requests", "500", "--policy", "early", "--decode-instances", "4",
-                   "--prefill-instances", "3")
+    doc = run_json(capsys, "overload", "--preset", "lecture", "--requests", "500", "--policy", "early",
+                   "--decode-instances", "4", "--prefill-instances", "3")
     config = overload.OverloadConfig(n_prefill=3, n_decode=4)
     trace, sat = overload.overload_workload(synthetic_trace(0, rate=4.0), 2.0, 500, 0, config.preset(), pool="decode")
     capacity = sat.decode_per_s
@@ -172,7 +177,8 @@ def test_compare_routing_on_a_cluster_preset_takes_loads(capsys):
     (["compare", "--preset", "mooncake", "--rates", "4"], "--rates: not with --preset mooncake"),
     (["compare", "--preset", "h100", "--tuned", "x.json"], "--tuned: not with --preset h100"),
     (["compare", "--preset", "mooncake", "--plot-dir", "plots"], "--plot-dir: not with --preset mooncake"),
-    (["replay", "--decode-instances", "2"], "--decode-instances: only with a cluster --preset"),
+    (["replay", "--preset", "lecture", "--decode-instances", "2"], "--decode-instances: only with a cluster --preset"),
+    (["replay", "--pool", "4xH800+4xA800"], "--pool: not with --preset mooncake"),
     (["overload", "--preset", "mooncake", "--decode-instances", "0"], "--decode-instances"),
     (["overload", "--prefill-instances", "2000"], "--prefill-instances"),
     (["overload", "--preset", "mooncake-hetero", "--prefill-instances", "4"],
@@ -195,8 +201,8 @@ def test_an_unknown_preset_is_a_usage_error(capsys):
 def test_replay_tuned_adds_the_tuned_row_after_the_default_in_every_mode(capsys, small_trace, tmp_path):
     tuned = tmp_path / "kv.json"
     tuned.write_text(json.dumps({"policy": "kvcentric", "env": "routing", "knobs": {"threshold": 4.0}}))
-    doc = run_json(capsys, "replay", "--trace", small_trace, "--policy", "kvcentric", "--tuned", str(tuned),
-                   "--observation", "exact", "--observation", "approximate")
+    doc = run_json(capsys, "replay", "--preset", "lecture", "--trace", small_trace, "--policy", "kvcentric",
+                   "--tuned", str(tuned), "--observation", "exact", "--observation", "approximate")
     tr = read_trace(small_trace)
     for mode in ("exact", "approximate"):
         assert list(doc["results"][mode]) == ["kvcentric", "kvcentric (tuned)"]
@@ -205,7 +211,7 @@ def test_replay_tuned_adds_the_tuned_row_after_the_default_in_every_mode(capsys,
     assert doc["results"]["exact"]["kvcentric (tuned)"] != doc["results"]["exact"]["kvcentric"]
     admission = tmp_path / "early.json"
     admission.write_text(json.dumps({"policy": "early", "env": "admission", "knobs": {"threshold": 1.0}}))
-    for argv, message in ((["--tuned", str(admission)], "tuned for admission"),
-                          (["--tuned", str(tuned), "--preset", "mooncake"], "--tuned: not with --preset mooncake")):
+    for argv, message in ((["--tuned", str(admission), "--preset", "lecture"], "tuned for admission"),
+                          (["--tuned", str(tuned)], "--tuned: not with --preset mooncake")):
         assert main(["replay", "--trace", small_trace, *argv]) == 2
         assert message in capsys.readouterr().err

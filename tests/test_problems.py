@@ -19,7 +19,7 @@ EXPECTED = {  # name: (decision, decode model, env ids, baselines, metric, goal,
                      "token_goodput", "max", "token_goodput", True),
     "routing-cluster": ("routing", "batching", (ROUTING_V1_ENV_ID,), "routing", "mean_ttft_s", "min",
                         "mean_ttft_s", True),
-    "admission-cluster": ("admission", "batching", (ADMISSION_V1_ENV_ID,), "admission", "goodput", "max",
+    "admission-cluster": ("admission", "batching", (ADMISSION_V1_ENV_ID,), "admission", "good_requests", "max",
                           "completed", True),
 }
 

@@ -306,7 +306,7 @@ def test_compare_checks_its_arguments_before_any_work(tmp_path, monkeypatch, cap
                         (["--seeds", "0"], "--seeds:"),
                         (["--agent-env", "routing"], "--agent-env: has no effect without --agent"),
                         (["--json", "--no-progress"], "--no-progress: has no effect with --json")]:
-        assert main(["compare", *argv]) == 2
+        assert main(["compare", "--preset", "lecture", *argv]) == 2  # the lecture's options among them
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1
         assert __import__("re").search(match, err), err
@@ -328,8 +328,9 @@ def test_the_merged_branches_arguments_are_checked_before_any_work(tmp_path, cap
     out = str(tmp_path / "x.json")
     for argv, match in [
             (["replay", "--json", "--markdown"], "--markdown: has no effect with --json"),
-            (["replay", "--pool", "2xH800", "--instances", "3"], "--instances: expected 2 (the length of --pool"),
-            (["replay", "--pool", "2xB999"], "instances[0]:"),
+            (["replay", "--preset", "lecture", "--pool", "2xH800", "--instances", "3"],
+             "--instances: expected 2 (the length of --pool"),
+            (["replay", "--preset", "lecture", "--pool", "2xB999"], "instances[0]:"),
             (["replay", "--observation", "stale"], "--observation stale: mode: expected"),
             (["compare", "--unsafe-pickle"], "--unsafe-pickle: has no effect without --agent"),
             (["train", "--env", "routing", "--n-envs", "0"], "--n-envs: expected an integer in [1, 256], got 0"),

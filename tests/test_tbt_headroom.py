@@ -54,7 +54,7 @@ def test_overload_cli_tbt_headroom_is_the_simulators_and_cluster_only(capsys):
     assert doc["tbt_headroom"] == 0.2
     assert doc["results"]["baseline"]["completed"] == expected.metrics["completed"]
     assert doc["results"]["baseline"]["tbt_attainment"] == expected.metrics["tbt_attainment"]
-    assert main(["overload", "--tbt-headroom", "0.2"]) == 2
+    assert main(["overload", "--preset", "lecture", "--tbt-headroom", "0.2"]) == 2
     assert "--tbt-headroom: only with a cluster --preset" in capsys.readouterr().err
     assert main(["overload", "--preset", "mooncake-overload", "--requests", "50", "--tbt-headroom", "1"]) == 2
     assert "tbt_headroom: expected a share of the TBT SLO in [0, 1)" in capsys.readouterr().err

@@ -142,16 +142,16 @@ def test_the_tuned_row_runs_the_tuned_knobs_next_to_the_default(tmp_path, capsys
 def test_compare_tuned_rejects_a_bad_file_or_a_problem_it_does_not_run(tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    assert main(["compare", "--env", "routing", "--tuned", str(bad)]) == 2
+    assert main(["compare", "--preset", "lecture", "--env", "routing", "--tuned", str(bad)]) == 2
     assert f"--tuned {bad}: not JSON (line 1" in capsys.readouterr().err
     bad.write_text(json.dumps({"policy": "kvcentric", "env": "routing", "knobs": {"threshold": 0.5}}))
-    assert main(["compare", "--env", "routing", "--tuned", str(bad)]) == 2
+    assert main(["compare", "--preset", "lecture", "--env", "routing", "--tuned", str(bad)]) == 2
     assert "threshold: expected kvcache_balancing_threshold >= 1" in capsys.readouterr().err
     bad.write_text(json.dumps({"policy": "early", "env": "admission", "knobs": {"threshold": 1.1}}))
-    assert main(["compare", "--env", "routing", "--tuned", str(bad)]) == 2
+    assert main(["compare", "--preset", "lecture", "--env", "routing", "--tuned", str(bad)]) == 2
     assert "tuned for admission, but --env is routing" in capsys.readouterr().err
     bad.write_text(json.dumps({"policy": "early", "env": "admission", "knobs": {"speed": 1}}))
-    assert main(["compare", "--env", "admission", "--tuned", str(bad)]) == 2
+    assert main(["compare", "--preset", "lecture", "--env", "admission", "--tuned", str(bad)]) == 2
     assert "speed" in capsys.readouterr().err
 
 

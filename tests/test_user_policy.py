@@ -15,7 +15,7 @@ EXAMPLE = str(Path(__file__).resolve().parents[1] / "docs" / "examples" / "my_ro
 
 
 def test_the_example_router_runs_as_a_function_of_the_view(capsys):
-    assert main(["replay", "--policy", f"{EXAMPLE}:shortest_ttft", "--rate", "2", "--json"]) == 0
+    assert main(["replay", "--preset", "lecture", "--policy", f"{EXAMPLE}:shortest_ttft", "--rate", "2", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     trace = synthetic_trace(0, rate=2)
     direct = routing.simulate(trace, load_policy(f"{EXAMPLE}:shortest_ttft"))

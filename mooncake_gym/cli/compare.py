@@ -112,6 +112,8 @@ def _run_scenarios(args, agents, tuned) -> int:
     for s in settings:
         print(f"\n{'### ' if args.markdown else ''}{s.label}\n")
         print(f"fingerprint: {md}{s.fingerprint}{md}\n")
+        if cmp.trace_line(s):
+            print(f"{cmp.trace_line(s)}\n")
         print(cmp.format_setting(cmp.ranked(s), markdown=args.markdown))
     for reason in skipped:
         print(f"\n{reason}")
@@ -126,8 +128,9 @@ def run(args) -> int:
     settings = cmp.compare(args.env, args.seeds, args.rates, args.loads, trace, args.speed, agents=agents,
                            plot_dir=args.plot_dir, progress=not (args.json or args.no_progress), threads=args.threads,
                            tuned=tuned, preset=args.preset)
+    elsewhere = cmp.agents_elsewhere(settings) if args.agent is None else []
     if args.json:
-        report.print_json(cmp.settings_json(settings, args.seeds))
+        report.print_json({**cmp.settings_json(settings, args.seeds), "agents_elsewhere": elsewhere})
         return 0
     print(compare_header(args.preset, args.seeds))
     for path, doc in zip(args.tuned or [], tuned or []):
@@ -135,6 +138,8 @@ def run(args) -> int:
     for s in settings:
         print(f"\n{'### ' if args.markdown else ''}{s.label}\n")
         print(cmp.format_setting(s, markdown=args.markdown))
+    if elsewhere:
+        print(f"\n{cmp.format_elsewhere(elsewhere)}")
     if args.plot_dir:
         print(f"\nplots written to {args.plot_dir}")
     return 0

@@ -12,6 +12,7 @@ from mooncake_gym._files import check_output_file
 from mooncake_gym.model.limits import check
 from mooncake_gym.model.presets import PRESETS, get_preset
 from mooncake_gym.model.traceformats import TraceFormat, parse_format
+from mooncake_gym.reporting.requests import check_per_request_path, check_timeline_path
 from mooncake_gym.sim.policy import is_policy_spec, load_policy
 
 _UNSET = object()
@@ -119,15 +120,37 @@ def trace_opts(positional: bool = False, rate=4.0, seed=0) -> tuple:
                 help="synthetic trace: random seed (default 0)"))
 
 
-#: ``--preset``'s default: the lecture's toy
-PRESET_DEFAULT = "lecture"
+#: ``--preset``'s default: Mooncake's testbed, the faithful cluster (``--preset lecture``: the lecture's toy)
+PRESET_DEFAULT = "mooncake"
 
 
 def preset_opt(realistic: str) -> Opt:
-    others = ", ".join(n for n in PRESETS if n != PRESET_DEFAULT)
+    others = ", ".join(n for n in PRESETS if n != "lecture")
     return opt("--preset", choices=tuple(PRESETS), default=PRESET_DEFAULT,
-               help=f"cluster preset (mooncake_gym.model.presets): lecture (default) is the lecture's toy, as "
-                    f"without this option; with {others}, {realistic}")
+               help=f"cluster preset (mooncake_gym.model.presets): with {others} ({PRESET_DEFAULT}, Mooncake's "
+                    f"testbed, by default), {realistic}; lecture is the lecture's toy (its simulators and the v0 "
+                    f"environments)")
+
+
+#: ``--per-request``, ``--plot-dir``, ``--timeline``: one run's requests (``mooncake_gym.reporting.requests``)
+RUN_OUTPUTS = (
+    opt("--per-request", default=None, metavar="FILE.csv|FILE.jsonl",
+        help="write one row per request (arrival, prefill instance, hit and computed tokens, queue wait, TTFT, "
+             "decode instance, mean and tail TBT, outcome; policy when several run), CSV or JSONL by the suffix"),
+    opt("--plot-dir", default=None, metavar="DIR",
+        help="write TTFT and TBT CDFs (a colour and marker per policy) and SLO attainment and goodput per policy here"),
+    opt("--timeline", default=None, metavar="FILE.json",
+        help="write the instances' timeline in Chrome's trace-event format (open it in Perfetto): a slice per "
+             "prefill and per decode residency, a process per pool, a thread per instance"),
+)
+
+
+def check_run_outputs(args) -> None:
+    """``--per-request`` and ``--timeline`` paths checked before the run (``--plot-dir`` by the app)."""
+    if args.per_request is not None:
+        check_per_request_path(args.per_request)
+    if args.timeline is not None:
+        check_timeline_path(args.timeline)
 
 
 JSON = opt("--json", action="store_true", help="print one JSON document")
@@ -213,16 +236,16 @@ class Command:
                 raise no_effect(o.dest, f"with a trace file ({args.trace}): it sets up the synthetic trace")
         if getattr(args, "seed", 0) is None:  # replay: the seed also drives the random baseline's tie-breaks
             args.seed = 0
+        for rule in self.rules:  # (before the preset's: e.g. --rates has no effect with --scenario on any preset)
+            if rule.when(args):
+                for dest in rule.dests:
+                    if given(getattr(args, dest)):
+                        raise no_effect(dest, rule.why(args) if callable(rule.why) else rule.why)
         for o in self.options:
             if o.only is not None and given(getattr(args, o.dest)) and o.only[0] != decode_model(args):
                 model, why = o.only
                 where = (f"not with --preset {args.preset}" if model == "reserve"
                          else "only with a cluster --preset (not lecture)")
                 raise ValueError(f"{option(o.dest)}: {where}: {why}")
-        for rule in self.rules:
-            if rule.when(args):
-                for dest in rule.dests:
-                    if given(getattr(args, dest)):
-                        raise no_effect(dest, rule.why(args) if callable(rule.why) else rule.why)
         if self.check is not None:
             self.check(args)

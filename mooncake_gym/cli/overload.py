@@ -4,12 +4,13 @@ on the ``--preset``'s cluster (:func:`mooncake_gym.experiments.preset_runs.overl
 from __future__ import annotations
 
 from mooncake_gym.baselines import ADMISSION_POLICIES
-from mooncake_gym.cli.options import (JSON, TRACE_FORMAT, Command, NoEffect, check_policy, opt, policy_opt,
-                                      preset_opt, trace_format)
+from mooncake_gym.cli.options import (JSON, RUN_OUTPUTS, TRACE_FORMAT, Command, NoEffect, check_policy,
+                                      check_run_outputs, opt, policy_opt, preset_opt, trace_format)
 from mooncake_gym.experiments.preset_runs import check_overrides, overload_run
 from mooncake_gym.model.workload import load_workload
 from mooncake_gym.reporting import tables as report
 from mooncake_gym.reporting.plots import plot_load_series
+from mooncake_gym.reporting.requests import write_run_outputs
 from mooncake_gym.sim.admission import DEMO3_BASE_RATE, DEMO3_LOAD, DEMO3_REQUESTS
 
 OPTIONS = (
@@ -47,6 +48,7 @@ OPTIONS = (
              "free, in [0, 1) (default 0: a request joins if the next iteration fits the SLO)"),
     preset_opt("the admission baselines own the admission decision of the whole cluster, --load "
                "being a multiple of its measured saturation throughput"),
+    *RUN_OUTPUTS,
 )
 
 
@@ -59,6 +61,7 @@ RULES = (
 
 def check(args) -> None:
     check_policy(args)
+    check_run_outputs(args)
     check_overrides(args.preset, n_prefill=args.prefill_instances, ttft_slo_s=args.ttft_slo,
                     n_decode=args.decode_instances, prefill_option="--prefill-instances")
 
@@ -74,15 +77,20 @@ def run(args) -> int:
                        fresh_blocks=args.fresh_blocks, tbt_headroom=args.tbt_headroom or 0.0, replay_speed=speed)
     if args.plot:
         plot_load_series(out.results, args.plot, title=out.title)
+    written = write_run_outputs(out.results, out.trace, args.per_request, args.plot_dir, args.timeline,
+                                title=out.title.split(":")[0])
     if args.json:
         report.print_json({"base_trace": base.name, "trace": out.trace.name, "requests": len(out.trace), **out.fields,
-                           "results": {n: r.metrics for n, r in out.results.items()}})
+                           "results": {n: r.metrics for n, r in out.results.items()},
+                           **({"written": written} if written else {})})
         return 0
     print(out.header)
     print(report.format_table([out.problem.run_row(n, r.metrics) for n, r in out.results.items()],
                               out.problem.run_columns))
     if args.plot:
         print(f"load series written to {args.plot}")
+    for path in written:
+        print(f"written: {path}")
     return 0
 
 

@@ -7,13 +7,14 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from mooncake_gym.baselines import ROUTING_POLICIES
-from mooncake_gym.cli.options import (JSON, Command, NoEffect, check_policy, opt, policy_opt, preset_opt,
-                                      trace_format, trace_opts)
+from mooncake_gym.cli.options import (JSON, RUN_OUTPUTS, Command, NoEffect, check_policy, check_run_outputs, opt,
+                                      policy_opt, preset_opt, trace_format, trace_opts)
 from mooncake_gym.experiments.compare import with_tuned
 from mooncake_gym.experiments.preset_runs import check_overrides, replay_setup
 from mooncake_gym.experiments.tune import read_tuned
 from mooncake_gym.model.workload import load_workload
 from mooncake_gym.reporting import tables as report
+from mooncake_gym.reporting.requests import write_run_outputs
 from mooncake_gym.sim.observation import as_observation
 from mooncake_gym.sim.routing import parse_instances
 
@@ -49,16 +50,22 @@ OPTIONS = (
              "as 'NAME (tuned)' (repeatable)"),
     JSON,
     preset_opt("the routing baselines own the prefill decision of the whole cluster (conductor.simulate; TTFT and TBT)"),
+    *RUN_OUTPUTS,
 )
 RULES = (
     NoEffect(("threshold",), lambda a: a.policy not in ("kvcentric", "all"),
              lambda a: f"with --policy {a.policy}: it is kvcentric's"),
     NoEffect(("markdown",), lambda a: a.json, "with --json: --json prints one JSON document"),
 )
+_ONE_MODE = "with several --observation: give one, the per-request outputs are of one run per policy"
 
 
 def check(args) -> None:
     check_policy(args)
+    check_run_outputs(args)
+    for dest, flag in (("per_request", "--per-request"), ("plot_dir", "--plot-dir"), ("timeline", "--timeline")):
+        if getattr(args, dest) is not None and len(args.observation or ()) > 1:
+            raise ValueError(f"{flag}: {_ONE_MODE}")
     if args.pool is not None:
         n = len(parse_instances(args.pool))
         if args.instances is not None and args.instances != n:
@@ -93,6 +100,8 @@ def run(args) -> int:
                          setup.simulate(trace, policy.policy, args.seed, observation)
                          for name, policy in with_tuned(dict.fromkeys(runs), "routing", args.tuned_docs).items()}
     bound = setup.bound(trace)  # what no routing policy beats
+    written = write_run_outputs(by_mode[modes[0]], trace, args.per_request, args.plot_dir, args.timeline,
+                                title=f"{trace.name}: {setup.describe}")
     if args.json:
         doc = {"trace": trace.name, "requests": len(trace), "rate_per_s": trace.rate, **setup.setup_json,
                "bound": {"mean_ttft_s": bound}}
@@ -102,7 +111,7 @@ def run(args) -> int:
         else:  # one entry per --observation
             doc["observation"] = {mode: asdict(o) for mode, o in zip(modes, observations)}
             doc["results"] = {mode: {n: r.metrics for n, r in res.items()} for mode, res in by_mode.items()}
-        report.print_json(doc)
+        report.print_json({**doc, **({"written": written} if written else {})})
         return 0
     columns = setup.problem.run_columns
     if len(modes) > 1:
@@ -115,6 +124,8 @@ def run(args) -> int:
     print(f"{trace.name}: {len(trace)} requests, {trace.rate:.2f} requests/s; {setup.describe}{seen}"
           + ("\n" if args.markdown else ""))
     print(report.format_table(rows, columns, markdown=args.markdown))
+    for path in written:
+        print(f"written: {path}")
     return 0
 
 

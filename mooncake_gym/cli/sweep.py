@@ -16,7 +16,7 @@ COLUMNS = [("load", "load", ".2f"), ("policy", "policy", None), ("arrival_rate_p
            ("mean_ttft_s", "mean TTFT s", ".2f"), ("p99_ttft_s", "P99 TTFT s", ".2f"),
            ("ttft_attainment", "TTFT<=SLO", ".3f"), ("tbt_attainment", "TBT<=SLO", ".3f"),
            ("rejected_at_arrival", "rejected", "d"), ("rejected_after_prefill", "after prefill", "d"),
-           ("goodput_requests", "good requests", "d"), ("token_goodput_per_s", "goodput tok/s", ",.0f")]
+           ("good_requests", "good requests", "d"), ("token_goodput_per_s", "token goodput/s", ",.0f")]
 
 
 def _names(text: str) -> list[str]:

@@ -45,7 +45,7 @@ class _Simulator(ClusterSimulator):
     """The cluster simulator plus the running sums the goodput reward needs (the simulator itself is
     unchanged): ``good_tokens`` and ``good_requests``, the output tokens and the number of the
     requests completed within both SLOs that started decoding by the horizon (the last arrival),
-    i.e. ``token_goodput`` and ``goodput_requests`` of the simulator's metrics, counted as the
+    i.e. ``token_goodput`` and ``good_requests`` of the simulator's metrics, counted as the
     requests complete (:meth:`score`)."""
 
     def reset(self):
@@ -172,15 +172,15 @@ END_DOC = """\
     The final step's ``info["metrics"]`` holds the cluster simulator's metrics: exactly what
     ``mooncake_gym.sim.cluster.simulate`` returns for the same trace, seed and decisions. The primary
     ones: ``token_goodput`` (output tokens of the requests that met the TTFT and the TBT SLO and
-    started decoding by the horizon) and ``goodput_requests`` (those requests),
+    started decoding by the horizon) and ``good_requests`` (those requests),
     ``wasted_prefill_gpu_s`` (prefill seconds x GPUs of the prefill instance, of the requests
     rejected after prefill or preempted; the same unit as decode GPU time) and ``accepted_short``,
     ``accepted_medium``, ``accepted_long`` (the share of each output-length class's requests counted
-    in ``goodput_requests``; classes: 1-100, 101-400, over 400 output tokens,
+    in ``good_requests``; classes: 1-100, 101-400, over 400 output tokens,
     ``metrics.LENGTH_CLASSES``), so that a policy gaining by refusing long requests shows it.
-    Beside them: ``goodput`` and ``goodput_tokens`` (the same requests with the drain's),
-    ``drain_goodput_tokens``, TTFT and TBT percentiles and attainment, rejections, preemptions,
-    wasted prefill seconds, hit ratio, load correlation."""
+    Beside them: ``drain_good_requests`` and ``drain_token_goodput`` (the same of the drain, left
+    out; the old keys of docs/metrics.md are kept as aliases), TTFT and TBT percentiles and
+    attainment, rejections, preemptions, wasted prefill seconds, hit ratio, load correlation."""
 
 INFO_DOC = """\
     ``reset`` returns ``{"requests", "load", "saturation_per_s", "sim_seed"}`` (``load`` is NaN

@@ -55,7 +55,7 @@ OVERLOAD_COLUMNS = [
 ADMISSION_COLUMNS = [
     ("policy", "policy", None),
     ("completed", "completed", ".0f"),
-    ("goodput", "goodput", ".0f"),
+    ("good_requests", "good requests", ".0f"),
     ("rejected", "rejected", ".0f"),
     ("rejected_after_prefill", "after prefill", ".0f"),
     ("wasted_prefill_s", "wasted prefill s", ".0f"),
@@ -71,13 +71,13 @@ ADMISSION_COLUMNS = [
 ADMISSION_V1_COLUMNS = [
     ("policy", "policy", None),
     ("token_goodput", "token goodput", ".0f"),
-    ("goodput_requests", "good requests", ".0f"),
+    ("good_requests", "good requests", ".0f"),
     ("wasted_prefill_gpu_s", "wasted prefill GPU-s", ".0f"),
     ("accepted_short", "short", ".3f"),
     ("accepted_medium", "medium", ".3f"),
     ("accepted_long", "long", ".3f"),
     ("p90_tbt_s", "P90 TBT s", ".3f"),
-    ("drain_goodput_tokens", "drain tokens (excluded)", ".0f"),
+    ("drain_token_goodput", "drain tokens (excluded)", ".0f"),
 ]
 #: Columns of a routing table on a cluster preset (replay, and compare's means).
 CLUSTER_ROUTING_COLUMNS = [
@@ -88,7 +88,7 @@ CLUSTER_ROUTING_COLUMNS = [
     ("mean_tbt_s", "mean TBT s", ".3f"),
     ("p90_tbt_s", "P90 TBT s", ".3f"),
     ("tbt_attainment", "TBT<=SLO", ".3f"),
-    ("goodput", "goodput", ".0f"),
+    ("good_requests", "good requests", ".0f"),
     ("rejected_after_prefill", "after prefill", ".0f"),
     ("hit_ratio", "hit share", ".3f"),
 ]
@@ -96,7 +96,7 @@ CLUSTER_ROUTING_COLUMNS = [
 CLUSTER_ADMISSION_COLUMNS = [
     ("policy", "policy", None),
     ("completed", "completed", ".0f"),
-    ("goodput", "goodput", ".0f"),
+    ("good_requests", "good requests", ".0f"),
     ("rejected_at_arrival", "rejected", ".0f"),
     ("rejected_after_prefill", "after prefill", ".0f"),
     ("preempted", "preempted", ".0f"),
@@ -107,13 +107,12 @@ CLUSTER_ADMISSION_COLUMNS = [
     ("p99_tbt_s", "P99 TBT s", ".3f"),
     ("load_correlation", "P/D corr", "+.2f"),
 ]
-#: compare's admission table on a cluster preset: the overload table with the two metrics its bound
-#: row bounds (``bounds.admission_goodput_bound``: good requests that started decoding by the last
-#: arrival, and their output tokens), after ``goodput`` (which also counts the drain's).
+#: compare's admission table on a cluster preset: the overload table with token goodput (the output
+#: tokens of its good requests) after the good requests, the two metrics its bound row bounds
+#: (``bounds.admission_goodput_bound``).
 CLUSTER_COMPARE_ADMISSION_COLUMNS = [
     *CLUSTER_ADMISSION_COLUMNS[:3],
     ("token_goodput", "token goodput", ".0f"),
-    ("goodput_requests", "good by horizon", ".0f"),
     *CLUSTER_ADMISSION_COLUMNS[3:],
 ]
 
@@ -127,8 +126,11 @@ def routing_row(policy: str, metrics: dict) -> dict:
 
 
 def overload_row(metrics: dict) -> dict:
-    """A table row of one run's metrics (an undefined correlation prints as '-')."""
+    """A table row of one run's metrics (an undefined correlation prints as '-'), the lecture's
+    ``goodput`` (its old name, which the v0 environments keep) as ``good_requests``."""
     row = dict(metrics)
+    if "goodput" in row and "good_requests" not in row:
+        row["good_requests"] = row["goodput"]
     if not math.isfinite(row.get("load_correlation", 0.0)):
         row["load_correlation"] = None
     return row
@@ -181,7 +183,7 @@ def admission_bound(env_id: str, env_kwargs: dict, seeds) -> dict:
     """The row ``bound`` of an admission table: :func:`admission_goodput_bound` of each seed's
     episode of ``gym.make(env_id, **env_kwargs)`` (the episode every policy sees with that seed),
     mean and 95 % CI over the seeds in the keys of ``report.ADMISSION_V1_COLUMNS`` it bounds
-    (``token_goodput``, ``goodput_requests``); the others are absent."""
+    (``token_goodput``, ``good_requests``); the others are absent."""
     import gymnasium as gym
 
     env = gym.make(env_id, **env_kwargs)
@@ -196,7 +198,7 @@ def admission_bound(env_id: str, env_kwargs: dict, seeds) -> dict:
     finally:
         env.close()
     row = {"policy": "bound", "episodes": len(tokens)}
-    for key, values in (("token_goodput", tokens), ("goodput_requests", requests)):
+    for key, values in (("token_goodput", tokens), ("good_requests", requests)):
         row[key], row[key + "_ci95"] = mean_ci95(values)
     return row
 
@@ -330,13 +332,15 @@ PROBLEMS: dict[str, Problem] = {p.name: p for p in (
             ROUTING_COLUMNS, routing_row, ROUTING_COLUMNS, routing_row, routing_bound,
             scenario_problems=("routing",), env_ids=(ROUTING_ENV_ID,), workloads=_lecture_routing,
             replays_trace=True, plot="ttft"),
+    # the lecture's metric keeps its v0 name, goodput: its good requests (the table's column good_requests)
     Problem("admission", "admission", "reserve", ADMISSION_ENV_ID, "admission", "goodput", "max",
             {"goodput": "max", "completed": "max", "wasted_prefill_s": "min", "rejected_after_prefill": "min",
              "return": "max"},
             ADMISSION_COLUMNS, _admission_row, OVERLOAD_COLUMNS, lambda name, metrics: overload_row(metrics),
             env_ids=(ADMISSION_ENV_ID,), workloads=_admission("decode capacity", False)),
     Problem("admission-v1", "admission", "batching", ADMISSION_V1_ENV_ID, "admission-v1", "token_goodput", "max",
-            {"token_goodput": "max", "goodput_requests": "max", "wasted_prefill_gpu_s": "min", "return": "max"},
+            {"token_goodput": "max", "good_requests": "max", "goodput_requests": "max", "wasted_prefill_gpu_s": "min",
+             "return": "max"},
             ADMISSION_V1_COLUMNS, _metrics_row, ADMISSION_V1_COLUMNS, _metrics_row, admission_bound,
             scenario_problems=("admission", "conductor"), env_ids=(ADMISSION_V1_ENV_ID, CONDUCTOR_ENV_ID),
             preset_variant=False),
@@ -344,8 +348,9 @@ PROBLEMS: dict[str, Problem] = {p.name: p for p in (
             _CLUSTER_ROUTING_GOALS, CLUSTER_ROUTING_COLUMNS, table_row, CLUSTER_ROUTING_COLUMNS, table_row,
             routing_bound, env_ids=(ROUTING_V1_ENV_ID,), adapt=OnRoutingView, workloads=_cluster_routing,
             replays_trace=True),
-    Problem("admission-cluster", "admission", "batching", ADMISSION_V1_ENV_ID, "admission", "goodput", "max",
-            {"goodput": "max", "token_goodput": "max", "goodput_requests": "max", "completed": "max"},
+    Problem("admission-cluster", "admission", "batching", ADMISSION_V1_ENV_ID, "admission", "good_requests", "max",
+            {"good_requests": "max", "token_goodput": "max", "completed": "max", "goodput": "max",
+             "goodput_requests": "max"},
             CLUSTER_COMPARE_ADMISSION_COLUMNS, table_row, CLUSTER_ADMISSION_COLUMNS, table_row, admission_bound,
             env_ids=(ADMISSION_V1_ENV_ID,), workloads=_admission("saturation", True)),
 )}

@@ -47,6 +47,9 @@ class Scenario:
     version: int = 1
     requires: tuple = ()
     reset_options: tuple = ()
+    #: the sha256 of the trace file the scenario is defined on, where it needs one (``requires``):
+    #: another file is another problem (:meth:`trace_check`)
+    trace_sha256: str | None = None
 
     @property
     def env_id(self) -> str:
@@ -74,6 +77,18 @@ class Scenario:
                 except OSError as e:
                     raise ValueError(f"{key}: scenario {self.name} cannot read trace file {path!r}: {e}") from None
         return h.hexdigest()
+
+    def trace_check(self, trace) -> dict | None:
+        """``{"path", "sha256", "own"}`` of a trace file given to a scenario defined on one
+        (``own``: it is the scenario's own file), None otherwise."""
+        if self.trace_sha256 is None or not isinstance(trace, (str, os.PathLike)):
+            return None
+        try:
+            with open(trace, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()
+        except OSError as e:
+            raise ValueError(f"trace: scenario {self.name} cannot read trace file {os.fspath(trace)!r}: {e}") from None
+        return {"path": os.fspath(trace), "sha256": digest, "own": digest == self.trace_sha256}
 
     def missing(self, **overrides) -> list[str]:
         """The required arguments not given (empty when the scenario can be made)."""
@@ -170,7 +185,8 @@ _add(Scenario("routing-mooncake-trace", "routing", "mooncake_gym/PrefillRouting-
               "speed; each episode a window of 1,000 consecutive requests from an offset drawn from the "
               "episode's seed (heavily loaded: queues build in its busy stretches). Not shipped: give "
               "trace=PATH.",
-              requires=("trace",), reset_options=("offset", "trace")))
+              requires=("trace",), reset_options=("offset", "trace"),
+              trace_sha256="bd070915a98fc0ed264d7cfef2ce746002eb3076a695ec31ba2674c0111ec131"))
 
 # --- admission scenarios (OverloadAdmission-v1 on the realistic presets)
 # 16 prefill + 1 decode A800 nodes (LLaMA2-70B; the decode pool saturates first, as in Mooncake §7),

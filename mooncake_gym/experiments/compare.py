@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from mooncake_gym.agents import available, load_agent
+from mooncake_gym.agents import available, card, load_agent
 from mooncake_gym.evaluation import problems
 from mooncake_gym.evaluation.episodes import check_model_fits, evaluate, ModelPolicy
 from mooncake_gym.evaluation.scenarios import get_scenario, SCENARIOS
@@ -54,6 +54,8 @@ class Setting:
     #: a scenario's setting (``compare --scenario``): its name and fingerprint
     scenario: str | None = None
     fingerprint: str | None = None
+    #: the trace file a scenario defined on one ran on (``Scenario.trace_check``: its path, sha256, own)
+    trace: dict | None = None
 
 
 def settings(preset="lecture", env: str = "all", rates=(4.0, 8.0), loads=None, trace=None, speed: float = 1.0,
@@ -265,6 +267,7 @@ def compare_scenarios(names="all", seeds: int = 5, trace=None, agents: dict | No
             skipped.append(f"{sc.name}: skipped, it needs {', '.join('--' + m for m in missing)} (not given)")
             continue
         s = scenario_setting(sc, **own)
+        s.trace = sc.trace_check(own.get("trace"))
         docs = [d for d in tuned or [] if d.get("scenario") in (None, sc.name)]
         plan.append((s, with_tuned(policies_for(s.problem, agents_fitting(s, agents), sc.name), s.problem, docs)))
     run_plan(plan, [COMPARE_SEED_BASE + i for i in range(seeds)], progress, threads)
@@ -278,7 +281,7 @@ def ranked(setting: Setting) -> Setting:
     sign = 1.0 if goal == "min" else -1.0
     rows = sorted(setting.rows, key=lambda r: (math.isnan(r[key]), sign * r[key] if not math.isnan(r[key]) else 0.0))
     return Setting(setting.problem, setting.label, setting.env_id, setting.env_kwargs, rows, setting.episodes,
-                   setting.bound, setting.scenario, setting.fingerprint)
+                   setting.bound, setting.scenario, setting.fingerprint, setting.trace)
 
 
 def problem_of(model) -> str:
@@ -314,11 +317,62 @@ def shipped_agents() -> dict:
     return {name: (problem, load_agent(name)) for name, problem in available().items()}
 
 
+def agents_elsewhere(settings: list[Setting]) -> list[dict]:
+    """The shipped agents present that no table of ``settings`` shows (of the decisions they show),
+    each with what it was trained
+    on (its card's env id and preset) and the command that shows it on that problem: ``{"agent",
+    "trained_on", "see"}``. An agent of the lecture's toy (a v0 environment) acts on that problem's
+    observation and actions, so it is never shown on a realistic cluster."""
+    shown = {r["policy"] for s in settings for r in s.rows}
+    decisions = {problems.get(s.problem).decision for s in settings}
+    out = []
+    for name, problem in available().items():
+        if name in shown or problems.get(problem).decision not in decisions:
+            continue
+        c = card(name)
+        env_id, kwargs = c["env_id"], c.get("env_kwargs") or {}
+        if c.get("scenarios"):
+            see = f"mooncake-gym compare --scenario {','.join(c['scenarios'])}"
+        elif env_id.endswith("-v0"):
+            see = "mooncake-gym compare --preset lecture"
+        else:
+            same = [sc.name for sc in SCENARIOS.values() if sc.base_env_id == env_id and not sc.requires
+                    and sc.config().get("preset") == kwargs.get("preset")]
+            see = f"mooncake-gym compare --scenario {','.join(same)}" if same else ""
+        where = "the lecture's toy" if env_id.endswith("-v0") else f"preset {kwargs.get('preset', 'mooncake')}"
+        out.append({"agent": name, "trained_on": f"{env_id} ({where})", "see": see})
+    return out
+
+
+def format_elsewhere(elsewhere: list[dict]) -> str:
+    """:func:`agents_elsewhere` as lines under the tables (empty if every agent was shown)."""
+    if not elsewhere:
+        return ""
+    lines = ["Shipped agents not in these tables (each acts on the problem it was trained on):"]
+    lines += [f"- {e['agent']}: trained on {e['trained_on']}" + (f"; shown by `{e['see']}`" if e["see"] else "")
+              for e in elsewhere]
+    return "\n".join(lines)
+
+
+def trace_line(setting: Setting) -> str | None:
+    """The line under a scenario's fingerprint naming the trace file it ran on, and whether that is
+    the scenario's own (None: it reads none)."""
+    t = setting.trace
+    if t is None:
+        return None
+    if t["own"]:
+        return f"trace: {t['path']} (sha256 {t['sha256'][:12]}...), the scenario's own"
+    return (f"trace: {t['path']} (sha256 {t['sha256'][:12]}...) is NOT the scenario's trace: this table is "
+            f"{setting.scenario} on another trace, a different problem (compare it only with tables of the same "
+            f"fingerprint)")
+
+
 def settings_json(settings: list[Setting], seeds: int) -> dict:
     return {"seeds": [COMPARE_SEED_BASE + i for i in range(seeds)],
             "settings": [{"problem": s.problem, "label": s.label, "env_id": s.env_id,
                           "env_kwargs": {k: (v if isinstance(v, (int, float, str)) else str(v))
                                          for k, v in s.env_kwargs.items()},
                           "rows": s.rows, **({"bound": s.bound} if s.bound is not None else {}),
-                          **({"scenario": s.scenario} if s.scenario is not None else {})}
+                          **({"scenario": s.scenario} if s.scenario is not None else {}),
+                          **({"trace": s.trace} if s.trace is not None else {})}
                          for s in settings]}

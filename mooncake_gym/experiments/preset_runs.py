@@ -1,8 +1,8 @@
 """``replay``, ``overload`` and ``compare`` on a preset (``mooncake_gym.model.presets.PRESETS``): one
 path per command, the preset's decode model picking the simulator and the problem
-(:func:`mooncake_gym.evaluation.problems.for_preset`). ``reserve`` (``lecture``, the default): the
-lecture's simulators (``sim.routing``, ``sim.admission``) and the v0 environments, as without
-``--preset``. ``batching`` (``mooncake``, ``mooncake-overload``, ``h100``, ...): the whole cluster of
+(:func:`mooncake_gym.evaluation.problems.for_preset`). ``reserve`` (``lecture``): the lecture's
+simulators (``sim.routing``, ``sim.admission``) and the v0 environments. ``batching`` (``mooncake``,
+the command line's default, ``mooncake-overload``, ``h100``, ...): the whole cluster of
 :mod:`mooncake_gym.sim.cluster`, the routing baselines owning the prefill decision (admit-all) or the
 admission baselines the admission decision (kvcentric routing) at ``load`` x the cluster's measured
 saturation, and ``compare`` on the v1 environments, each table ending with its problem's bound row.
@@ -23,7 +23,7 @@ from mooncake_gym.experiments import compare
 from mooncake_gym.model.presets import PRESETS, ClusterPreset, get_preset
 from mooncake_gym.sim import admission, cluster, routing
 
-#: The presets the command line accepts; ``lecture`` is the default and keeps the lecture's simulators.
+#: The presets the command line accepts (``mooncake`` by default; ``lecture`` keeps the lecture's simulators).
 PRESET_NAMES = tuple(PRESETS)
 
 

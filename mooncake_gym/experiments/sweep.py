@@ -24,7 +24,7 @@ SWEEP_POLICIES = {"routing": ROUTING_POLICIES, "admission": ADMISSION_POLICIES}
 SWEEP_LOADS = {"routing": (0.5, 0.7, 0.9, 1.1), "admission": (0.5, 1.0, 1.5, 2.0, 3.0)}
 #: The metrics a sweep keeps per (load, policy) (``ClusterResult.metrics``' names).
 SWEEP_METRICS = ("mean_ttft_s", "p99_ttft_s", "ttft_attainment", "tbt_attainment", "p99_tbt_s",
-                 "rejected_at_arrival", "rejected_after_prefill", "goodput_requests", "token_goodput")
+                 "rejected_at_arrival", "rejected_after_prefill", "good_requests", "token_goodput")
 
 
 def sweep(base: Trace, preset, decision: str, names, loads, n_requests: int, seed: int = 0,

@@ -6,6 +6,8 @@
 - :func:`compare_plots`: the figures of ``mooncake-gym compare --plot-dir``.
 - :func:`plot_sweep`: mean and P99 TTFT, TBT attainment and token goodput against load
   (``mooncake-gym sweep --plot``).
+- :func:`request_plots`: TTFT and TBT CDFs and SLO attainment and goodput per policy of one run
+  (``replay --plot-dir``, ``overload --plot-dir``).
 
 Every figure that draws one line per policy gives each its own colour and marker
 (:func:`policy_styles`), so that tables of 17 policies stay readable.
@@ -226,3 +228,61 @@ def plot_sweep(rows, path: str | os.PathLike, title: str = "") -> str:
         fig.suptitle(title)
     fig.tight_layout()
     return _save(fig, path)
+
+
+def _cdf(ax, values: dict, label: str, styles: dict) -> None:
+    for name, v in values.items():
+        x = np.sort(np.asarray(v, dtype=np.float64))
+        y = np.arange(1, len(x) + 1) / len(x)
+        ax.plot(x, y, label=name, markevery=max(1, len(x) // 8), markersize=4, lw=1.2, **styles[name])
+    ax.set_xscale("log")
+    ax.set_xlabel(label)
+    ax.set_ylabel("fraction of requests")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, ncol=2 if len(values) > 9 else 1)
+
+
+#: The bars of :func:`request_plots`: (metric keys, the first present is drawn; axis label)
+RUN_BARS = ((("ttft_attainment", "slo_attainment"), "share of requests with TTFT <= SLO"),
+            (("tbt_attainment",), "share of completed requests with TBT <= SLO"),
+            (("good_requests",), "good requests (within the SLOs)"),
+            (("token_goodput",), "token goodput (their output tokens)"))
+
+
+def request_plots(rows: Mapping[str, list], metrics: Mapping[str, dict], plot_dir: str | os.PathLike,
+                  title: str = "") -> list[str]:
+    """The figures of ``replay --plot-dir`` and ``overload --plot-dir``: the TTFT CDF and (where the
+    run has a decode pool) the TBT CDF of each policy's requests (``rows``: ``{policy: per-request
+    rows}``, :func:`mooncake_gym.reporting.requests.request_rows`), and bars of SLO attainment and
+    goodput per policy (``metrics``: ``{policy: metrics}``, the bars whose metric the runs have).
+    Returns the files written."""
+    folder = check_plot_dir(plot_dir, "--plot-dir")
+    styles = policy_styles(rows)
+    written = []
+    for key, label, stem in (("ttft_s", "TTFT (s)", "ttft_cdf"), ("tail_tbt_s", "TBT (s): mean of the slowest "
+                                                                   "10 % of a request's token intervals", "tbt_cdf")):
+        values = {name: [r[key] for r in rs if r[key] is not None] for name, rs in rows.items()}
+        values = {name: v for name, v in values.items() if v}
+        if not values:
+            continue
+        fig = _figure(6.4, 4.4)
+        ax = fig.subplots()
+        _cdf(ax, values, label, styles)
+        ax.set_title(title, fontsize=9)
+        fig.tight_layout()
+        written.append(_save(fig, os.path.join(folder, f"{stem}.png")))
+    bars = [(next(k for k in keys if k in next(iter(metrics.values()))), label) for keys, label in RUN_BARS
+            if any(k in next(iter(metrics.values())) for k in keys)]
+    names = list(metrics)
+    fig = _figure(max(6.0, 1.2 + 0.45 * len(names)) * 2, 3.2 * ((len(bars) + 1) // 2) + 0.6)
+    for k, (key, label) in enumerate(bars):
+        ax = fig.add_subplot((len(bars) + 1) // 2, 2, k + 1)
+        ax.bar(range(len(names)), [metrics[n][key] for n in names], color=[styles[n]["color"] for n in names])
+        ax.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=7)
+        ax.set_ylabel(label, fontsize=8)
+        ax.grid(axis="y", alpha=0.3)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    written.append(_save(fig, os.path.join(folder, "slo_goodput.png")))
+    return written

@@ -891,6 +891,7 @@ class ClusterResult:
         self.outcome = np.asarray(sim.outcome, dtype=np.int8)
         self.ttft_s = np.asarray(sim.ttft_s)
         self.tbt_s = np.asarray(sim.tbt_s)
+        self.mean_tbt_s = np.asarray(sim.mean_interval_s)  # per request: the mean of its token intervals
         self.prefill_s = np.asarray(sim.prefill_s)
         self.prefill_instance = np.asarray(sim.prefill_instance)
         self.decode_instance = np.asarray(sim.decode_instance)
@@ -910,7 +911,9 @@ class ClusterResult:
         horizon = sim._horizon
         span = horizon - sim.warmup_s
         starts = self.decode_start_s[done]
-        routing = sim.prefill.result(policy).metrics
+        #: the prefill pool's records: one row per prefilled request, in order of arrival
+        self.prefill_result = sim.prefill.result(policy)
+        routing = self.prefill_result.metrics
 
         def pct(x):  # the 50th, 90th and 99th percentiles in one call
             return np.percentile(x, [50, 90, 99]).tolist() if len(x) else [float("nan")] * 3
@@ -964,9 +967,14 @@ class ClusterResult:
             "steady_completed_per_s": (float(np.count_nonzero((starts >= sim.warmup_s) & (starts <= horizon))) / span
                                        if span > 0 else float("nan")),
             "token_goodput": int(output[credited].sum()),
-            "goodput_requests": int(credited.sum()),
-            "drain_goodput_tokens": int(output[good & ~credited].sum()),
+            "good_requests": int(credited.sum()),
+            "drain_good_requests": int((good & ~credited).sum()),
+            "drain_token_goodput": int(output[good & ~credited].sum()),
         }
+        # the old names, kept for JSON readers (docs/metrics.md): goodput and goodput_tokens
+        # count the drain too (good_requests + drain_good_requests, and their tokens)
+        self.metrics["goodput_requests"] = self.metrics["good_requests"]
+        self.metrics["drain_goodput_tokens"] = self.metrics["drain_token_goodput"]
         for k, (name, _, _) in enumerate(LENGTH_CLASSES):
             members = classes == k
             n = int(members.sum())
