@@ -37,13 +37,13 @@ def check_input_file(path: str | os.PathLike, what: str) -> None:
 
 def check_output_file(path: str | os.PathLike, what: str, suffixes: tuple = ()) -> str:
     """``path`` if a file can be written there: a name ending in one of ``suffixes`` (any, if
-    empty), not an existing directory, FIFO or device, in a folder that exists (created if missing)
-    and is writable. ``ValueError`` naming ``what`` (the option) otherwise."""
+    empty), not an existing directory, FIFO or device, in a folder that exists and is writable
+    (nothing is created: a command refused leaves no trace). ``ValueError`` naming ``what`` (the option) otherwise."""
     name = os.fspath(path)
     if not name or name.endswith(os.sep):
         raise ValueError(f"{what}: expected a file name, got {name!r}")
     if suffixes and not name.lower().endswith(tuple(suffixes)):
-        raise ValueError(f"{what}: expected a {' or '.join(suffixes)} file name, got {name!r}")
+        raise ValueError(f"{what}: expected a file name ending in {' or '.join(suffixes)}, got {name!r}")
     if os.path.lexists(name):
         mode = os.stat(name).st_mode if os.path.exists(name) else stat.S_IFREG
         if not stat.S_ISREG(mode):
@@ -52,10 +52,8 @@ def check_output_file(path: str | os.PathLike, what: str, suffixes: tuple = ()) 
     folder = os.path.dirname(name) or "."
     if os.path.exists(folder) and not os.path.isdir(folder):
         raise ValueError(f"{what}: the folder {folder!r} is not a directory")
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError as e:
-        raise ValueError(f"{what}: cannot create the folder {folder!r} ({e.strerror})") from None
+    if not os.path.isdir(folder):
+        raise ValueError(f"{what}: no such directory {folder!r}")
     if not os.access(folder, os.W_OK):
         raise ValueError(f"{what}: the folder {folder!r} is not writable")
     return name

@@ -116,7 +116,7 @@ def test_plot_dir_writes_the_cdfs_and_the_bars(tmp_path, tiny, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--per-request", "out.txt"], "--per-request: expected a file name ending in .csv or .jsonl"),
     (["--per-request", "no/such/dir/out.csv"], "--per-request: no such directory"),
-    (["--timeline", "out.trace"], "--timeline: expected a .json file name"),
+    (["--timeline", "out.trace"], "--timeline: expected a file name ending in .json"),
     (["--per-request", "out.csv", "--observation", "exact", "--observation", "noisy"],
      "--per-request: with several --observation: give one"),
 ])

@@ -316,7 +316,7 @@ def test_arguments_without_effect_and_bad_plot_names_are_errors(tmp_path, capsys
     for argv, match in [(["trace", "stats", str(tmp_path / "t.jsonl"), "--rate", "3"], "--rate: has no effect"),
                         (["replay", "--policy", "cache", "--threshold", "2"], "--threshold: has no effect"),
                         (["lecture", "--demo", "1", "--plot", str(tmp_path / "x.png")], "--plot: has no effect"),
-                        (["overload", "--plot", str(tmp_path / "x.pdf")], "--plot: expected a .png"),
+                        (["overload", "--plot", str(tmp_path / "x.pdf")], "--plot: expected a file name ending in .png"),
                         (["cache", "synthetic", "--gib", "1e300"], "gib: expected")]:
         assert main(argv) == 2
         err = capsys.readouterr().err
@@ -504,8 +504,8 @@ def test_observation_parameters_are_bounded_before_any_simulator_is_built(text, 
 @pytest.mark.parametrize("argv, message", [
     (["trace", "generate", "-o", "{dir}"], "--output: '{dir}' is a directory, not a file"),
     (["trace", "generate", "-o", "{dir}/file.txt/x.jsonl"], "--output: the folder '{dir}/file.txt' is not a directory"),
-    (["tune", "--policy", "kvcentric", "--env", "routing", "--out", "{dir}/best.txt"], "--out: expected a .json file name"),
-    (["cache", "synthetic", "--plot", "{dir}"], "--plot: expected a .png file name"),
+    (["tune", "--policy", "kvcentric", "--env", "routing", "--out", "{dir}/best.txt"], "--out: expected a file name ending in .json"),
+    (["cache", "synthetic", "--plot", "{dir}"], "--plot: expected a file name ending in .png"),
 ])
 def test_an_output_path_that_cannot_be_written_is_named_before_any_work(tmp_path, capsys, argv, message):
     """Every file a command writes is checked before the work (``_files.check_output_file``)."""
@@ -525,5 +525,7 @@ def test_an_atomic_write_names_its_target_not_the_temporary_file(tmp_path):
     with pytest.raises(ValueError, match=r"the folder '.*missing.txt' is not a directory"):
         (tmp_path / "missing.txt").write_text("")
         write_atomic(tmp_path / "missing.txt" / "a.json", "x")
-    write_atomic(tmp_path / "new" / "a.json", "x")  # a missing folder is created
-    assert (tmp_path / "new" / "a.json").read_text() == "x"
+    with pytest.raises(ValueError, match=r"output: no such directory '.*new'"):
+        write_atomic(tmp_path / "new" / "a.json", "x")
+    write_atomic(tmp_path / "a.json", "x")
+    assert (tmp_path / "a.json").read_text() == "x"

@@ -12,7 +12,7 @@ from mooncake_gym._files import check_output_file
 from mooncake_gym.model.limits import check
 from mooncake_gym.model.presets import PRESETS, get_preset
 from mooncake_gym.model.traceformats import TraceFormat, parse_format
-from mooncake_gym.reporting.requests import check_per_request_path, check_timeline_path
+from mooncake_gym.reporting.requests import SUFFIXES as PER_REQUEST_SUFFIXES
 from mooncake_gym.sim.policy import is_policy_spec, load_policy
 
 _UNSET = object()
@@ -134,23 +134,15 @@ def preset_opt(realistic: str) -> Opt:
 
 #: ``--per-request``, ``--plot-dir``, ``--timeline``: one run's requests (``mooncake_gym.reporting.requests``)
 RUN_OUTPUTS = (
-    opt("--per-request", default=None, metavar="FILE.csv|FILE.jsonl",
+    opt("--per-request", default=None, metavar="FILE.csv|FILE.jsonl", output=PER_REQUEST_SUFFIXES,
         help="write one row per request (arrival, prefill instance, hit and computed tokens, queue wait, TTFT, "
              "decode instance, mean and tail TBT, outcome; policy when several run), CSV or JSONL by the suffix"),
     opt("--plot-dir", default=None, metavar="DIR",
         help="write TTFT and TBT CDFs (a colour and marker per policy) and SLO attainment and goodput per policy here"),
-    opt("--timeline", default=None, metavar="FILE.json",
+    opt("--timeline", default=None, metavar="FILE.json", output=(".json",),
         help="write the instances' timeline in Chrome's trace-event format (open it in Perfetto): a slice per "
              "prefill and per decode residency, a process per pool, a thread per instance"),
 )
-
-
-def check_run_outputs(args) -> None:
-    """``--per-request`` and ``--timeline`` paths checked before the run (``--plot-dir`` by the app)."""
-    if args.per_request is not None:
-        check_per_request_path(args.per_request)
-    if args.timeline is not None:
-        check_timeline_path(args.timeline)
 
 
 JSON = opt("--json", action="store_true", help="print one JSON document")

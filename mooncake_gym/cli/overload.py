@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from mooncake_gym.baselines import ADMISSION_POLICIES
 from mooncake_gym.cli.options import (JSON, RUN_OUTPUTS, TRACE_FORMAT, Command, NoEffect, check_policy,
-                                      check_run_outputs, opt, policy_opt, preset_opt, trace_format)
+                                      opt, policy_opt, preset_opt, trace_format)
 from mooncake_gym.experiments.preset_runs import check_overrides, overload_run
 from mooncake_gym.model.workload import load_workload
 from mooncake_gym.reporting import tables as report
@@ -61,7 +61,6 @@ RULES = (
 
 def check(args) -> None:
     check_policy(args)
-    check_run_outputs(args)
     check_overrides(args.preset, n_prefill=args.prefill_instances, ttft_slo_s=args.ttft_slo,
                     n_decode=args.decode_instances, prefill_option="--prefill-instances")
 

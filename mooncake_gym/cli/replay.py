@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from mooncake_gym.baselines import ROUTING_POLICIES
-from mooncake_gym.cli.options import (JSON, RUN_OUTPUTS, Command, NoEffect, check_policy, check_run_outputs, opt,
+from mooncake_gym.cli.options import (JSON, RUN_OUTPUTS, Command, NoEffect, check_policy, opt,
                                       policy_opt, preset_opt, trace_format, trace_opts)
 from mooncake_gym.experiments.compare import with_tuned
 from mooncake_gym.experiments.preset_runs import check_overrides, replay_setup
@@ -62,7 +62,6 @@ _ONE_MODE = "with several --observation: give one, the per-request outputs are o
 
 def check(args) -> None:
     check_policy(args)
-    check_run_outputs(args)
     for dest, flag in (("per_request", "--per-request"), ("plot_dir", "--plot-dir"), ("timeline", "--timeline")):
         if getattr(args, dest) is not None and len(args.observation or ()) > 1:
             raise ValueError(f"{flag}: {_ONE_MODE}")

@@ -33,7 +33,7 @@ import os
 
 import numpy as np
 
-from mooncake_gym._files import write_atomic
+from mooncake_gym._files import check_output_file, write_atomic
 from mooncake_gym.reporting.plots import request_plots
 from mooncake_gym.sim.metrics import Outcome
 
@@ -113,37 +113,10 @@ def _routing_columns(r, n: int) -> dict:
             "outcome": ["prefilled"] * n}
 
 
-def check_per_request_path(path: str | os.PathLike, name: str = "--per-request") -> str:
-    """``path`` if it names a ``.csv`` or ``.jsonl`` file in an existing folder (``ValueError`` naming
-    ``name`` otherwise); checked before the run."""
-    path = os.fspath(path)
-    if os.path.splitext(path)[1].lower() not in SUFFIXES:
-        raise ValueError(f"{name}: expected a file name ending in .csv or .jsonl, got {path!r}")
-    _check_folder(path, name)
-    return path
-
-
-def check_timeline_path(path: str | os.PathLike, name: str = "--timeline") -> str:
-    """``path`` if it names a ``.json`` file in an existing folder (``ValueError`` naming ``name``)."""
-    path = os.fspath(path)
-    if not path.lower().endswith(".json"):
-        raise ValueError(f"{name}: expected a .json file name (Chrome's trace-event format), got {path!r}")
-    _check_folder(path, name)
-    return path
-
-
-def _check_folder(path: str, name: str) -> None:
-    folder = os.path.dirname(path) or "."
-    if not os.path.isdir(folder):
-        raise ValueError(f"{name}: no such directory {folder!r}")
-    if os.path.isdir(path):
-        raise ValueError(f"{name}: {path!r} is a directory")
-
-
 def write_requests(path: str | os.PathLike, runs: dict) -> str:
     """Write the rows of ``runs`` (``{policy: rows}``) to ``path``, CSV or JSONL by its suffix, whole
     or not at all; a ``policy`` column first when ``runs`` holds several policies."""
-    path = check_per_request_path(path)
+    path = check_output_file(path, "per-request", SUFFIXES)
     several = len(runs) > 1
     fields = (("policy",) if several else ()) + FIELDS
     rows = [({"policy": name} if several else {}) | row for name, rs in runs.items() for row in rs]
@@ -243,7 +216,7 @@ def _decode_span(result, i: int) -> tuple[float, float]:
 
 def write_timeline(path: str | os.PathLike, runs: dict, trace, rows: dict | None = None) -> str:
     """Write :func:`timeline` to ``path`` (a ``.json`` file), whole or not at all."""
-    path = check_timeline_path(path)
+    path = check_output_file(path, "timeline", (".json",))
     write_atomic(path, json.dumps(timeline(runs, trace, rows), allow_nan=False))
     return path
 
