@@ -62,7 +62,6 @@ def test_predictions_loads_and_the_rls_bias_exactly():
 def test_margin_keeps_the_earlier_instance_unless_strictly_better():
     p = LBGR(margin_s=0.01)
     p.reset(None)
-    p.load_s, p.bias_s = None, None  # made at the first decision
     p.predictions(view(0.0, 0, 100, (1,), n=3))
     p.load_s = [0.010, 0.0, 0.0]  # instance 1 is better by exactly the margin: not strictly
     assert p(view(0.0, 0, 100, (1,), n=3)).instance == 0
