@@ -110,7 +110,8 @@ def _beyond(values: list, edge: str):
         nxt = int(round(nxt))
         if nxt == b:
             nxt = b + (1 if b > a else -1)
-    return nxt
+        return nxt
+    return float(f"{nxt:.12g}")  # 0.009, not 0.009000000000000001
 
 
 def extend_to_interior(knobs: dict, results: list[dict], goal: str, score_settings, accepts,
