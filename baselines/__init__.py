@@ -1,6 +1,7 @@
 """Hand-coded scheduling policies, installed as ``mooncake_gym.baselines``.
 
-``ROUTING_POLICIES`` (prefill routing, including the production routers' rules of ``production``) and ``ADMISSION_POLICIES`` (overload admission) map the
+``ROUTING_POLICIES`` (prefill routing, including the production routers' rules of ``production``,
+the size splits of ``sizesplit`` and the learned router of ``lbgr``) and ``ADMISSION_POLICIES`` (overload admission) map the
 names the command line uses to policy factories; :func:`make_policy` builds one by name and
 :func:`run_baselines` runs a problem's baselines on one trace.
 """
@@ -14,7 +15,12 @@ from mooncake_gym.baselines.admission import (ADMISSION_POLICIES, ADMISSION_V1_P
 from mooncake_gym.baselines.routing import ROUTING_POLICIES, CacheAware, KVCentric, LoadBalancing, RandomRouting
 from mooncake_gym.baselines.production import PRODUCTION_ROUTING_POLICIES
 
+from mooncake_gym.baselines.sizesplit import RelativeSizeSplit, SizeSplit
+from mooncake_gym.baselines.lbgr import LBGR
+
 ROUTING_POLICIES.update(PRODUCTION_ROUTING_POLICIES)  # production routers' rules (baselines/production.py)
+# the strongest rules the routing agents met (issue 13: the size splits) and the learned router LBGR
+ROUTING_POLICIES.update({"sizesplit": SizeSplit, "relsplit": RelativeSizeSplit, "lbgr": LBGR})
 
 POLICIES = {"routing": ROUTING_POLICIES, "admission": ADMISSION_POLICIES, "admission-v1": ADMISSION_V1_POLICIES}
 

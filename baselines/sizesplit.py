@@ -1,5 +1,5 @@
-"""``sizesplit``: Algorithm 1 with a work penalty and a size split (a reference rule for issue 13's
-routing agents; not in ``ROUTING_POLICIES``, so ``compare``'s tables are unchanged).
+"""``sizesplit``: Algorithm 1 with a work penalty and a size split (the reference rule of issue 13's
+routing agents; in ``ROUTING_POLICIES`` with ``relsplit`` since issue 26, so every routing table has them).
 
 Near saturation a FIFO prefill instance that takes a long prompt blocks every short one behind it.
 Size-interval task assignment (SITA; Harchol-Balter, Crovella and Murta, "On choosing a task
@@ -23,6 +23,8 @@ class SizeSplit(KVCentric):
     split is ``kvcentric`` with ``threshold``."""
 
     name = "sizesplit"
+    #: The knobs ``tune`` searches (the defaults among them).
+    KNOBS = {"long_s": [0.8, 1.5, 3.0], "long_instances": [1, 2, 4], "work_weight": [0.0, 0.5]}
 
     def __init__(self, long_s: float | None = 1.5, long_instances: int = 2, work_weight: float = 0.0,
                  threshold: float = 1.0):
@@ -92,6 +94,9 @@ class RelativeSizeSplit(SizeSplit):
     has no queue for a long prompt to block). The rest is :class:`SizeSplit`."""
 
     name = "relsplit"
+    #: The knobs ``tune`` searches: the defaults, and the per-scenario agents' teachers (6, 2, 0) and
+    #: (2, 4, 3) (agents/ppo_routing_ws.json, ppo_routing_bursty.json).
+    KNOBS = {"long_factor": [2.0, 4.0, 6.0, 10.0], "long_instances": [1, 2, 4], "min_load": [0.0, 3.0]}
 
     def __init__(self, long_factor: float | None = 6.0, long_instances: int = 2, work_weight: float = 0.0,
                  threshold: float = 1.0, memory: float = 1000.0, min_load: float = 0.0):

@@ -180,3 +180,35 @@ def test_tuning_on_an_admission_scenario_uses_the_v1_rules_and_token_goodput():
         assert doc["score"] == episode["token_goodput"]
     with pytest.raises(ValueError, match="--policy: unknown admission-v1 policy 'early_typo'"):
         tune.tune_baseline("early_typo", "admission", scenario=sc.name)
+
+
+def test_a_knob_at_the_edge_of_its_grid_extends_the_grid_until_its_optimum_is_interior():
+    from mooncake_gym.experiments.tune import _beyond, extend_to_interior
+
+    def f(k):  # optimum at x = 40, beyond the grid; y's at 0.5, between two values
+        return (k["x"] - 40) ** 2 + (k["y"] - 0.5) ** 2
+
+    knobs = {"x": [1, 2, 4, 8], "y": [0.0, 1.0, 2.0]}
+    results = [{"knobs": k, "score": f(k)} for k in tune.candidates(knobs)]
+    calls = []
+
+    def score(settings):
+        calls.append(list(settings))
+        return [f(k) for k in settings]
+
+    extended, limits = extend_to_interior(knobs, results, "min", score,
+                                          lambda k: None if k["y"] >= 0 else "y: expected >= 0")
+    # x doubles past 8 until the best (32) has 64 beside it; y's best (0.0, the first of a tie) is
+    # at the low edge, and -1.0 is refused: a hard limit, reported
+    assert extended == {"x": [16, 32, 64]}
+    assert limits == {"y (low)": "-1.0 refused: y: expected >= 0"}
+    assert calls == [[{"x": 16, "y": 0.0}], [{"x": 32, "y": 0.0}], [{"x": 64, "y": 0.0}]]
+    assert tune._best(results, "min")["knobs"] == {"x": 32, "y": 0.0}
+    # past the maximum number of values added, the search stops and says so
+    results = [{"knobs": k, "score": -k["x"]} for k in tune.candidates({"x": [1.0, 2.0]})]
+    extended, limits = extend_to_interior({"x": [1.0, 2.0]}, results, "min", lambda s: [-k["x"] for k in s],
+                                          lambda k: None, max_extensions=3)
+    assert extended == {"x": [4.0, 8.0, 16.0]} and limits == {"x (high)": "3 values added past the high edge"}
+    # the step: the edge's ratio where both values are > 0, else its difference; integers stay integers
+    assert _beyond([0.0, 0.5], "high") == 1.0 and _beyond([0.0, 0.5], "low") == -0.5
+    assert _beyond([1, 2, 4], "low") == 0 and _beyond([1, 2], "high") == 4 and _beyond([2, 3], "high") == 4

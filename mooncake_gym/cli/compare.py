@@ -19,7 +19,10 @@ from mooncake_gym.reporting import tables as report
 _LECTURE = "reserve"  # options of the lecture's v0 environments only
 OPTIONS = (
     opt("--env", choices=[*DECISIONS, "all"], default="all", help="which problem (default all)"),
-    opt("--seeds", type=int, default=5, limit="seeds", help="held-out seeds per setting (default 5)"),
+    opt("--seeds", type=int, default=cmp.DEFAULT_SEEDS, limit="seeds",
+        help=f"held-out seeds per setting (default {cmp.DEFAULT_SEEDS})"),
+    opt("--seed-base", type=int, default=cmp.COMPARE_SEED_BASE,
+        help=f"evaluate on seeds B, B+1, ... (default {cmp.COMPARE_SEED_BASE:,}, the held-out range)"),
     opt("--rates", type=floats, default=None, limit="rate", help="routing session rates (default 4,8)",
         only=(_LECTURE, "the v1 environments' workloads are set by --loads (x the measured saturation)")),
     opt("--loads", type=floats, default=None, limit="load", help="admission loads, x decode capacity (default 2)"),
@@ -95,17 +98,19 @@ def _run_scenarios(args, agents, tuned) -> int:
     """``compare --scenario NAME[,NAME...]|all``: one ranked table per scenario, its fingerprint above it."""
     names = "all" if args.scenario == "all" else [n.strip() for n in args.scenario.split(",") if n.strip()]
     settings, skipped = cmp.compare_scenarios(names, seeds=args.seeds, trace=args.trace, agents=agents, tuned=tuned,
-                                              progress=not (args.json or args.no_progress), threads=args.threads)
+                                              progress=not (args.json or args.no_progress), threads=args.threads,
+                                              seed_base=args.seed_base)
     if args.json:
-        doc = cmp.settings_json(settings, args.seeds)
+        doc = cmp.settings_json(settings, args.seeds, args.seed_base)
         for s, out in zip(settings, doc["settings"]):
             out.update({"scenario": s.scenario, "fingerprint": s.fingerprint})
         doc["skipped"] = skipped
         report.print_json(doc)
         return 0
-    seeds = [cmp.COMPARE_SEED_BASE + i for i in range(args.seeds)]
+    seeds = cmp.seed_range(args.seeds, args.seed_base)
     print(f"Mean ± 95% CI over {args.seeds} held-out seed{'s' if args.seeds > 1 else ''} "
-          f"({seeds[0]}..{seeds[-1]}), same workloads for every policy; ranked by the problem's main metric.")
+          f"({seeds[0]}..{seeds[-1]}), same workloads for every policy; ranked by the problem's main metric; "
+          f"x BEST: the paired ratio of means to the best rule's, 95% bootstrap CI.")
     for path, doc in zip(args.tuned or [], tuned or []):
         print(f"{doc['policy']} (tuned{' on ' + doc['scenario'] if doc.get('scenario') else ''}): {doc['knobs']} from {path}")
     md = "`" if args.markdown else ""
@@ -127,12 +132,12 @@ def run(args) -> int:
     trace = read_trace(args.trace, format=trace_format(args)) if args.trace else None
     settings = cmp.compare(args.env, args.seeds, args.rates, args.loads, trace, args.speed, agents=agents,
                            plot_dir=args.plot_dir, progress=not (args.json or args.no_progress), threads=args.threads,
-                           tuned=tuned, preset=args.preset)
+                           tuned=tuned, preset=args.preset, seed_base=args.seed_base)
     elsewhere = cmp.agents_elsewhere(settings) if args.agent is None else []
     if args.json:
-        report.print_json({**cmp.settings_json(settings, args.seeds), "agents_elsewhere": elsewhere})
+        report.print_json({**cmp.settings_json(settings, args.seeds, args.seed_base), "agents_elsewhere": elsewhere})
         return 0
-    print(compare_header(args.preset, args.seeds))
+    print(compare_header(args.preset, args.seeds, args.seed_base))
     for path, doc in zip(args.tuned or [], tuned or []):
         print(f"{doc['policy']} (tuned): {doc['knobs']} from {path}")
     for s in settings:

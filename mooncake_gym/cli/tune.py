@@ -109,6 +109,10 @@ def run(args) -> int:
     print(f"{what} on {doc['env']}: {len(doc['results'])} settings, {doc['metric']} ({doc['goal']})"
           + (f", training seeds {doc['seeds'][0]}..{doc['seeds'][-1]}" if "seeds" in doc else ""))
     print(tune.format_results(doc))
+    for knob, values in doc.get("extended", {}).items():
+        print(f"{knob}: best at the edge of its grid; extended with {values}")
+    for edge, why in doc.get("limits", {}).items():
+        print(f"{edge}: still at the edge, a hard limit: {why}")
     print(f"best: {doc['knobs']} ({doc['metric']} {doc['score']:.4f}); written to {args.out}")
     return 0
 

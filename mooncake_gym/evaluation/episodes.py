@@ -6,7 +6,8 @@ Two adapters make the one policy interface work on a Gym env:
   view from the unwrapped env (``env.unwrapped.decision_view()``) and turns the answer into an env
   action with ``env.unwrapped.encode_action``. A baseline run through the env gives exactly the
   metrics of :func:`mooncake_gym.sim.routing.simulate` / :func:`mooncake_gym.sim.admission.simulate` on the
-  same trace.
+  same trace. A policy with feedback (``observe``, :mod:`mooncake_gym.sim.policy`) is connected to the
+  episode's simulator at each reset.
 * :class:`ModelPolicy` wraps a trained agent (:class:`~mooncake_gym.agents.Agent`, an SB3 model,
   or anything with ``predict(obs, deterministic=True)``): it reads the observation, behind the
   agent's wrappers and observation normalisation, with recurrent state and action masks.
@@ -35,6 +36,9 @@ class ViewPolicy:
 
     def reset(self, env: gym.Env, seed: int | None) -> None:
         reset_policy(self.policy, seed)
+        sim = getattr(env.unwrapped, "sim", None)  # the episode's simulator, new at each env reset
+        if sim is not None and hasattr(sim, "listen"):
+            sim.listen(self.policy)  # the feedback channel, if the policy has one (sim/policy.py)
 
     def act(self, env: gym.Env, obs) -> int:
         base = env.unwrapped

@@ -26,7 +26,7 @@ from mooncake_gym.envs import (ADMISSION_ENV_ID, ADMISSION_V1_ENV_ID, CONDUCTOR_
 from mooncake_gym.evaluation.episodes import ViewPolicy
 from mooncake_gym.evaluation.statistics import mean_ci95
 from mooncake_gym.model.presets import get_preset
-from mooncake_gym.sim.policy import policy_name, reset_policy
+from mooncake_gym.sim.policy import feedback_of, policy_name, reset_policy
 
 # --- table columns: (metric key, header, format spec) ------------------------------------------------
 #: Columns of a routing table (lecture demo 2, replay, compare).
@@ -211,6 +211,9 @@ class OnRoutingView:
     def __init__(self, policy):
         self.policy = policy
         self.name = policy_name(policy)
+        observe = feedback_of(policy)
+        if observe is not None:  # the feedback channel reaches the baseline (sim/policy.py)
+            self.observe = observe
 
     def reset(self, rng) -> None:
         reset_policy(self.policy, rng)

@@ -2,7 +2,12 @@
 
 All policies of a setting run on the same seeds, hence the same traces (common random numbers:
 an env draws its episode's workload from ``reset(seed)``). Each cell is a mean over seeds with a
-95 % confidence interval (Student's t).
+95 % confidence interval (Student's t). Beside the main metric, each row has its interquartile
+mean over the seeds and the paired ratio of its mean to the best rule's (the best baseline row,
+default or tuned, by the main metric) with a 95 % paired bootstrap interval
+(:mod:`mooncake_gym.evaluation.statistics`): ``ratio_to_best_rule``, ``ratio_ci95`` (low, high),
+``iqm``, ``iqm_ci95``, and ``best_rule`` naming the reference. Seeds ``seed_base, seed_base + 1,
+...`` (default ``COMPARE_SEED_BASE``, ``DEFAULT_SEEDS`` of them).
 """
 
 from __future__ import annotations
@@ -14,13 +19,15 @@ from mooncake_gym.agents import available, card, load_agent
 from mooncake_gym.evaluation import problems
 from mooncake_gym.evaluation.episodes import check_model_fits, evaluate, ModelPolicy
 from mooncake_gym.evaluation.scenarios import get_scenario, SCENARIOS
-from mooncake_gym.evaluation.statistics import mean_ci95
+from mooncake_gym.evaluation.statistics import iqm_ci95, mean_ci95, paired_ratio_ci95
 from mooncake_gym.reporting import tables as report
 from mooncake_gym.reporting.plots import compare_plots
 
 #: Evaluation seeds start here: training uses seeds below 1,000 and the callback 10,000 + seed, so
 #: these episodes are never seen in training.
 COMPARE_SEED_BASE = 1_000_000
+#: Held-out seeds per setting by default.
+DEFAULT_SEEDS = 10
 #: The problem of the admission and Conductor scenarios' tables: the whole cluster
 #: (``OverloadAdmission-v1``, ``Conductor-v1``), its admission baselines (``ADMISSION_V1_POLICIES``),
 #: token goodput first (``report.ADMISSION_V1_COLUMNS``) and an upper bound.
@@ -135,14 +142,35 @@ def run_setting(setting: Setting, policies: dict, seeds, keep_results: bool = Fa
             m, ci = mean_ci95([r[key] for r in rows])
             row[key] = m
             row[f"{key}_ci95"] = ci
+        row["kind"] = "agent" if isinstance(policy, ModelPolicy) else "rule"
         setting.rows.append(row)
         if progress is not None:
             progress.update(1)
     return setting
 
 
+def add_ratios(setting: Setting) -> Setting:
+    """Each row's IQM of the main metric and its paired ratio to the best rule's mean (module
+    docstring); the bound's ratio too where it has per-seed values."""
+    key, goal = problems.get(setting.problem).metric_goal()
+    per_seed = {name: [e[key] for e in eps] for name, eps in setting.episodes.items()}
+    rules = [r for r in setting.rows if r.get("kind") == "rule" and r["policy"] in per_seed
+             and not math.isnan(r[key])]
+    if not rules:
+        return setting
+    best = (min if goal == "min" else max)(rules, key=lambda r: r[key])["policy"]
+    extra = [setting.bound] if setting.bound is not None and "per_seed" in setting.bound else []
+    for row in setting.rows + extra:
+        values = per_seed.get(row["policy"], row.get("per_seed"))
+        row["best_rule"] = best
+        row["ratio_to_best_rule"], row["ratio_ci95"] = paired_ratio_ci95(values, per_seed[best])
+        row["iqm"], row["iqm_ci95"] = iqm_ci95(values)
+    return setting
+
+
 def format_setting(setting: Setting, markdown: bool = False) -> str:
     columns, _ = columns_of(setting.problem)
+    ratios = any("ratio_to_best_rule" in r for r in setting.rows)
     cells = []
     rows = setting.rows
     if setting.bound is not None:  # the bound defines mean TTFT only: '-' elsewhere
@@ -158,13 +186,30 @@ def format_setting(setting: Setting, markdown: bool = False) -> str:
                 cell[key] = format(mean, fmt)
             else:
                 cell[key] = f"{format(mean, fmt)} ± {format(ci, fmt.lstrip('+'))}"
+        if ratios:
+            ratio, (low, high) = row.get("ratio_to_best_rule", math.nan), row.get("ratio_ci95", (math.nan, math.nan))
+            cell["ratio"] = "-" if math.isnan(ratio) else f"{ratio:.3f} [{low:.3f}, {high:.3f}]"
         cells.append(cell)
-    return report.format_table(cells, [(k, h, None) for k, h, _ in columns], markdown=markdown)
+    heads = [(k, h, None) for k, h, _ in columns]
+    if ratios:
+        best = next(r["best_rule"] for r in setting.rows if "best_rule" in r)
+        heads.insert(2, ("ratio", f"x {best} (95% CI)", None))
+    return report.format_table(cells, heads, markdown=markdown)
 
 
-def compare(env: str = "all", seeds: int = 5, rates=(4.0, 8.0), loads=None, trace=None, speed: float = 1.0,
+def seed_range(seeds: int, seed_base: int = COMPARE_SEED_BASE) -> list[int]:
+    """The held-out seeds ``seed_base .. seed_base + seeds - 1`` (``ValueError`` naming the option)."""
+    if not isinstance(seeds, int) or isinstance(seeds, bool) or seeds < 1:
+        raise ValueError(f"--seeds: expected an integer >= 1, got {seeds!r}")
+    if not isinstance(seed_base, int) or isinstance(seed_base, bool) or not 0 <= seed_base <= 2**31 - seeds:
+        raise ValueError(f"--seed-base: expected an integer in [0, 2**31 - seeds], got {seed_base!r}")
+    return [seed_base + i for i in range(seeds)]
+
+
+def compare(env: str = "all", seeds: int = DEFAULT_SEEDS, rates=(4.0, 8.0), loads=None, trace=None, speed: float = 1.0,
             agents: dict | None = None, plot_dir: str | None = None, progress: bool = True,
-            threads: int | None = 1, tuned: list | None = None, preset="lecture") -> list[Setting]:
+            threads: int | None = 1, tuned: list | None = None, preset="lecture",
+            seed_base: int = COMPARE_SEED_BASE) -> list[Setting]:
     """Evaluate every baseline and agent on ``preset``'s problems (:func:`settings`; ``loads`` None:
     each problem's default, 2 on the lecture's); returns the settings with their rows (mean and CI
     per metric), each table ending with its problem's bound row.
@@ -179,9 +224,7 @@ def compare(env: str = "all", seeds: int = 5, rates=(4.0, 8.0), loads=None, trac
         raise ValueError(f"--threads: expected an integer >= 1, got {threads!r}")
     if env not in (*problems.DECISIONS, "all"):
         raise ValueError(f"--env: expected routing, admission or all, got {env!r}")
-    if not isinstance(seeds, int) or seeds < 1:
-        raise ValueError(f"--seeds: expected an integer >= 1, got {seeds!r}")
-    seed_list = [COMPARE_SEED_BASE + i for i in range(seeds)]
+    seed_list = seed_range(seeds, seed_base)
     chosen = settings(preset, env, rates, loads, trace, speed)
     if agents is None:
         agents = shipped_agents() if any(s.problem in AGENT_PROBLEMS for s in chosen) else {}
@@ -208,6 +251,7 @@ def run_plan(plan: list, seed_list, progress: bool, threads: int | None, keep_re
             bound = problems.get(s.problem).bound
             if bound is not None:
                 s.bound = bound(s.env_id, s.env_kwargs, seed_list)
+            add_ratios(s)
     finally:
         if bar is not None:
             bar.close()
@@ -243,15 +287,15 @@ def agents_fitting(setting: Setting, agents: dict) -> dict:
     return out
 
 
-def compare_scenarios(names="all", seeds: int = 5, trace=None, agents: dict | None = None, tuned: list | None = None,
-                      progress: bool = True, threads: int | None = 1) -> tuple[list[Setting], list[str]]:
+def compare_scenarios(names="all", seeds: int = DEFAULT_SEEDS, trace=None, agents: dict | None = None,
+                      tuned: list | None = None, progress: bool = True, threads: int | None = 1,
+                      seed_base: int = COMPARE_SEED_BASE) -> tuple[list[Setting], list[str]]:
     """``compare --scenario``: every baseline at its defaults, the tuned baselines (``tuned``: the
     results of ``tune`` for this problem, on this scenario or on no scenario), the agents that fit
     and the bound, on each scenario of ``names`` ("all" or a list of names). A scenario whose
     ``requires`` are not given (``trace``) is skipped: returns ``(settings, skipped)``, ``skipped``
     holding one reason per skipped scenario."""
-    if not isinstance(seeds, int) or isinstance(seeds, bool) or seeds < 1:
-        raise ValueError(f"--seeds: expected an integer >= 1, got {seeds!r}")
+    seed_list = seed_range(seeds, seed_base)
     chosen = list(SCENARIOS.values()) if names == "all" else [get_scenario(n) for n in names]
     if agents is None:
         agents = shipped_agents()
@@ -270,7 +314,7 @@ def compare_scenarios(names="all", seeds: int = 5, trace=None, agents: dict | No
         s.trace = sc.trace_check(own.get("trace"))
         docs = [d for d in tuned or [] if d.get("scenario") in (None, sc.name)]
         plan.append((s, with_tuned(policies_for(s.problem, agents_fitting(s, agents), sc.name), s.problem, docs)))
-    run_plan(plan, [COMPARE_SEED_BASE + i for i in range(seeds)], progress, threads)
+    run_plan(plan, seed_list, progress, threads)
     return [s for s, _ in plan], skipped
 
 
@@ -367,8 +411,8 @@ def trace_line(setting: Setting) -> str | None:
             f"fingerprint)")
 
 
-def settings_json(settings: list[Setting], seeds: int) -> dict:
-    return {"seeds": [COMPARE_SEED_BASE + i for i in range(seeds)],
+def settings_json(settings: list[Setting], seeds: int, seed_base: int = COMPARE_SEED_BASE) -> dict:
+    return {"seeds": seed_range(seeds, seed_base),
             "settings": [{"problem": s.problem, "label": s.label, "env_id": s.env_id,
                           "env_kwargs": {k: (v if isinstance(v, (int, float, str)) else str(v))
                                          for k, v in s.env_kwargs.items()},

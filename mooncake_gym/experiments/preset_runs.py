@@ -223,9 +223,9 @@ def compare_settings(preset: str | ClusterPreset, env: str = "all", loads=None, 
     return compare.settings(preset, env, None, loads, trace, speed, episode_requests)
 
 
-def compare_header(preset, seeds: int) -> str:
+def compare_header(preset, seeds: int, first: int = compare.COMPARE_SEED_BASE) -> str:
     """The line above ``compare``'s tables on ``preset``: the seeds (and the cluster of a cluster preset)."""
-    first, last = compare.COMPARE_SEED_BASE, compare.COMPARE_SEED_BASE + seeds - 1
+    last = first + seeds - 1
     if get_preset(preset).decode_model != "reserve":
         return (f"{describe(get_preset(preset))}. Mean ± 95% CI over {seeds} held-out seeds ({first}..{last}), "
                 "same workloads for every policy.")

@@ -11,6 +11,13 @@ from every held-out seed (``compare``: 1,000,000 on; agent cards: 2,000,000 on; 
 callback: 10,000 on), so a tuned baseline is judged in ``compare --tuned`` on workloads its tuning
 never saw.
 
+A grid search whose best setting has a knob at the edge of its grid (its smallest or largest
+value) goes on: :func:`extend_to_interior` adds the next value beyond that edge (the grid's own
+step, geometric where the values are positive) and scores it with the other knobs at their best,
+until the best value of every knob has a tried value on each side, or a hard limit is reached: a
+value the policy refuses (``ValueError``: e.g. a weight below 0), or ``MAX_EXTENSIONS`` values added
+past one edge. The document records what was added (``extended``) and each limit met (``limits``).
+
 Backends: ``local`` runs the settings one after the other in this process; ``ray`` hands the same
 objective function to Ray Tune, on a local Ray instance or on the cluster at ``address``
 (``docs/scale-out.md``). Both give the same scores. ``tune_ppo`` sweeps RLlib PPO's learning rate and
@@ -51,6 +58,8 @@ TUNE_EPISODE_REQUESTS = 1000
 PPO_KNOBS = {"lr": [1e-4, 3e-4, 1e-3], "gamma": [0.9, 0.99]}
 PPO_METRIC = ("episode_return_mean", "max")
 BACKENDS = ("local", "ray")
+#: At most this many values are added past one edge of a knob's grid (:func:`extend_to_interior`).
+MAX_EXTENSIONS = 6
 SEARCHES = ("grid", "random")
 
 
@@ -88,6 +97,64 @@ def candidates(knobs: dict, search: str = "grid", budget: int | None = None, see
                          f"{len(grid)}; got {budget}")
     picks = np.random.default_rng(seed).choice(len(grid), size=n, replace=False)
     return [grid[int(i)] for i in picks]
+
+
+def _beyond(values: list, edge: str):
+    """The next value past ``edge`` ("low" or "high") of the sorted numeric grid ``values``: the
+    grid's ratio at that edge where both values there are > 0, else its step; integers stay
+    integers (at least 1 apart)."""
+    a, b = (values[1], values[0]) if edge == "low" else (values[-2], values[-1])  # b is the edge
+    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+    nxt = b * (b / a) if a > 0 and b > 0 else b + (b - a)
+    if ints:
+        nxt = int(round(nxt))
+        if nxt == b:
+            nxt = b + (1 if b > a else -1)
+        return nxt
+    return float(f"{nxt:.12g}")  # 0.009, not 0.009000000000000001
+
+
+def extend_to_interior(knobs: dict, results: list[dict], goal: str, score_settings, accepts,
+                       max_extensions: int = MAX_EXTENSIONS) -> tuple[dict, dict]:
+    """Extend a finished grid search until its best setting is interior (module docstring).
+
+    ``knobs``: the grid (``{knob: [values]}``, numeric); ``results``: the scored settings so far
+    (``{"knobs", "score"}``; appended to); ``score_settings(list of settings) -> list of scores``;
+    ``accepts(setting) -> None | str`` (None: the policy takes it; else why not). Returns
+    ``(extended, limits)``: the values added per knob, and per knob the hard limit met at an edge
+    (the refused value and why, or that ``max_extensions`` values were added)."""
+    extended: dict = {}
+    limits: dict = {}
+    added = {k: {"low": 0, "high": 0} for k in knobs}
+    grid = {k: sorted(v) for k, v in knobs.items()}
+    while True:
+        best = _best(results, goal)["knobs"]
+        todo = []
+        for k, values in grid.items():
+            if len(values) < 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+                continue
+            edge = "low" if best[k] == values[0] else "high" if best[k] == values[-1] else None
+            if edge is None or (k, edge) in limits:
+                continue
+            if added[k][edge] >= max_extensions:
+                limits[(k, edge)] = f"{max_extensions} values added past the {edge} edge"
+                continue
+            value = _beyond(values, edge)
+            setting = {**best, k: value}
+            why = accepts(setting)
+            if why is not None:
+                limits[(k, edge)] = f"{value!r} refused: {why}"
+                continue
+            todo.append((k, edge, value, setting))
+        if not todo:
+            break
+        scores = score_settings([t[3] for t in todo])
+        for (k, edge, value, setting), score in zip(todo, scores):
+            results.append({"knobs": setting, "score": float(score)})
+            grid[k] = sorted(grid[k] + [value])
+            added[k][edge] += 1
+            extended.setdefault(k, []).append(value)
+    return extended, {f"{k} ({edge})": why for (k, edge), why in limits.items()}
 
 
 def tune_seeds(seeds: int) -> list[int]:
@@ -173,20 +240,32 @@ def tune_baseline(policy: str, env: str, budget: int | None = None, search: str 
     settings_to_try = candidates(knobs, search, budget, seed)
     seed_list = tune_seeds(seeds)
     metric, goal = metric_goal(env, metric)
-    if backend == "local":
-        results = []
-        for k in settings_to_try:
-            results.append({"knobs": k, "score": objective(env, policy, k, seed_list, settings, metric, env_id)})
+    fixed = {"problem": env, "name": policy, "seeds": seed_list, "settings": settings, "metric": metric,
+             "env_id": env_id}
+
+    def score_settings(tried: list[dict]) -> list[float]:
+        if backend != "local":
+            return [r["score"] for r in _ray_tune(_baseline_trial, tried, goal, address, fixed, cpus=1)]
+        out = []
+        for k in tried:
+            out.append(objective(env, policy, k, seed_list, settings, metric, env_id))
             if progress is not None:
-                progress(results[-1])
-    else:
-        results = _ray_tune(_baseline_trial, settings_to_try, goal, address,
-                            {"problem": env, "name": policy, "seeds": seed_list, "settings": settings, "metric": metric,
-                             "env_id": env_id},
-                            cpus=1)
+                progress({"knobs": k, "score": out[-1]})
+        return out
+
+    def accepts(setting: dict) -> str | None:
+        try:
+            make_policy(env, policy, **setting)
+        except ValueError as e:
+            return str(e)
+        return None
+
+    results = [{"knobs": k, "score": v} for k, v in zip(settings_to_try, score_settings(settings_to_try))]
+    extended, limits = extend_to_interior(knobs, results, goal, score_settings, accepts) if search == "grid" else ({}, {})
     best = _best(results, goal)
     return {"policy": policy, "env": env, "knobs": best["knobs"], "metric": metric, "goal": goal,
-            "score": best["score"], "search": search, "backend": backend, "grid": knobs, "seeds": seed_list,
+            "score": best["score"], "search": search, "backend": backend, "grid": knobs, "extended": extended,
+            "limits": limits, "seeds": seed_list,
             "workloads": [{"label": label, "env_kwargs": _jsonable_kwargs(kw)} for label, kw in settings],
             "results": results, **extra}
 

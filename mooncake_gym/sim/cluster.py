@@ -71,7 +71,7 @@ from mooncake_gym.sim.metrics import (COMPLETED, LENGTH_CLASSES, OUTCOME_NAMES, 
                                       REJECTED_AFTER_PREFILL, REJECTED_AT_ARRIVAL, length_class_of, load_correlation,
                                       quantile_table)
 from mooncake_gym.sim.policies import KVCentric
-from mooncake_gym.sim.policy import policy_name, reset_policy
+from mooncake_gym.sim.policy import feedback_of, policy_name, reset_policy
 from mooncake_gym.model.presets import ClusterPreset, get_preset
 from mooncake_gym.sim.routing import RoutingSimulator
 from mooncake_gym.sim.views import (ClusterAction, ClusterView, Route, RoutingView, check_admit, check_cluster_action,
@@ -191,6 +191,8 @@ class ClusterSimulator:
         self.seed = seed
         self.observation = as_observation(observation)
         self.router = KVCentric() if router is None else router
+        self._listeners: list[Callable] = []  # the policies' observe (listen), kept across resets
+        self.listen(self.router)
         self.capacity_tokens = p.capacity_tokens
         self.reserve = p.decode_model == "reserve"
         self._arrival, self._input, self._output, _ = trace.columns()
@@ -213,6 +215,13 @@ class ClusterSimulator:
         self._quantile_tables: dict[float, list[int]] = {}
         self._survival: list[float] | None = None
         self.reset()
+
+    def listen(self, policy: Callable) -> None:
+        """Tell ``policy`` (if it has ``observe``: :mod:`mooncake_gym.sim.policy`) each admitted
+        request's measured TTFT at its prefill's end, as that event happens."""
+        observe = feedback_of(policy)
+        if observe is not None:
+            self._listeners.append(observe)
 
     # -- state ------------------------------------------------------------------------------------
     def reset(self) -> ClusterView | None:
@@ -546,6 +555,8 @@ class ClusterSimulator:
 
     def _prefill_done(self, t: float, r: int) -> None:
         del self._in_prefill[r]
+        for observe in self._listeners:  # the feedback channel (mooncake_gym.sim.policy)
+            observe(r, self.prefill_instance[r], self.ttft_s[r], t)
         fifo = self._prefill_fifo[self.prefill_instance[r]]
         if fifo[0][1] == r:
             fifo.popleft()
@@ -999,6 +1010,9 @@ def simulate(trace: Trace, preset: str | ClusterPreset = "mooncake", admission: 
         if pol is not None:
             reset_policy(pol, seed)
     sim = ClusterSimulator(trace, preset, seed=seed, **options)
+    for pol in (admission, routing, decode):
+        if pol is not None:
+            sim.listen(pol)
     view = sim.view
     while view is not None:
         admit = True if admission is None else check_admit(admission(view))

@@ -6,6 +6,17 @@ the action is what that simulator's ``step`` accepts. A policy that needs random
 state may define ``reset(rng)``: the simulator calls it with a ``numpy.random.Generator`` seeded
 from the run's seed before the first decision, so the same seed gives the same numbers.
 A policy may carry a ``name`` attribute for tables; otherwise its class or function name is used.
+
+Feedback: a routing policy that learns from what it measured may define
+``observe(request_index, instance, measured_ttft_s, now_s)``. The simulators call it for every
+request the policy routed, once, when that request's prefill completes: ``now_s`` is the
+completion time, ``measured_ttft_s`` the request's real TTFT (completion - arrival), ``instance``
+the prefill instance that served it. It is called before the first decision at or after ``now_s``
+and never earlier, so a policy learns nothing of a request before it would in a deployment.
+:func:`mooncake_gym.sim.routing.simulate` and :func:`mooncake_gym.sim.cluster.simulate` connect the
+policies they are given; on a simulator you step yourself, call ``sim.listen(policy)`` once
+(``RoutingSimulator``, ``ClusterSimulator``; an environment makes a new one at each ``reset``:
+``env.unwrapped.sim.listen(policy)`` after it, as ``evaluation.episodes.ViewPolicy`` does).
 """
 
 from __future__ import annotations
@@ -37,6 +48,12 @@ def reset_policy(policy: Callable, seed: int | np.random.Generator | None) -> No
     if callable(reset):
         rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
         reset(rng)
+
+
+def feedback_of(policy: Callable) -> Callable | None:
+    """The policy's ``observe`` method (the feedback channel, module docstring), or None."""
+    observe = getattr(policy, "observe", None)
+    return observe if callable(observe) else None
 
 
 def is_policy_spec(name: str) -> bool:

@@ -44,6 +44,7 @@ prefix index, noisy estimates), while every dispatched request is still served e
 
 from __future__ import annotations
 
+import heapq
 import math
 from typing import Any, Callable, Sequence, cast
 
@@ -55,7 +56,7 @@ from mooncake_gym.sim.prefill import PrefillEngine, PrefillInstance, pool_load
 from mooncake_gym.model.costmodel import NODE_TIER_BANDWIDTH, PREFILL_MEMO_SIZE, CostModel
 from mooncake_gym._native import mypyc_attr
 from mooncake_gym.sim.observation import Observer, as_observation, observation_rng
-from mooncake_gym.sim.policy import policy_name, reset_policy
+from mooncake_gym.sim.policy import feedback_of, policy_name, reset_policy
 from mooncake_gym.sim.prefixcache import SSD, PrefixCache, eviction_rng, match_all, match_tiers, pool_tiers
 from mooncake_gym.sim.views import ROUTING_VIEW_FIELDS, Route, RoutingView, check_route
 from mooncake_gym.model.presets import PrefillBatching, RoutingConfig, parse_instances  # noqa: F401 (data)
@@ -347,7 +348,24 @@ class RoutingSimulator:
                 if not c.instance.realistic:
                     raise ValueError(f"prefill_token_budget: batching needs realistic cost models (CostModel.realistic); "
                                      f"instance {i}'s is not")
+        self._listeners: list[Callable] = []  # the policies' observe (listen), kept across resets
         self.reset()
+
+    def listen(self, policy: Callable) -> None:
+        """Tell ``policy`` (if it has ``observe``: :mod:`mooncake_gym.sim.policy`) each dispatched
+        request's measured TTFT when its prefill completes, before the next decision after that."""
+        observe = feedback_of(policy)
+        if observe is not None:
+            self._listeners.append(observe)
+
+    def _deliver(self) -> None:
+        """Feedback: every pending completion up to the next arrival (all of them once done)."""
+        t = self._arrival[self._i] if self._i < len(self._arrival) else math.inf
+        pending = self._feedback
+        while pending and pending[0][0] <= t:
+            end, k, i, ttft = heapq.heappop(pending)
+            for observe in self._listeners:
+                observe(k, i, ttft, end)
 
     # -- stepping -------------------------------------------------------------------------------
     def reset(self) -> RoutingView | None:
@@ -388,6 +406,7 @@ class RoutingSimulator:
         self._uncached: bool = not any(self._cache_blocks) and not self._batched and not cfg.tiered
         self._i = 0
         self._rows: list[tuple] = []  # one outcome per dispatched request (fields of _ARRAYS)
+        self._feedback: list[tuple[float, int, int, float]] = []  # heap of (prefill end, request, instance, ttft)
         self._last_row: tuple | None = None  # the last dispatched request's row of _rows (None after a skip)
         self._last_index = -1
         self._exact: RoutingView | None = None
@@ -505,6 +524,8 @@ class RoutingSimulator:
         self.serve(inst, pull)
         if not self._built:  # view, inlined
             self._build_view()
+        if self._feedback:
+            self._deliver()
         return self._view
 
     def dispatch(self, i: int, pull: bool) -> RoutingView | None:
@@ -512,6 +533,8 @@ class RoutingSimulator:
         self.serve(i, pull)
         if not self._built:  # view, inlined
             self._build_view()
+        if self._feedback:
+            self._deliver()
         return self._view
 
     def serve(self, i: int, pull: bool) -> None:
@@ -540,6 +563,8 @@ class RoutingSimulator:
             self._caches[i].insert(self._blocks[k])  # a cache of 0 blocks: counts its evictions
             self._last_row = row = (now, n_in, i, queue + 0.0 + prefill, queue, 0.0, prefill, 0, 0)
             self._rows.append(row)
+            if self._listeners:
+                heapq.heappush(self._feedback, (inst.busy_until, k, i, row[3]))
             self._last_index = k
             self._i = k + 1
             return
@@ -586,6 +611,8 @@ class RoutingSimulator:
                 counts[2] += fetched
         self._last_row = row = (now, n_in, i, ttft, queue, transfer, prefill, hit, fetched)
         self._rows.append(row)
+        if self._listeners and engine is None:  # batching: told when its iterations are formed (_collect)
+            heapq.heappush(self._feedback, (self.instances[i].busy_until, k, i, ttft))
         self._last_index = k
         self._i = k + 1
         if self._observer is None:  # the exact view is the policy's (the hot path): made when read
@@ -601,7 +628,10 @@ class RoutingSimulator:
         """Pass over the pending request without dispatching it (the cluster simulator's admission
         rejected it): it takes no prefill and touches no cache; returns the next view."""
         self.pass_over()
-        return self.view
+        view = self.view
+        if self._feedback:
+            self._deliver()
+        return view
 
     def pass_over(self) -> None:
         """``skip`` without making the next view."""
@@ -672,6 +702,8 @@ class RoutingSimulator:
             if pos == len(rows) - 1 and self._last_row is not None:
                 self._last_row = row
             ends.append((k, end))
+            if self._listeners:
+                heapq.heappush(self._feedback, (end, k, i, ttft))
         engine.ended.clear()
 
     def finish(self) -> None:
@@ -702,6 +734,7 @@ def simulate(trace: Trace, policy: Callable, config: RoutingConfig | None = None
     numbers (tests/test_engine_routing.py)."""
     sim = RoutingSimulator(trace, config, cost, observation, observation_rng(seed), seed=seed)
     reset_policy(policy, seed)
+    sim.listen(policy)
     chosen = _engine.resolve(engine)
     if chosen == "native":
         why = _native_routing.unsupported(sim, policy)
