@@ -390,9 +390,14 @@ PRESETS: dict[str, ClusterPreset] = {
 
 
 def get_preset(name: str | ClusterPreset) -> ClusterPreset:
-    """A preset by name; a ClusterPreset passes through."""
+    """A preset by name (``PRESETS``), or the preset of a preset file ``PATH.toml``
+    (:func:`mooncake_gym.model.presetfile.load_preset_file`); a ClusterPreset passes through."""
     if isinstance(name, ClusterPreset):
         return name
+    if isinstance(name, str) and name.endswith(".toml"):
+        from mooncake_gym.model.presetfile import load_preset_file
+
+        return load_preset_file(name)
     if name not in PRESETS:
-        raise ValueError(f"preset: unknown {name!r}; expected one of {sorted(PRESETS)}")
+        raise ValueError(f"preset: unknown {name!r}; expected one of {sorted(PRESETS)} or a preset file FILE.toml")
     return PRESETS[name]
