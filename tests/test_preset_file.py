@@ -1,4 +1,4 @@
-"""Preset files (``--preset-file FILE.toml``, ``mooncake_gym.model.presetfile``): the worked H200
+"""Preset files (``--preset-file FILE.toml``, ``mooncake_gym.model.presets.load_preset_file``): the worked H200
 example builds what the cost model builds from the same figures, and every malformed key is a
 one-line error naming the file and the key's dotted path."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mooncake_gym.model import costmodel
-from mooncake_gym.model.presetfile import PresetFileError, load_preset_file
+from mooncake_gym.model.presets import PresetFileError, load_preset_file
 from mooncake_gym.model.presets import PRESETS, get_preset
 
 ROOT = Path(__file__).resolve().parents[1]

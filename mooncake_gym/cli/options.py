@@ -126,7 +126,7 @@ def preset_opt(realistic: str) -> Opt:
                     f"without this option; with {others}, {realistic}")
 
 
-#: ``--preset-file``: a preset of the user's, as data (``mooncake_gym.model.presetfile``; docs/presets.md)
+#: ``--preset-file``: a preset of the user's, as data (``mooncake_gym.model.presets.load_preset_file``; docs/presets.md)
 PRESET_FILE = opt("--preset-file", default=None, metavar="FILE.toml",
                   help="a cluster preset of your own instead of --preset: GPUs, models, pools, interconnect, engine "
                        "overhead and SLOs in TOML (docs/presets.md; docs/examples/h200-preset.toml)")
@@ -134,7 +134,7 @@ PRESET_FILE = opt("--preset-file", default=None, metavar="FILE.toml",
 
 def load_preset_file(args) -> None:
     """``--preset-file``: the file read and checked, its preset in ``args.preset`` (by its name)."""
-    from mooncake_gym.model.presetfile import load_preset_file as load
+    from mooncake_gym.model.presets import load_preset_file as load
 
     if "preset" in getattr(args, "_given_once", ()):
         raise ValueError("--preset-file: give --preset or --preset-file, not both (the file's base = NAME "

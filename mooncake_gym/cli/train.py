@@ -58,6 +58,9 @@ def wrappers(args) -> list[dict]:
 def check(args) -> None:
     env_id, _ = resolve_env(args.env)
     if args.backend == "rllib":
+        if args.env not in ("routing", "admission"):
+            raise ValueError(f"--env: --backend rllib trains routing or admission (the v0 environments), "
+                             f"not {args.env!r}; train it with --backend sb3")
         for dest, default in _SB3.items():
             if getattr(args, dest) != default:
                 raise ValueError(f"{option(dest)}: stable-baselines3 only (--backend sb3){_SB3_WHY.get(dest, '')}")

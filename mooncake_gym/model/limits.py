@@ -95,7 +95,7 @@ LIMITS: dict[str, Limit] = {
     # cache analysis
     "blocks": Limit(1, 10**10, True, "blocks"),
     "gib": Limit(1e-9, 1e9, False, "GiB"),
-    # preset files (mooncake_gym.model.presetfile): a GPU's figures, a model's shape, an instance's
+    # preset files (mooncake_gym.model.presets.load_preset_file): a GPU's figures, a model's shape, an instance's
     # efficiencies and overheads, the engine's mechanisms
     "peak_flops": Limit(1e9, 1e18, False, "FLOP/s per GPU"),
     "hbm_bytes": Limit(2**20, 2**50, True, "bytes per GPU"),
