@@ -34,7 +34,7 @@ def test_the_masks_of_the_mooncake_cluster():
     assert terminated and info["action_mask"].tolist() == [1] * 21  # no decision pending: nothing masked
 
 
-def test_a_pull_is_masked_where_every_instance_holds_the_prefix(tmp_path):
+def test_a_pull_is_masked_where_every_instance_holds_the_prefix(tmp_path, preset_tables):
     one = tmp_path / "one.toml"
     one.write_text('[preset]\nname = "mask-one"\nn_prefill = 1\nn_decode = 1\n')
     env = gym.make("mooncake_gym/Conductor-v1", trace=SHARED, preset=str(one))

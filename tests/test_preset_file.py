@@ -22,13 +22,9 @@ TABLES = (costmodel.GPU_PEAK_BF16_FLOPS, costmodel.GPU_HBM_BYTES, costmodel.GPU_
 
 
 @pytest.fixture(autouse=True)
-def restore_tables():
-    """The tables a file adds to, as they were before each test (the additions are process-wide)."""
-    before = [dict(t) for t in TABLES]
-    yield
-    for table, old in zip(TABLES, before):
-        table.clear()
-        table.update(old)
+def restore_tables(preset_tables):
+    """Every test here leaves the tables as it found them (conftest's ``preset_tables``)."""
+    assert preset_tables == TABLES
 
 
 GPU = """
