@@ -100,10 +100,13 @@ def space_to_json(space) -> dict:
 
     if isinstance(space, spaces.Discrete):
         return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, spaces.MultiDiscrete) and space.nvec.ndim == 1:
+        return {"type": "MultiDiscrete", "nvec": [int(n) for n in space.nvec]}
     if isinstance(space, spaces.Box):
         return {"type": "Box", "shape": list(space.shape), "dtype": str(space.dtype),
                 "low": space.low.ravel().tolist(), "high": space.high.ravel().tolist()}
-    raise AgentFormatError(f"agent: the format stores Box observations and Discrete actions, not {space}")
+    raise AgentFormatError(f"agent: the format stores Box observations and Discrete or MultiDiscrete actions, "
+                           f"not {space}")
 
 
 def _is_int(x: Any) -> bool:
@@ -122,6 +125,12 @@ def space_from_json(d: Any, what: str):
             if not (_is_int(d["n"]) and 0 < d["n"] <= MAX_AGENT_ACTIONS and _is_int(d["start"])):
                 raise ValueError(f"n must be an integer in 1..{MAX_AGENT_ACTIONS} and start an integer")
             return spaces.Discrete(d["n"], start=d["start"])
+        if d["type"] == "MultiDiscrete":  # Conductor-v1's actions: one Discrete per decision
+            nvec = d["nvec"]
+            if not (isinstance(nvec, list) and 0 < len(nvec) <= 64 and all(_is_int(n) and n > 0 for n in nvec)
+                    and sum(nvec) <= MAX_AGENT_ACTIONS):
+                raise ValueError(f"nvec must list 1 to 64 positive integers of sum at most {MAX_AGENT_ACTIONS}")
+            return spaces.MultiDiscrete(nvec)
         if d["type"] == "Box":
             shape = d["shape"]
             if not (isinstance(shape, list) and 0 < len(shape) <= 8 and all(_is_int(x) and x > 0 for x in shape)):
@@ -140,7 +149,8 @@ def space_from_json(d: Any, what: str):
             return spaces.Box(low, high, tuple(shape), dtype=d["dtype"])
         raise ValueError(f"type {d['type']!r}")
     except (KeyError, TypeError, ValueError) as e:
-        raise AgentFormatError(f"agent card: {what} is not a Box or Discrete space description ({e})") from None
+        raise AgentFormatError(f"agent card: {what} is not a Box, Discrete or MultiDiscrete space description "
+                               f"({e})") from None
 
 
 # --- observation normalisation (VecNormalize's statistics as numbers) ----------------------------
@@ -462,7 +472,8 @@ def parameter_bound(algorithm: str, observation_space, action_space, kwargs: dic
     every network the algorithm's policy may build is counted (actor and critic, DQN's target
     network, an LSTM for the actor and one for the critic)."""
     features = math.prod(observation_space.shape)
-    actions = int(action_space.n)
+    # the actor's outputs: one logit per action, or per value of each dimension (MultiDiscrete)
+    actions = int(action_space.n) if hasattr(action_space, "n") else int(sum(action_space.nvec))
     layers = kwargs.get("net_arch", [64, 64])
     per_net = [list(v) for v in layers.values()] if isinstance(layers, dict) else [list(layers)]
     widest = max(per_net, key=lambda sizes: sum(sizes), default=[])
@@ -605,8 +616,9 @@ def _load_weights(zip_path: Path, card: dict, trusted: bool) -> Agent:
         raise AgentFormatError(f"agent card: policy {card['policy']!r} is not allowed for {algo} (only {POLICIES[algo]})")
     obs_space = space_from_json(card["observation_space"], "observation_space")
     act_space = space_from_json(card["action_space"], "action_space")
-    if not hasattr(act_space, "n"):
-        raise AgentFormatError("agent card: action_space must be Discrete")
+    if obs_space.__class__.__name__ != "Box" or act_space.__class__.__name__ == "Box":
+        raise AgentFormatError("agent card: expected a Box observation_space and a Discrete or MultiDiscrete "
+                               "action_space")
     kwargs = _architecture_kwargs(card["architecture"])
     parameters = parameter_bound(algo, obs_space, act_space, kwargs)
     if parameters > MAX_AGENT_PARAMETERS:

@@ -1,9 +1,13 @@
 """Train an agent (stable-baselines3 PPO, A2C or DQN; sb3-contrib RecurrentPPO or MaskablePPO) on
-one of the two environments.
+any registered environment: ``routing`` and ``admission`` (the lecture's two, ``PrefillRouting-v0``
+and ``OverloadAdmission-v0``), the v1 environments, ``Conductor-v1`` and every scenario id
+(:func:`resolve_env`), its keyword arguments checked against the environment's own signature.
 
 Hyperparameters come from ``agents/hyperparams.yml`` keyed by env id (the PPO recipe; ``a2c`` and
-``dqn`` sub-entries for those). Training episodes draw randomised workloads (routing: session
-rates across idle-to-overloaded; admission: loads from 1x to 3x the decode capacity). An
+``dqn`` sub-entries for those); a scenario takes its base environment's entry without that entry's
+workload (the scenario fixes its own). Training episodes of the recipes draw randomised workloads
+(routing: session rates across idle-to-overloaded; admission: loads from 1x to 3x the decode
+capacity; the v1 environments: loads across their saturation). An
 evaluation callback runs on held-out seeds and keeps the best model; :func:`train` writes it in the
 agent format of :mod:`mooncake_gym.agents.agentfile` (zip + JSON card: env id and kwargs,
 algorithm and architecture, VecNormalize statistics and wrappers, seed, timesteps, wall time,
@@ -28,7 +32,7 @@ from mooncake_gym._files import write_atomic
 from mooncake_gym.agents import load_agent
 from mooncake_gym.agents.agentfile import (ALGO_NAMES, algorithm_class, apply_wrappers, format_card, ObsNormalizer,
                                            POLICIES, sha256_of, wrapper_spec)
-from mooncake_gym.baselines import make_policy
+from mooncake_gym.baselines import POLICIES as BASELINES, make_policy
 from mooncake_gym.envs import ADMISSION_ENV_ID, ROUTING_ENV_ID
 from mooncake_gym.evaluation.episodes import evaluate
 
@@ -45,14 +49,90 @@ RUN_KEYS = ("n_timesteps", "n_envs", "policy", "env_kwargs", "eval_env_kwargs", 
 SUBPROC_MIN_STEP_S = 1e-3
 
 
+#: The prefix of the package's env ids (``--env Conductor-v1`` is ``mooncake_gym/Conductor-v1``).
+ENV_NAMESPACE = "mooncake_gym/"
+
+
+def registered_env_ids() -> list[str]:
+    """Every env id the package registers: the v0 and v1 environments, Conductor-v1, the scenarios."""
+    import gymnasium as gym
+
+    import mooncake_gym  # noqa: F401  (registers the env ids)
+
+    return sorted(i for i in gym.registry if i.startswith(ENV_NAMESPACE))
+
+
+def resolve_env(env: str) -> tuple[str, str]:
+    """``(env id, short name)`` of ``--env``: ``routing`` / ``admission`` (the v0 environments) or a
+    registered id, with or without ``mooncake_gym/`` (``Conductor-v1``, ``routing-saturated-v1``)."""
+    if env in ENV_IDS:
+        return ENV_IDS[env], env
+    full = env if env.startswith(ENV_NAMESPACE) else ENV_NAMESPACE + env
+    ids = registered_env_ids()
+    if full not in ids:
+        names = [*ENV_IDS, *(i[len(ENV_NAMESPACE):] for i in ids)]
+        raise ValueError(f"--env: expected one of {', '.join(names)}, got {env!r}")
+    return full, full[len(ENV_NAMESPACE):]
+
+
+def env_parameters(env_id: str) -> list[str]:
+    """The keyword arguments the environment of ``env_id`` takes (its class's ``__init__``)."""
+    import inspect
+
+    import gymnasium as gym
+
+    cls = gym.spec(env_id).entry_point
+    if isinstance(cls, str):
+        module, _, name = cls.partition(":")
+        cls = getattr(importlib.import_module(module), name)
+    return [n for n, p in inspect.signature(cls.__init__).parameters.items()
+            if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+def check_env_kwargs(env_id: str, kwargs: dict) -> None:
+    """``ValueError`` of one line naming an argument ``env_id``'s environment does not take (and
+    listing those it takes), or a scenario's argument that must be given."""
+    accepted = env_parameters(env_id)
+    unknown = [k for k in kwargs if k not in accepted]
+    if unknown:
+        raise ValueError(f"--env-kwargs: {env_id} takes no {unknown[0]!r}; it accepts {', '.join(accepted)}")
+    scenario = _scenario(env_id)
+    if scenario is not None:
+        missing = scenario.missing(**kwargs)
+        if missing:
+            raise ValueError(f"--env-kwargs: {env_id} needs {', '.join(f'{m}=...' for m in missing)} "
+                             f"(scenario {scenario.name} has no default)")
+
+
+def _problem_of(env_id: str):
+    """The problem (``mooncake_gym.evaluation.problems``) of ``env_id``'s environment, or None."""
+    from mooncake_gym.evaluation.problems import PROBLEMS
+
+    scenario = _scenario(env_id)
+    base = scenario.base_env_id if scenario is not None else env_id
+    return next((p for p in PROBLEMS.values() if base in p.env_ids), None)
+
+
+def _scenario(env_id: str):
+    from mooncake_gym.evaluation.scenarios import SCENARIOS
+
+    return next((s for s in SCENARIOS.values() if s.env_id == env_id), None)
+
+
 def load_hyperparams(env_id: str, algo: str = "ppo") -> dict:
     """The ``agents/hyperparams.yml`` entry of ``env_id`` for ``algo`` (ppo, a2c, dqn, recurrentppo,
-    maskableppo): the run's settings plus that algorithm's hyperparameters."""
+    maskableppo): the run's settings plus that algorithm's hyperparameters. A scenario's id takes the
+    entry of its base environment without its workload (``env_kwargs``, ``eval_env_kwargs``): the
+    scenario's registered arguments are the workload."""
     text = resources.files("mooncake_gym.agents").joinpath("hyperparams.yml").read_text()
     table = yaml.safe_load(text)
-    if env_id not in table:
+    scenario = _scenario(env_id) if env_id not in table else None
+    if scenario is not None and scenario.base_env_id in table:
+        entry = {k: v for k, v in table[scenario.base_env_id].items() if k not in ("env_kwargs", "eval_env_kwargs")}
+    elif env_id in table:
+        entry = dict(table[env_id])
+    else:
         raise ValueError(f"env: no hyperparameters for {env_id!r} in agents/hyperparams.yml")
-    entry = dict(table[env_id])
     subs = {k: entry.pop(k) for k in ("a2c", "dqn") if k in entry}
     algo = algo.lower()
     if algo not in ALGO_NAMES:
@@ -211,8 +291,9 @@ def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.P
           verbose: int = 0, evaluate_card: bool = True, overrides: dict | None = None, algo: str = "ppo",
           env_kwargs: dict | None = None, n_envs: int | None = None, vecnormalize: bool = False,
           wrappers=(), vec_env: str = "auto") -> Path:
-    """Train ``algo`` on ``env`` ('routing' or 'admission'); returns the path of the best model's zip
-    (``<algo>_<env>.zip``, e.g. ``ppo_routing.zip``) beside its card (``.json``).
+    """Train ``algo`` on ``env`` ('routing', 'admission' or a registered id: :func:`resolve_env`);
+    returns the path of the best model's zip (``<algo>_<env>.zip``, e.g. ``ppo_routing.zip``,
+    ``ppo_Conductor-v1.zip``) beside its card (``.json``).
 
     ``overrides`` replaces entries of the ``hyperparams.yml`` entry (for experiments; the card records
     the values used); ``env_kwargs`` goes on top of the recipe's training workload (see
@@ -229,8 +310,7 @@ def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.P
 
     import mooncake_gym  # noqa: F401  (registers the env ids)
 
-    if env not in ENV_IDS:
-        raise ValueError(f"env: expected one of {sorted(ENV_IDS)}, got {env!r}")
+    env_id, env = resolve_env(env)
     if tensorboard is not None and importlib.util.find_spec("tensorboard") is None:
         raise ValueError("tensorboard: logging to TensorBoard needs the tensorboard package: "
                          "pip install 'mooncake-gym[tensorboard]'")
@@ -240,7 +320,6 @@ def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.P
         raise ValueError(f"n_envs: expected an integer in 1..256, got {n_envs!r}")
     algo_cls = algorithm_class(algo)   # a one-line error naming the extra if sb3-contrib is missing
     algo_name = ALGO_NAMES[algo.lower()]
-    env_id = ENV_IDS[env]
     specs = [wrapper_spec(w) for w in wrappers]
     hp = {**load_hyperparams(env_id, algo), **(overrides or {})}
     total = int(timesteps if timesteps is not None else hp.pop("n_timesteps"))
@@ -249,6 +328,7 @@ def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.P
         raise ValueError(f"timesteps: expected >= 1, got {total}")
     out = Path(out)
     user_kwargs = dict(env_kwargs or {})
+    check_env_kwargs(env_id, user_kwargs)
     env_kwargs = merge_env_kwargs(hp.pop("env_kwargs", {}), user_kwargs)
     # the evaluation episodes share the training env's settings (reward, penalties, sizes) except the
     # randomised workload, which eval_env_kwargs fixes: "best model" is judged by the trained reward
@@ -339,7 +419,7 @@ def train(env: str, timesteps: int | None = None, seed: int = 0, out: str | os.P
     card_file = final.with_suffix(".json")
     write_atomic(card_file, json.dumps(card, indent=2) + "\n")
     if evaluate_card:
-        card["evaluation"] = card_evaluation(env, load_agent(final), env_kwargs, algo.lower())
+        card["evaluation"] = card_evaluation(env, load_agent(final), env_kwargs, algo.lower(), eval_kwargs)
         write_atomic(card_file, json.dumps(card, indent=2) + "\n")
     return final
 
@@ -366,11 +446,28 @@ CARD_METRICS = {"routing": ("mean_ttft_s", "slo_attainment", "hit_ratio"),
                 "admission": ("completed", "goodput", "wasted_prefill_s")}
 
 
-def card_evaluation(env: str, model, env_kwargs: dict | None = None, name: str = "ppo") -> list[dict]:
+def card_evaluation(env: str, model, env_kwargs: dict | None = None, name: str = "ppo",
+                    eval_kwargs: dict | None = None) -> list[dict]:
     """The agent (row key ``name``) next to the strongest baselines on held-out seeds: means over
     ``CARD_SEEDS`` on the ``CARD_SETTINGS`` workloads, with the other settings of ``env_kwargs``
-    (cluster size, reward...) as the agent was trained."""
+    (cluster size, reward...) as the agent was trained. Another environment than the lecture's two
+    (:func:`resolve_env`'s short name): one row on its evaluation workload ``eval_kwargs``, the
+    agent and its problem's strongest baselines (``CARD_BASELINES`` of the decision) by the
+    problem's main metric and the episode return."""
     import numpy as np
+
+    if env not in CARD_SETTINGS:
+        env_id = resolve_env(env)[0]
+        problem = _problem_of(env_id)
+        metrics = ("return",) if problem is None else (problem.metric, "return")
+        baselines = {} if problem is None else {
+            who: problem.policy(who) for who in CARD_BASELINES[problem.decision] if who in BASELINES[problem.baselines]}
+        kwargs = dict(eval_kwargs or {})
+        row = {"env_kwargs": kwargs, "seeds": list(CARD_SEEDS)}
+        for who, policy in {name: model, **baselines}.items():
+            episodes = evaluate(env_id, policy, CARD_SEEDS, **kwargs)
+            row[who] = {m: float(np.mean([e[m] for e in episodes])) for m in metrics}
+        return [row]
 
     workload = ("rate", "load", "episode_requests", "trace", "base_trace", "speed")
     base = {k: v for k, v in (env_kwargs or {}).items() if k not in workload and not k.endswith("_range")}

@@ -34,3 +34,19 @@ def shared_trace():
     if not SHARED_TRACE.is_file():
         pytest.skip(f"Mooncake's synthetic trace is not at {SHARED_TRACE} (it lives in shared/, outside the repo)")
     return read_trace(SHARED_TRACE)
+
+
+@pytest.fixture
+def preset_tables():
+    """The tables a preset file adds to (the cost model's GPUs, interconnect and models, the presets),
+    as they were before the test: a file's additions are process-wide."""
+    from mooncake_gym.model import costmodel
+    from mooncake_gym.model.presets import PRESETS
+
+    tables = (costmodel.GPU_PEAK_BF16_FLOPS, costmodel.GPU_HBM_BYTES, costmodel.GPU_HBM_BANDWIDTH,
+              costmodel.INTERCONNECT, costmodel.MODELS, PRESETS)
+    before = [dict(t) for t in tables]
+    yield tables
+    for table, old in zip(tables, before):
+        table.clear()
+        table.update(old)

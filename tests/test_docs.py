@@ -1,4 +1,4 @@
-"""Docs that stay true: every code block of README.md and docs/tutorial.md runs, in document order,
+"""Docs that stay true: every code block of README.md, docs/tutorial.md and docs/presets.md runs, in document order,
 in one scratch directory, and where a ```text block follows a block it must be what the block prints.
 
 How a block runs:
@@ -38,7 +38,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ["README.md", "docs/tutorial.md"]
+DOCS = ["README.md", "docs/tutorial.md", "docs/presets.md"]
 FULL = os.environ.get("DOCS_TEST_FULL", "") not in ("", "0")
 _FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.S | re.M)
 _DIRECTIVE = re.compile(r"<!--\s*docs-test:\s*(.*?)\s*-->", re.S)

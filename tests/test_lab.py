@@ -127,7 +127,7 @@ def first(view):
 '''
 
 
-def test_grade_scores_a_submission_between_the_baselines(tmp_path, capsys):
+def test_grade_runs_a_submission_next_to_the_baselines(tmp_path, capsys):
     path = tmp_path / "submission.py"
     path.write_text(SUBMISSION)
     code = lab.main(["grade", "--env", "routing", "--policy", f"{path}:route", "--seeds", "5,6",
@@ -135,17 +135,43 @@ def test_grade_scores_a_submission_between_the_baselines(tmp_path, capsys):
     assert code == 0
     out = capsys.readouterr().out
     for name in ("random", "load", "cache", "kvcentric", "student"):
-        assert re.search(rf"^{name}\s", out, re.M)
+        assert re.search(rf"^{name}\s.*n/a$", out, re.M)  # another workload than the rubric's: no score
     assert "episode_requests=200; 2 hidden seeds" in out
+    assert "no score: the rubric's thresholds were measured on the default workload" in out
     policy = lab.load_policy(f"{path}:route")
     setting, scores = lab.grade("routing", [5, 6], policy=policy, env_kwargs={"episode_requests": 200})
     # the submission is Algorithm 1, reseeded like the baseline: the same episodes, the same numbers
     assert scores["submission"] == scores["kvcentric"]
-    assert max(s["score"] for n, s in scores.items() if n != "submission") == pytest.approx(100.0)
-    assert min(s["score"] for s in scores.values()) == 0.0
-    _, worst = lab.grade("routing", [5], policy=lab.load_policy(f"{path}:first"),
-                         env_kwargs={"episode_requests": 200})
-    assert worst["submission"]["score"] < 0  # everything on instance 0: below every baseline
+    assert scores["submission"]["score"] is None
+
+
+def test_the_rubric_scores_linearly_between_its_fixed_thresholds():
+    routing, admission = lab.RUBRIC["routing"], lab.RUBRIC["admission"]
+    assert routing.score(routing.full) == 100.0 and routing.score(routing.zero) == 0.0
+    assert routing.score((routing.full + routing.zero) / 2) == pytest.approx(50.0)
+    assert routing.score(0.01) == 100.0 and routing.score(60.0) == 0.0  # better than full, worse than zero
+    assert admission.score(1541.0) == 100.0 and admission.score(0.0) == 0.0
+    assert admission.score(770.5) == 50.0 and admission.score(1600.0) == 100.0
+
+
+def test_the_rubric_is_what_its_command_measures():
+    routing = lab.measure_rubric("routing", ("random", "kvcentric"))
+    assert routing == {"random": lab.RUBRIC["routing"].zero, "kvcentric": lab.RUBRIC["routing"].full}
+    admission = lab.measure_rubric("admission")
+    assert admission["baseline"] == lab.RUBRIC["admission"].full == max(admission.values())
+
+
+def test_random_scores_zero_on_the_rubric_seeds_whatever_the_other_rows():
+    from mooncake_gym.baselines import make_policy
+
+    seeds = lab.RUBRIC_SEEDS
+    _, alone = lab.grade("routing", seeds, policy=make_policy("routing", "random"), baselines=())
+    assert set(alone) == {"submission"} and alone["submission"]["score"] == 0.0
+    assert alone["submission"]["mean_ttft_s"] == lab.RUBRIC["routing"].zero
+    _, beside = lab.grade("routing", seeds, policy=make_policy("routing", "random"), baselines=("kvcentric",))
+    assert beside["submission"] == alone["submission"] and beside["kvcentric"]["score"] == 100.0
+    _, nothing = lab.grade("admission", seeds[:2], policy=lambda view: False, baselines=())
+    assert nothing["submission"]["goodput"] == 0.0 and nothing["submission"]["score"] == 0.0
 
 
 def test_grade_an_admission_agent(tmp_path, capsys):

@@ -145,6 +145,25 @@ RUN_OUTPUTS = (
 )
 
 
+#: ``--preset-file``: a preset of the user's, as data (``mooncake_gym.model.presets.load_preset_file``; docs/presets.md)
+PRESET_FILE = opt("--preset-file", default=None, metavar="FILE.toml",
+                  help="a cluster preset of your own instead of --preset: GPUs, models, pools, interconnect, engine "
+                       "overhead and SLOs in TOML (docs/presets.md; docs/examples/h200-preset.toml)")
+
+
+def load_preset_file(args) -> None:
+    """``--preset-file``: the file read and checked, its preset in ``args.preset`` (by its name)."""
+    from mooncake_gym.model.presets import load_preset_file as load
+
+    if "preset" in getattr(args, "_given_once", ()):
+        raise ValueError("--preset-file: give --preset or --preset-file, not both (the file's base = NAME "
+                         "starts from a built-in preset)")
+    try:
+        args.preset = load(args.preset_file).name
+    except ValueError as e:
+        raise ValueError(f"--preset-file: {e}") from None
+
+
 JSON = opt("--json", action="store_true", help="print one JSON document")
 
 
@@ -182,7 +201,8 @@ def _once(kwargs: dict) -> dict:
 @dataclass(frozen=True)
 class Command:
     """A command: its name (``trace stats`` for a subcommand), help, options, no-effect rules,
-    its own checks (``check(args)``, after the declared ones) and its run (``run(args) -> exit code``)."""
+    its own checks (``check(args)``, after the declared ones) and its run (``run(args) -> exit code``).
+    A command with a ``--preset`` option takes ``--preset-file`` too (:data:`PRESET_FILE`)."""
 
     name: str
     help: str
@@ -191,10 +211,17 @@ class Command:
     check: Callable | None = None
     rules: tuple = ()
 
+    @property
+    def all_options(self) -> tuple:
+        """The declared options, and ``--preset-file`` beside a ``--preset``."""
+        if any(o.dest == "preset" for o in self.options):
+            return (*self.options, PRESET_FILE)
+        return self.options
+
     def add_to(self, sub) -> None:
         p = sub.add_parser(self.name.split()[-1], help=self.help)
         groups = {}
-        for o in self.options:
+        for o in self.all_options:
             if o.group is not None and o.group not in groups:
                 groups[o.group] = p.add_mutually_exclusive_group()
             positional = not o.flags[0].startswith("-")
@@ -204,6 +231,8 @@ class Command:
     def check_args(self, args) -> None:
         """The declared checks: limits, synthetic-trace options, preset-only options, no-effect
         rules; then the command's own."""
+        if given(getattr(args, "preset_file", None)):
+            load_preset_file(args)
         for o in self.options:
             value = getattr(args, o.dest)
             if o.limit is not None:

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from mooncake_gym.agents.rllib import train_rllib
-from mooncake_gym.agents.train import parse_env_kwargs, train
+from mooncake_gym.agents.train import check_env_kwargs, parse_env_kwargs, resolve_env, train
 from mooncake_gym.cli.options import Command, opt, option
-from mooncake_gym.evaluation.problems import DECISIONS
 
 #: the options of stable-baselines3 only, with their defaults (given with --backend rllib: an error)
 _SB3 = {"timesteps": None, "tensorboard": None, "algo": "ppo", "env_kwargs": None, "n_envs": None,
@@ -14,11 +13,15 @@ _SB3_WHY = {"timesteps": "; with --backend rllib give --iterations",
             "tensorboard": " (RLlib's results are in its checkpoint folder)"}
 
 OPTIONS = (
-    opt("--env", choices=list(DECISIONS), required=True, help="which problem"),
+    opt("--env", required=True, metavar="ID",
+        help="routing or admission (the lecture's PrefillRouting-v0 / OverloadAdmission-v0), or any registered "
+             "id: PrefillRouting-v1, OverloadAdmission-v1, Conductor-v1, a scenario's (routing-saturated-v1; "
+             "docs/scenarios.md)"),
     opt("--algo", choices=["ppo", "a2c", "dqn", "recurrentppo", "maskableppo"], default="ppo",
         help="algorithm (default ppo; recurrentppo and maskableppo need pip install 'mooncake-gym[contrib]')"),
     opt("--env-kwargs", default=None,
-        help="env kwargs on top of the recipe's, as JSON or key=value,...: e.g. rate=8 or n_instances=4"),
+        help="env kwargs on top of the recipe's, as JSON or key=value,...: e.g. rate=8, n_instances=4 or, on "
+             "the v1 environments, preset=h100 (or preset=FILE.toml); checked against the env's own arguments"),
     opt("--n-envs", type=int, default=None, limit="n_envs", help="parallel training envs (default: agents/hyperparams.yml)"),
     opt("--vec-env", choices=["auto", "dummy", "subproc"], default="auto",
         help="run the envs in this process (dummy) or in subprocesses; auto: subprocesses only where "
@@ -53,7 +56,11 @@ def wrappers(args) -> list[dict]:
 
 
 def check(args) -> None:
+    env_id, _ = resolve_env(args.env)
     if args.backend == "rllib":
+        if args.env not in ("routing", "admission"):
+            raise ValueError(f"--env: --backend rllib trains routing or admission (the v0 environments), "
+                             f"not {args.env!r}; train it with --backend sb3")
         for dest, default in _SB3.items():
             if getattr(args, dest) != default:
                 raise ValueError(f"{option(dest)}: stable-baselines3 only (--backend sb3){_SB3_WHY.get(dest, '')}")
@@ -61,7 +68,8 @@ def check(args) -> None:
     for dest in ("iterations", "num_env_runners", "address"):
         if getattr(args, dest) is not None:
             raise ValueError(f"{option(dest)}: for --backend rllib only")
-    parse_env_kwargs(args.env_kwargs)  # a malformed --env-kwargs or --wrapper names itself before training
+    # a malformed --env-kwargs or --wrapper, or an argument the env does not take, names itself before training
+    check_env_kwargs(env_id, parse_env_kwargs(args.env_kwargs))
     wrappers(args)
 
 

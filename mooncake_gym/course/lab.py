@@ -422,12 +422,71 @@ def _seeds(text: str) -> list[int]:
     return seeds
 
 
+@dataclass(frozen=True)
+class Rubric:
+    """How ``grade`` scores an exercise: fixed thresholds of its problem's main metric, measured once
+    (:func:`measure_rubric`, ``python -m mooncake_gym.course.lab rubric --env ENV``) on
+    :data:`RUBRIC_SEEDS` with the exercise's default workload (``GRADE_KWARGS``) and written here.
+
+    A mean ``metric`` at or better than ``full`` (the ``reference`` baseline's) scores 100, at or
+    worse than ``zero`` (the ``floor`` baseline's) 0, linearly in between (``goal``: ``min`` when
+    lower is better). The score depends on the submission's metric alone, never on what the
+    baselines did in the same run."""
+
+    metric: str
+    goal: str
+    full: float
+    zero: float
+    reference: str
+    floor: str
+
+    def score(self, value: float) -> float:
+        """The score of a mean ``metric`` of ``value``, in [0, 100]."""
+        share = (value - self.zero) / (self.full - self.zero)  # both signs of goal: full is better than zero
+        return 100.0 * min(1.0, max(0.0, share))
+
+
+#: The episodes the rubric's thresholds were measured on (apart from the checks' 501-603, training's
+#: seeds below 1,000 and compare's from 1,000,000; graders pick their own hidden seeds).
+RUBRIC_SEEDS = tuple(range(3_000_000, 3_000_010))
+#: The rubric of each graded exercise, on its problem's main metric (compare ranks by it). Routing:
+#: full marks at Mooncake's Algorithm 1 (kvcentric), zero at random routing. Admission: full marks at
+#: the best baseline (admitting every request: on the lecture's toy at load 2 no rejection rule
+#: beats it on goodput), zero at rejecting every request (goodput 0, by construction). The measured
+#: figures: ``python -m mooncake_gym.course.lab rubric --env routing`` and ``--env admission``
+#: (2026-12-03; docs/lab/README.md, "Grading"); tests check that the command still measures them.
+RUBRIC = {
+    "routing": Rubric("mean_ttft_s", "min", full=0.4320200523657727, zero=6.3723063105098685,
+                      reference="kvcentric", floor="random"),
+    "admission": Rubric("goodput", "max", full=1541.0, zero=0.0, reference="baseline",
+                        floor="rejecting every request"),
+}
+
+
+def measure_rubric(env: str, names=None, seeds=RUBRIC_SEEDS) -> dict:
+    """The mean of ``env``'s rubric metric for each baseline of ``names`` (default: every one) on
+    ``seeds`` with the exercise's default workload: how :data:`RUBRIC`'s thresholds were measured."""
+    from mooncake_gym.experiments.compare import Setting, run_setting
+    from mooncake_gym.evaluation import problems
+
+    if env not in RUBRIC:
+        raise ValueError(f"--env: expected {' or '.join(RUBRIC)}, got {env!r}")
+    problem = problems.get(env)
+    policies = problem.policies()
+    setting = Setting(env, env, problem.env_id, dict(GRADE_KWARGS[env]))
+    run_setting(setting, {n: policies[n] for n in (names or policies)}, list(seeds))
+    metric = RUBRIC[env].metric
+    return {n: float(np.mean([e[metric] for e in episodes])) for n, episodes in setting.episodes.items()}
+
+
 def grade(env: str, seeds, policy=None, agent=None, env_kwargs: dict | None = None, name: str = "submission",
-          limits: Limits = Limits()):
-    """Evaluate ``policy`` or ``agent`` (an SB3 model) next to every baseline of ``env`` ('routing' or
-    'admission') on ``seeds``; returns ``(setting, scores)`` where ``setting`` holds the table rows
-    (compare's format, means with 95 % intervals) and ``scores`` maps each row to its mean return and
-    score: 100 x (return - worst baseline's) / (best baseline's - worst baseline's).
+          limits: Limits = Limits(), baselines=None):
+    """Evaluate ``policy`` or ``agent`` (an SB3 model) next to the baselines of ``env`` ('routing' or
+    'admission'; ``baselines``: their names, default every one) on ``seeds``; returns ``(setting,
+    scores)`` where ``setting`` holds the table rows (compare's format, means with 95 % intervals) and
+    ``scores`` maps each row to its mean return, its mean rubric metric and its score by the
+    exercise's fixed :data:`RUBRIC` (None with ``env_kwargs`` that change the workload the rubric was
+    measured on).
 
     ``policy`` is a function of the view (run here), or a submission ``module:function`` /
     ``path/file.py:function``, run in a child process within ``limits``
@@ -453,7 +512,8 @@ def grade(env: str, seeds, policy=None, agent=None, env_kwargs: dict | None = No
     except SubmissionFailed as e:
         failure = str(e)
     try:
-        run_setting(setting, policies_for(env, {}), list(seeds))
+        every = policies_for(env, {})
+        run_setting(setting, {n: p for n, p in every.items() if baselines is None or n in baselines}, list(seeds))
         if failure is None:
             run_setting(setting, {name: ViewPolicy(submission, name) if policy is not None else ModelPolicy(agent, name)},
                         list(seeds))
@@ -466,13 +526,15 @@ def grade(env: str, seeds, policy=None, agent=None, env_kwargs: dict | None = No
     finally:
         if isinstance(submission, SandboxedPolicy):
             submission.close()
-    returns = {n: float(np.mean([e["return"] for e in episodes])) for n, episodes in setting.episodes.items()}
-    baseline_returns = [r for n, r in returns.items() if n != name]
-    low, high = min(baseline_returns), max(baseline_returns)
-    scores = {n: {"return": r, "score": 100.0 * (r - low) / (high - low) if high > low else float("nan")}
-              for n, r in returns.items()}
+    rubric = RUBRIC[env]
+    scored = kwargs == GRADE_KWARGS[env]  # the rubric's thresholds hold for the workload they were measured on
+    scores = {}
+    for n, episodes in setting.episodes.items():
+        value = float(np.mean([e[rubric.metric] for e in episodes]))
+        scores[n] = {"return": float(np.mean([e["return"] for e in episodes])), rubric.metric: value,
+                     "score": rubric.score(value) if scored else None}
     if failure is not None:
-        scores[name] = {"return": float("nan"), "score": 0.0, "failure": failure}
+        scores[name] = {"return": float("nan"), rubric.metric: float("nan"), "score": 0.0, "failure": failure}
     return setting, scores
 
 
@@ -482,11 +544,16 @@ def format_grade(setting, scores: dict) -> str:
 
     lines = [setting.label, "", format_setting(setting), ""]
     lines += [f"{n} FAILED: {s['failure']}\n" for n, s in scores.items() if "failure" in s]
-    rows = [{"policy": n, "return": s["return"], "score": s["score"]} for n, s in scores.items()]
+    rubric = RUBRIC[setting.problem]
+    rows = [{"policy": n, "return": s["return"], rubric.metric: s[rubric.metric],
+             "score": "n/a" if s["score"] is None else f"{s['score']:.1f}"} for n, s in scores.items()]
     lines.append(report.format_table(rows, [("policy", "policy", None), ("return", "mean return", ".1f"),
-                                            ("score", "score", ".1f")]))
-    lines += ["", "score = 100 x (mean return - worst baseline's) / (best baseline's - worst baseline's); "
-                  "the return is the environment's reward summed over an episode"]
+                                            (rubric.metric, rubric.metric, ".4g"), ("score", "score", None)]))
+    better = "or lower" if rubric.goal == "min" else "or higher"
+    lines += ["", f"score (the rubric, docs/lab/README.md): 100 at {rubric.metric} {rubric.full:.4g} {better} "
+                  f"({rubric.reference}'s), 0 at {rubric.zero:.4g} ({rubric.floor}'s), linear in between"]
+    if any(s["score"] is None for s in scores.values()):
+        lines.append("no score: the rubric's thresholds were measured on the default workload, not with --env-kwarg")
     return "\n".join(lines)
 
 
@@ -507,6 +574,8 @@ def main(argv=None) -> int:
                                      description="The course lab: list the exercises, or grade a submission.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="the checked exercises, by notebook")
+    r = sub.add_parser("rubric", help="measure the grading rubric's thresholds (every baseline on the rubric's seeds)")
+    r.add_argument("--env", required=True, choices=list(RUBRIC))
     g = sub.add_parser("grade", help="evaluate a submitted policy or agent next to the baselines on hidden seeds")
     g.add_argument("--env", required=True, choices=list(GRADE_KWARGS))
     who = g.add_mutually_exclusive_group(required=True)
@@ -531,6 +600,13 @@ def main(argv=None) -> int:
         if args.command == "list":
             for ex in EXERCISES.values():
                 print(f"{ex.notebook:24} {ex.name:20} {ex.task}")
+            return 0
+        if args.command == "rubric":
+            rubric = RUBRIC[args.env]
+            print(f"{args.env}: mean {rubric.metric} on seeds {RUBRIC_SEEDS[0]}..{RUBRIC_SEEDS[-1]}, "
+                  f"{', '.join(f'{k}={v}' for k, v in GRADE_KWARGS[args.env].items())}")
+            for n, value in measure_rubric(args.env).items():
+                print(f"{n:12} {value!r}")
             return 0
         seeds = _seeds(args.seeds)
         env_kwargs = dict(_key_value(kv) for kv in args.env_kwarg)

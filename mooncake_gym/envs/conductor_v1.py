@@ -38,6 +38,21 @@ class ConductorV1Env(ClusterEnv):
     that accept the request), ``j < D`` asks instance ``j``. An action not of shape (4,) or outside
     the space raises ``ValueError``.
 
+
+    ## Action Masks
+
+    ``action_masks()`` (the protocol of sb3-contrib's ``MaskablePPO`` for a ``MultiDiscrete`` space)
+    returns one bool array of ``2 + P + 2 + (D + 1)`` entries, the four dimensions' masks one after
+    the other, and the info of every ``reset`` and ``step`` carries the same as
+    ``info["action_mask"]`` (int8), both for the decision the returned observation describes. The
+    masks are per dimension (MaskablePPO masks each dimension on its own), so a value is masked only
+    when it never does anything different: ``pull`` 1 is masked when no prefill instance's prefix
+    hit, as the agent sees it, is shorter than the longest prefix anywhere (a pull then copies
+    nothing wherever it goes, and is exactly ``pull`` 0); every admit value, prefill instance and
+    decode instance is a real choice and stays unmasked (a request too long for a decode instance
+    is refused at arrival, before any decision). Masked values stay legal: taken anyway, a masked
+    pull acts as no pull.
+
 {shared_sections(GOODPUT_REWARD_DOC)}
 
     ## Arguments
@@ -56,7 +71,8 @@ class ConductorV1Env(ClusterEnv):
     ## Version History
 
     * v1: initial version (before its first release, issue 13: the reward and the primary metric
-      became token goodput within both SLOs without the drain, and ``prediction=True`` was added).
+      became token goodput within both SLOs without the drain, and ``prediction=True`` was added;
+      issue 27: ``action_masks()`` and ``info["action_mask"]``, the observations and rewards unchanged).
     """
 
     def __init__(self, preset="mooncake", load=None, load_range=None, base_trace=None, trace=None,
@@ -68,6 +84,28 @@ class ConductorV1Env(ClusterEnv):
         p = self.preset
         self.action_space = spaces.MultiDiscrete([2, p.n_prefill, 2, p.n_decode + 1])
         self._nvec = (2, p.n_prefill, 2, p.n_decode + 1)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        obs, info = super().reset(seed=seed, options=options)
+        info["action_mask"] = self._mask()
+        return obs, info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        info["action_mask"] = self._mask()
+        return obs, reward, terminated, truncated, info
+
+    def action_masks(self) -> np.ndarray:
+        """The four dimensions' masks of the pending decision, concatenated (sb3-contrib
+        ``MaskablePPO``'s protocol for ``MultiDiscrete``): bool, ``2 + P + 2 + (D + 1)`` long; only a
+        pull that copies nothing anywhere is masked (see the class's Action Masks)."""
+        return self._mask().astype(bool)
+
+    def _mask(self) -> np.ndarray:
+        _, n_prefill, _, n_decode = self._nvec
+        v = self.decision_view()
+        pull = 1 if v is None else int(any(h < v.routing.best_hit_tokens for h in v.routing.hit_tokens))
+        return np.array([1, 1] + [1] * n_prefill + [1, pull] + [1] * n_decode, np.int8)
 
     def encode_action(self, action) -> np.ndarray:
         """The env action of a :class:`ClusterAction` (a route None is not expressible: give one), or

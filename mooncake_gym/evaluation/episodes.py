@@ -75,7 +75,14 @@ class ModelPolicy:
             np.asarray(obs)[None], state=self.state, episode_start=np.array([self.episode_start]),
             deterministic=self.deterministic, action_masks=None if masks is None else masks[None])
         self.episode_start = False
-        return int(np.asarray(action).reshape(-1)[0])
+        return env_action(action, self.agent.action_space)
+
+
+def env_action(action, space):
+    """One env action from a model's output for one env: an int (Discrete), or an int64 vector
+    (MultiDiscrete: Conductor-v1's four decisions)."""
+    a = np.asarray(action).reshape(-1)
+    return a.astype(np.int64) if isinstance(space, gym.spaces.MultiDiscrete) else int(a[0])
 
 
 def check_model_fits(model, env: gym.Env) -> None:
@@ -169,10 +176,10 @@ def _evaluate_model_lockstep(env_id: str, policy: ModelPolicy, seeds: Sequence[i
                 episode_start=np.array([steps[k] == 0 for k in active]), deterministic=policy.deterministic,
                 action_masks=None if masks[0] is None else np.stack(masks))
             still = []
-            for j, (k, a) in enumerate(zip(active, np.asarray(actions).reshape(len(active), -1)[:, 0])):
+            for j, (k, a) in enumerate(zip(active, np.asarray(actions).reshape(len(active), -1))):
                 if agent.recurrent:
                     states[k] = tuple(s[:, j:j + 1] for s in new_state)
-                obs[k], reward, terminated, truncated, info = envs[k].step(int(a))
+                obs[k], reward, terminated, truncated, info = envs[k].step(env_action(a, agent.action_space))
                 totals[k] += reward
                 steps[k] += 1
                 if terminated or truncated:

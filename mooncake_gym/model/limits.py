@@ -95,6 +95,27 @@ LIMITS: dict[str, Limit] = {
     # cache analysis
     "blocks": Limit(1, 10**10, True, "blocks"),
     "gib": Limit(1e-9, 1e9, False, "GiB"),
+    # preset files (mooncake_gym.model.presets.load_preset_file): a GPU's figures, a model's shape, an instance's
+    # efficiencies and overheads, the engine's mechanisms
+    "peak_flops": Limit(1e9, 1e18, False, "FLOP/s per GPU"),
+    "hbm_bytes": Limit(2**20, 2**50, True, "bytes per GPU"),
+    "hbm_bandwidth": Limit(1e6, 1e15, False, "bytes/s per GPU"),
+    "busbw": Limit(1e6, 1e15, False, "bytes/s (all-reduce bus bandwidth)"),
+    "allreduce_latency_s": Limit(0, 1, False, "s per all-reduce"),
+    "model_layers": Limit(1, 10_000, True, "layers"),
+    "model_width": Limit(1, 10**6, True, "units"),
+    "model_heads": Limit(1, 10**4, True, "heads"),
+    "vocab": Limit(1, 10**8, True, "tokens"),
+    "mlp_matrices": Limit(2, 3, True, "matrices (2: GELU MLP, 3: gated)"),
+    "n_gpus": Limit(1, 8, True, "GPUs per instance (one node)"),
+    "efficiency": Limit(1e-6, 1, False, "share of peak"),
+    "memory_reserve": Limit(0, 0.99, False, "share of GPU memory"),
+    "overhead_s": Limit(0, 1, False, "s"),
+    "chunk_tokens": Limit(1, 10**7, True, "tokens"),
+    "prefill_token_budget": Limit(0, 10**7, True, "tokens per iteration (0: one request at a time)"),
+    "pipeline_nodes": Limit(1, 1024, True, "instances"),
+    "pipeline_min_tokens": Limit(0, 10**9, True, "tokens"),
+    "max_running": Limit(1, 10**6, True, "requests"),
     # command line
     "seeds": Limit(1, 1000, True, "seeds"),
     "timesteps": Limit(1, 10**9, True, "steps"),
