@@ -19,6 +19,8 @@ class SteppableEnv {
     virtual double step(int64_t action, bool& terminated) = 0;
     // Whether the episode has ended (a step is then an error: reset first).
     virtual bool done() const = 0;
+    // The actions are 0 .. n_actions() - 1.
+    virtual int64_t n_actions() const = 0;
     // The bound buffers: obs (float32), mask (int8) and info (float64) rows of the sizes the
     // environment's Python class declares. Null until bound.
     float* obs = nullptr;

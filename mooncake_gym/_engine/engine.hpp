@@ -798,7 +798,7 @@ class RoutingEnv : public SteppableEnv {
 
     RoutingEngine& engine() { return *engine_; }
     int64_t n_obs() const { return PER_INSTANCE_FEATURES * engine_->n_instances() + 2; }
-    int64_t n_actions() const { return spec_.allow_pull ? 2 * engine_->n_instances() : engine_->n_instances(); }
+    int64_t n_actions() const override { return spec_.allow_pull ? 2 * engine_->n_instances() : engine_->n_instances(); }
     bool done() const override { return engine_->done(); }
 
     double step(int64_t action, bool& terminated) override {

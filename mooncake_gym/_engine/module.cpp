@@ -89,6 +89,7 @@ using F32Out = nb::ndarray<float, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using I8Out = nb::ndarray<int8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using F64Out = nb::ndarray<double, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using BoolArr = nb::ndarray<bool, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using BoolIn = nb::ndarray<const bool, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
 // The native vector environment's envs (batch.hpp), each kept alive by its Python object.
 struct EnvBatch {
@@ -376,15 +377,22 @@ NB_MODULE(_engine_native, m) {
              },
              "i"_a, "env"_a.none())
         .def("step",
-             [](EnvBatch& b, nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> actions, BoolArr active,
+             [](EnvBatch& b, nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> actions, BoolIn active,
                 F64Out rewards, BoolArr terminated, int threads) {
                  const size_t n = b.envs.size();
                  if (actions.shape(0) != n || active.shape(0) != n || rewards.shape(0) != n || terminated.shape(0) != n)
                      throw nb::value_error("step: expected arrays of the batch's size");
                  const bool* on = active.data();
+                 const int64_t* a = actions.data();
                  for (size_t i = 0; i < n; ++i)
-                     if (on[i] && (b.envs[i] == nullptr || b.envs[i]->done()))
-                         throw nb::value_error("step: an active env has no core or has terminated");
+                     if (on[i]) {
+                         if (b.envs[i] == nullptr || b.envs[i]->done())
+                             throw nb::value_error("step: an active env has no core or has terminated");
+                         if (a[i] < 0 || a[i] >= b.envs[i]->n_actions())
+                             throw nb::value_error(("actions: expected integers in 0.." +
+                                                    std::to_string(b.envs[i]->n_actions() - 1) + ", got " +
+                                                    std::to_string(a[i]) + " for env " + std::to_string(i)).c_str());
+                     }
                  nb::gil_scoped_release release;
                  mooncake::step_batch(b.envs, actions.data(), on, rewards.data(), terminated.data(), threads);
              },

@@ -11,6 +11,7 @@ This module is in the simulator's layer (tests/test_layers.py).
 from __future__ import annotations
 
 from mooncake_gym._engine.routing import PoolStats, make_engine
+from mooncake_gym.sim.observation import as_observation
 from mooncake_gym.sim.routing import RoutingResult, RoutingSimulator, RoutingView
 from mooncake_gym.sim.views import check_route
 
@@ -29,16 +30,22 @@ class RoutingSnapshot:
 class NativeRoutingSimulator:
     """``RoutingSimulator(trace, config, cost)`` stepped on the native engine (exact view)."""
 
-    def __init__(self, trace, config=None, cost=None, observation=None, rng=None):
-        ref = RoutingSimulator(trace, config, cost, observation, rng)  # the checks, the costs, the columns
-        if not ref.observation.exact:
-            raise ValueError("observation: the native engine shows the exact view only; use RoutingSimulator")
-        self.trace, self.config, self.cost, self.costs, self.observation = (ref.trace, ref.config, ref.cost, ref.costs,
-                                                                             ref.observation)
-        self._output, self._blocks = ref._output, ref._blocks
-        self._cache_blocks = ref._cache_blocks
+    def __init__(self, trace, config=None, cost=None, observation=None, rng=None, costs=None):
+        """``costs``: the instances' cost models of ``config`` and ``cost`` where the caller has
+        checked the pool and the trace already (an environment's episodes): no reference
+        simulator is then built for the checks."""
+        if costs is None:
+            ref = RoutingSimulator(trace, config, cost, observation, rng)  # the checks, the costs
+            if not ref.observation.exact:
+                raise ValueError("observation: the native engine shows the exact view only; use RoutingSimulator")
+            trace, config, cost, costs = ref.trace, ref.config, ref.cost, ref.costs
+        self.trace, self.config, self.cost, self.costs = trace, config, cost, tuple(costs)
+        self.observation = as_observation(None)
+        self._cache_blocks = config.instance_cache_blocks()
         self._n = len(self._cache_blocks)
-        self._engine = make_engine(ref)
+        self._output = None  # the trace's output lengths as a list, made for the first view
+        self._blocks = trace.block_ids
+        self._engine = make_engine(self)
         self.reset()
 
     # -- snapshots and pickling ----------------------------------------------------------------------
@@ -97,6 +104,8 @@ class NativeRoutingSimulator:
     def _make_view(self) -> RoutingView:
         (now, i, n_in, queue, queued, hits, prefills, best, best_instance, transfers, pulls, queued_tokens,
          ks) = self._engine.full_view()
+        if self._output is None:
+            self._output = self.trace.output_tokens.tolist()
         return _new_tuple(RoutingView, (now, i, n_in, self._output[i], self._blocks[i], self._n, queue, queued, hits,
                                         prefills, best, best_instance, transfers, pulls, queued_tokens,
                                         self._cache_blocks, ks))

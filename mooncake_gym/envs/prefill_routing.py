@@ -259,6 +259,7 @@ class PrefillRoutingEnv(PicturedEnv):
         self.sim: RoutingSimulator | NativeRoutingSimulator | None = None
         self._viewer: RoutingViewer | None = None
         self._last_info: dict = {}
+        self._costs = self.config.instance_costs(self.cost)
         self.engine = self._choose_engine(engine)
         # the buffers the native engine writes (a vector env hands each env rows of its own: _use_buffers)
         self._use_buffers(np.zeros(self.observation_space.shape, np.float32), np.ones(self._n_actions, np.int8),
@@ -276,8 +277,7 @@ class PrefillRoutingEnv(PicturedEnv):
             why = "the native engine shows the exact observation only (observation modes run in Python)"
         else:
             try:
-                why = next(filter(None, (_native_routing.prefill_disagrees(c.prefill_time())
-                                         for c in self.config.instance_costs(self.cost))), None)
+                why = next(filter(None, (_native_routing.prefill_disagrees(c.prefill_time()) for c in self._costs)), None)
             except ValueError as e:
                 why = str(e)
         if why is None:
@@ -322,7 +322,7 @@ class PrefillRoutingEnv(PicturedEnv):
         rng = self.np_random.spawn(1)[0] if self.observation.noisy else None
         self._core = None
         if self.engine == "native" and self._fits_native(trace):
-            self.sim = NativeRoutingSimulator(trace, self.config, self.cost)
+            self.sim = NativeRoutingSimulator(trace, self.config, self.cost, costs=self._costs)
             self._start_core()
         else:
             self.sim = RoutingSimulator(trace, self.config, self.cost, self.observation, rng)

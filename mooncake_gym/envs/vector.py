@@ -82,7 +82,6 @@ class BatchedVectorEnv(gym.vector.VectorEnv):
         self._rewards = np.zeros(num_envs, np.float64)
         self._terminated = np.zeros(num_envs, np.bool_)
         self._truncated = np.zeros(num_envs, np.bool_)
-        self._autoreset = np.zeros(num_envs, np.bool_)
         self._elapsed = np.zeros(num_envs, np.int64)
         self._native = np.zeros(num_envs, np.bool_)  # whose episode has an engine core
         self._batch = _engine.native.EnvBatch(num_envs) if self._batchable else None
@@ -94,6 +93,16 @@ class BatchedVectorEnv(gym.vector.VectorEnv):
         self.threads = threads
         self._n_actions = n_actions
         self._ends: dict = {}  # a Python-stepped env's info entries beyond the row (metrics), this step
+        self._shape = (num_envs,)
+        self._everyone = np.ones(num_envs, np.bool_)  # (a read-only mask of every env, shared by the infos)
+        self._everyone.flags.writeable = False
+        self._resets: list[int] = []  # NEXT_STEP: the envs that ended at the last step
+        self._all_native = False
+        self._field_names = {name for name, _ in self._fields}
+        self._int_columns = [k for k, (_, kind) in enumerate(self._fields) if kind is int]
+        # (name, type, column: of the integer columns for int, of the rows otherwise)
+        self._layout = [(name, kind, self._int_columns.index(k) if kind is int else k)
+                        for k, (name, kind) in enumerate(self._fields)]
         self.closed = False
 
     # -- episodes --------------------------------------------------------------------------------------
@@ -125,51 +134,65 @@ class BatchedVectorEnv(gym.vector.VectorEnv):
         infos: dict = {}
         for i, s in enumerate(seeds):
             infos = self._add_info(infos, self._reset_env(i, s, options), i)
-        self._autoreset[:] = False
-        infos["action_mask"], infos["_action_mask"] = self._mask.copy(), np.ones(self.num_envs, np.bool_)
+        self._resets = []
+        self._all_native = bool(self._native.all())
+        infos["action_mask"], infos["_action_mask"] = self._mask.copy(), self._everyone
         return self._obs.copy(), infos
 
-    def step(self, actions):
+    def _actions(self, actions) -> np.ndarray:
         a = np.asarray(actions)
         if a.shape != (self.num_envs,) or a.dtype.kind not in "iu":
             raise ValueError(f"actions: expected {self.num_envs} integers, got {a!r}")
-        a = a.astype(np.int64, copy=False)
-        if a.size and (a.min() < 0 or a.max() >= self._n_actions):
-            raise ValueError(f"actions: expected integers in 0..{self._n_actions - 1}, got {a!r}")
-        a = np.ascontiguousarray(a)
+        return np.ascontiguousarray(a, dtype=np.int64)
+
+    def step(self, actions):
+        a = actions
+        if not (type(a) is np.ndarray and a.dtype == np.int64 and a.shape == self._shape and a.flags.c_contiguous):
+            a = self._actions(actions)
         self._ends = {}
         rewards, terminated, truncated = self._rewards, self._terminated, self._truncated
-        resetting = self._autoreset.copy() if self.autoreset_mode == AutoresetMode.NEXT_STEP else None
-        stepped = ~resetting if resetting is not None else np.ones(self.num_envs, np.bool_)
-        if resetting is not None and resetting.any():
-            self._info[resetting] = 0.0
-        native = stepped & self._native
-        if self._batch is not None and native.any():
+        resets, self._resets = self._resets, []
+        if resets or not self._all_native:
+            stepped = np.ones(self.num_envs, np.bool_)
+            stepped[resets] = False
+            native = stepped & self._native
+            python = np.flatnonzero(stepped & ~self._native)
+            if python.size and (a[python].min() < 0 or a[python].max() >= self._n_actions):
+                raise ValueError(f"actions: expected integers in 0..{self._n_actions - 1}, got {a!r}")
+            self._info[resets] = 0.0
+        else:  # every env native, none resetting: one engine call and the infos' columns
+            stepped = native = self._everyone
+            python = ()
+        if self._batch is not None and (native is self._everyone or native.any()):
             self._batch.step(a, native, rewards, terminated, self.threads)
-        infos: dict = {}
-        for i in np.flatnonzero(stepped & ~native):  # episodes in Python: one env at a time
+        for i in python:  # episodes in Python: one env at a time
             obs, r, term, trunc, info = self.envs[i].step(int(a[i]))
             self._obs[i] = obs
             rewards[i], terminated[i] = r, term
             self._copy_python_info(i, info)
-        self._elapsed[stepped] += 1
-        truncated[:] = False
         if self.max_episode_steps is not None:
-            truncated[stepped] = (self._elapsed[stepped] >= self.max_episode_steps) & ~terminated[stepped]
+            self._elapsed[stepped] += 1
+            truncated[:] = (self._elapsed >= self.max_episode_steps) & ~terminated & stepped
         infos = self._step_infos(stepped)
-        for i in np.flatnonzero(stepped & terminated):
-            infos = self._add_info(infos, self.envs[i]._end_info() if native[i] else self._ends.get(i, {}), i)
-        if resetting is not None:
-            for i in np.flatnonzero(resetting):
-                infos = self._add_info(infos, self._reset_env(i), i)
-                rewards[i], terminated[i], truncated[i] = 0.0, False, False
-            self._autoreset = terminated | truncated
-        else:  # SAME_STEP: the final observation and info, then the next episode's first
-            for i in np.flatnonzero(terminated | truncated):
-                final = {"final_obs": self._obs[i].copy(), "final_info": self.single_info(infos, i)}
-                infos = self._add_info(infos, final, i)
-                infos = self._add_info(infos, self._reset_env(i), i)
-        infos["action_mask"], infos["_action_mask"] = self._mask.copy(), np.ones(self.num_envs, np.bool_)
+        done = terminated | truncated
+        if done.any():
+            ended = np.flatnonzero(done & stepped)
+            for i in ended:
+                infos = self._add_info(infos, self.envs[i]._end_info() if native[i] else self._ends.get(i, {}), i)
+            if self.autoreset_mode == AutoresetMode.NEXT_STEP:
+                self._resets = ended.tolist()
+            else:  # SAME_STEP: the final observation and info, then the next episode's first
+                for i in ended:
+                    final = {"final_obs": self._obs[i].copy(), "final_info": self.single_info(infos, i)}
+                    infos = self._add_info(infos, final, i)
+                    infos = self._add_info(infos, self._reset_env(i), i)
+                self._all_native = bool(self._native.all())
+        for i in resets:  # NEXT_STEP: the envs that ended at the last step start their next episode
+            infos = self._add_info(infos, self._reset_env(i), i)
+            rewards[i], terminated[i], truncated[i] = 0.0, False, False
+        if resets:
+            self._all_native = bool(self._native.all())
+        infos["action_mask"], infos["_action_mask"] = self._mask.copy(), self._everyone
         return self._obs.copy(), rewards.copy(), terminated.copy(), truncated.copy(), infos
 
     def _copy_python_info(self, i: int, info: dict) -> None:
@@ -178,21 +201,24 @@ class BatchedVectorEnv(gym.vector.VectorEnv):
             self._info[i] = [info[name] for name, _ in self._fields]
         if "action_mask" in info:
             self._mask[i] = info["action_mask"]
-        end = {k: v for k, v in info.items() if k != "action_mask" and k not in dict(self._fields)}
+        end = {k: v for k, v in info.items() if k != "action_mask" and k not in self._field_names}
         if end:
             self._ends[i] = end
 
     def _step_infos(self, stepped: np.ndarray) -> dict:
-        """The step's info columns (Gymnasium's vector infos: values, and ``_name`` masks)."""
+        """The step's info columns (Gymnasium's vector infos: values, and ``_name`` masks): one copy
+        of the info rows, the integer columns in one conversion; the columns are views of them."""
         infos: dict = {}
-        if not stepped.any():
+        if not self._fields or not stepped.any():
             return infos
-        mask = stepped.copy()
-        mask.flags.writeable = False
-        for k, (name, kind) in enumerate(self._fields):
-            col = self._info[:, k]
-            infos[name] = col.astype(np.int64) if kind is int else (col != 0.0 if kind is bool else col.copy())
-            infos["_" + name] = mask
+        if stepped is not self._everyone:
+            stepped = stepped.copy()
+            stepped.flags.writeable = False
+        block = self._info.copy()
+        ints = block[:, self._int_columns].astype(np.int64)
+        for name, kind, k in self._layout:
+            infos[name] = ints[:, k] if kind is int else (block[:, k] != 0.0 if kind is bool else block[:, k])
+            infos["_" + name] = stepped
         return infos
 
     def single_info(self, infos: dict, i: int) -> dict:
