@@ -167,6 +167,35 @@ NB_MODULE(_engine_native, m) {
                  }
              },
              "arrival_s"_a, "input_tokens"_a, "block_start"_a, "block_ids"_a)
+        .def_static("from_blocks",
+             [](F64 arrival, I64 input, nb::handle block_ids) {
+                 // the trace's block_ids (a sequence of sequences of ints) read directly
+                 std::vector<int64_t> start{0}, ids;
+                 nb::object outer = nb::steal(PySequence_Fast(block_ids.ptr(), "block_ids: expected a sequence"));
+                 if (!outer.is_valid()) throw nb::python_error();
+                 const Py_ssize_t n = PySequence_Fast_GET_SIZE(outer.ptr());
+                 start.reserve(static_cast<size_t>(n) + 1);
+                 for (Py_ssize_t k = 0; k < n; ++k) {
+                     nb::object row = nb::steal(PySequence_Fast(PySequence_Fast_GET_ITEM(outer.ptr(), k),
+                                                                "block_ids: expected a sequence of block ids per request"));
+                     if (!row.is_valid()) throw nb::python_error();
+                     const Py_ssize_t m = PySequence_Fast_GET_SIZE(row.ptr());
+                     PyObject** items = PySequence_Fast_ITEMS(row.ptr());
+                     for (Py_ssize_t j = 0; j < m; ++j) {
+                         const long long v = PyLong_AsLongLong(items[j]);
+                         if (v == -1 && PyErr_Occurred()) throw nb::python_error();
+                         ids.push_back(v);
+                     }
+                     start.push_back(static_cast<int64_t>(ids.size()));
+                 }
+                 try {
+                     return std::make_shared<TraceColumns>(to_vector<double>(arrival), to_vector<int64_t>(input),
+                                                           std::move(start), ids.data(), ids.size());
+                 } catch (const std::invalid_argument& e) {
+                     throw nb::value_error(e.what());
+                 }
+             },
+             "arrival_s"_a, "input_tokens"_a, "block_ids"_a, "The trace's columns from its block_ids lists.")
         .def("__len__", &TraceColumns::size)
         .def_prop_ro("n_unique", &TraceColumns::n_unique);
 

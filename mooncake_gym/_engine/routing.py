@@ -17,7 +17,6 @@ than PCG64 is not native: :func:`unsupported` says why. This module is in the si
 from __future__ import annotations
 
 import sys
-from itertools import chain
 
 import numpy as np
 
@@ -123,12 +122,8 @@ def native_trace(trace):
     hit = _TRACES.get(id(blocks))
     if hit is not None and hit[0] is blocks and len(hit[1]) == len(blocks):
         return hit[1]
-    lengths = np.fromiter(map(len, blocks), dtype=np.int64, count=len(blocks))
-    start = np.zeros(len(blocks) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=start[1:])
-    ids = np.fromiter(chain.from_iterable(blocks), dtype=np.int64, count=int(start[-1]))
-    columns = native.Trace(np.ascontiguousarray(trace.arrival_s, dtype=np.float64),
-                           np.ascontiguousarray(trace.input_tokens, dtype=np.int64), start, ids)
+    columns = native.Trace.from_blocks(np.ascontiguousarray(trace.arrival_s, dtype=np.float64),
+                                       np.ascontiguousarray(trace.input_tokens, dtype=np.int64), blocks)
     if len(_TRACES) >= _TRACES_KEPT:
         _TRACES.pop(next(iter(_TRACES)))
     _TRACES[id(blocks)] = (blocks, columns)
