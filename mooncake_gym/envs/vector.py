@@ -39,9 +39,11 @@ from gymnasium.vector.utils import batch_space
 
 from mooncake_gym import _engine
 
-#: From this many native envs on, a step runs on two threads by default (measured on the project's
-#: 2-core machine: below it the threads' start costs more than they save; benchmarks/bench_envs.py --vector).
-THREADS_FROM = 256
+#: From this many native envs on, a step runs on two threads by default. Measured on the project's
+#: 2-core machine under load (docs/engine.md): 16 envs 0.6-0.9 us per env step on one thread against
+#: 52-79 us on two (starting the threads dominates); 64 envs 5.9-17.6 against 1.6-10.1 us; 256 envs
+#: 20-27 against 10-15 us.
+THREADS_FROM = 64
 
 
 class BatchedVectorEnv(gym.vector.VectorEnv):
