@@ -2,6 +2,7 @@
 
     python benchmarks/bench_envs.py [--seconds 3]
     python benchmarks/bench_envs.py --parts      # a v1 step's parts around its simulator (:func:`parts`)
+    python benchmarks/bench_envs.py --engine     # issue 25's targets for PrefillRouting-v0 (:func:`engine_targets`)
 
 Each environment is built with ``gym.make(...).unwrapped`` (no wrappers: the raw ``step``), driven
 by uniformly random valid actions drawn before the clock starts, and reset with the next seed
@@ -336,6 +337,132 @@ def format_parts(env_id: str, p: dict) -> str:
     return "\n".join(lines)
 
 
+#: Issue 25's targets (:func:`engine_targets`): v0's step through gym.make at least 1.5x CartPole-v1's
+#: through gym.make; a vector env of 16 at least 8x CartPole's single env in aggregate; a snapshot of
+#: the default cluster at most 50 us.
+ENGINE_TARGETS = {"v0": 1.5, "vector": 8.0, "snapshot_us": 50.0}
+VECTOR_ENVS = 16
+
+
+class _VectorRunner:
+    """``gym.make_vec(env_id, n, vectorization_mode=...)`` stepped with pre-drawn actions: each
+    call steps ``n`` envs (autoreset inside); :meth:`round` gives env steps per second in aggregate."""
+
+    def __init__(self, env_id: str, n: int, kwargs: dict | None = None, mode: str = "vector_entry_point", seed: int = 0):
+        self.env = gym.make_vec(env_id, num_envs=n, vectorization_mode=mode, **(kwargs or {}))
+        self.n = n
+        space = self.env.single_action_space
+        self.actions = np.random.default_rng(seed).integers(0, int(space.n), size=(_POOL // 16, n))
+        self.env.reset(seed=seed)
+        self.k = 0
+        self.reset_s = 0.0
+        inner = self.env.unwrapped
+        if hasattr(inner, "_reset_env"):  # the time spent starting episodes, clocked (the step-only figure)
+            reset_env = inner._reset_env
+
+            def clocked(*args, **kwargs):
+                t0 = time.perf_counter()
+                try:
+                    return reset_env(*args, **kwargs)
+                finally:
+                    self.reset_s += time.perf_counter() - t0
+            inner._reset_env = clocked
+
+    def round(self, seconds: float) -> tuple[float, float]:
+        """Aggregate env steps per second, with the episodes' starts and without them (only
+        measured for the native vector env; Gymnasium's sync env gives the first twice)."""
+        step, actions, pool, clock = self.env.step, self.actions, len(self.actions), time.perf_counter
+        k, calls, reset_before = self.k, 0, self.reset_s
+        start = clock()
+        deadline = start + seconds
+        while True:
+            for _ in range(100):
+                step(actions[k])
+                k = k + 1 if k + 1 < pool else 0
+            calls += 100
+            now = clock()
+            if now >= deadline:
+                break
+        self.k = k
+        steps = calls * self.n
+        return steps / (now - start), steps / (now - start - (self.reset_s - reset_before))
+
+    def close(self):
+        self.env.close()
+
+
+def snapshot_cost_us(engine: str = "native", steps: int = 500, seconds: float = 1.0, kwargs: dict | None = None) -> dict:
+    """Microseconds of ``snapshot()`` and of ``restore()`` of PrefillRouting-v0's simulator (default
+    cluster: 8 instances, 3,000-block caches) after ``steps`` random steps of seed 0."""
+    from mooncake_gym.envs.prefill_routing import PrefillRoutingEnv
+
+    env = PrefillRoutingEnv(engine=engine, **(kwargs or {}))
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    for a in rng.integers(0, env.action_space.n, steps):
+        env.step(int(a))
+    sim = env.sim
+    snap = sim.snapshot()
+    return {"snapshot_us": _per_call_us(sim.snapshot, seconds), "restore_us": _per_call_us(lambda: sim.restore(snap), seconds),
+            "cached_blocks": None if engine != "native" else int(sum(sim.pool_state(0.0)[1]))}
+
+
+def engine_targets(seconds: float = 3.0, rounds: int = 3, verbose: bool = True) -> dict:
+    """Issue 25's targets for PrefillRouting-v0, measured in one run (interleaved rounds, medians):
+    steps/s through ``gym.make`` (wrappers included, resets in the loop) of CartPole-v1, of v0 on the
+    native engine and on the reference; the aggregate steps/s of a vector env of 16
+    (``vectorization_mode="vector_entry_point"``; Gymnasium's ``sync`` of 16 reference envs beside
+    it); the snapshot's and restore's cost on both engines."""
+    v0 = "mooncake_gym/PrefillRouting-v0"
+    runners = {"CartPole-v1": _Runner(*REFERENCE, wrapped=True),
+               "v0 native": _Runner(v0, {"engine": "native"}, wrapped=True),
+               "v0 python": _Runner(v0, {"engine": "python"}, wrapped=True),
+               f"vector {VECTOR_ENVS} native": _VectorRunner(v0, VECTOR_ENVS),
+               f"sync {VECTOR_ENVS} python": _VectorRunner(v0, VECTOR_ENVS, {"engine": "python"}, mode="sync")}
+    for r in runners.values():
+        r.round(min(0.2, seconds / 10))
+    rates: dict[str, list[float]] = {name: [] for name in runners}
+    step_only: dict[str, list[float]] = {name: [] for name in runners}
+    for _ in range(rounds):
+        for name, r in runners.items():
+            with_resets, alone = r.round(seconds / rounds)
+            rates[name].append(with_resets)
+            step_only[name].append(alone)
+    for r in runners.values():
+        r.env.close()
+    med = {name: statistics.median(v) for name, v in rates.items()}
+    med_step = {name: statistics.median(v) for name, v in step_only.items()}
+    cart, cart_step = med["CartPole-v1"], med_step["CartPole-v1"]
+    snaps = {e: snapshot_cost_us(e, seconds=seconds / 3) for e in ("native", "python")}
+    result = {"steps_per_s": med, "rounds": rates, "ratio": {name: v / cart for name, v in med.items()},
+              "step_only_steps_per_s": med_step,
+              "step_only_ratio": {name: v / cart_step for name, v in med_step.items()},
+              "snapshot": snaps, "targets": ENGINE_TARGETS}
+    result["meets"] = {"v0": result["ratio"]["v0 native"] >= ENGINE_TARGETS["v0"],
+                       "vector": result["ratio"][f"vector {VECTOR_ENVS} native"] >= ENGINE_TARGETS["vector"],
+                       "snapshot_us": snaps["native"]["snapshot_us"] <= ENGINE_TARGETS["snapshot_us"]}
+    if verbose:
+        print(format_engine_targets(result))
+    return result
+
+
+def format_engine_targets(result: dict) -> str:
+    t = result["targets"]
+    target = {"v0 native": f">= {t['v0']}x", f"vector {VECTOR_ENVS} native": f">= {t['vector']}x"}
+    lines = [f"{'through gym.make / make_vec':<28s} {'with resets':>22s} {'step only':>22s}",
+             f"{'':<28s} {'steps/s':>11s} {'x CartPole':>10s} {'steps/s':>11s} {'x CartPole':>10s}  target (with resets)"]
+    for name, v in result["steps_per_s"].items():
+        lines.append(f"{name:<28s} {v:>11,.0f} {result['ratio'][name]:>10.2f} "
+                     f"{result['step_only_steps_per_s'][name]:>11,.0f} {result['step_only_ratio'][name]:>10.2f}  "
+                     f"{target.get(name, '')}")
+    for e, s in result["snapshot"].items():
+        mark = f"  target <= {t['snapshot_us']:g} us" if e == "native" else ""
+        lines.append(f"snapshot ({e}, default cluster, mid-episode)   {s['snapshot_us']:>9.1f} us, "
+                     f"restore {s['restore_us']:.1f} us{mark}")
+    lines.append("met: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in result["meets"].items()))
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="time per environment (default 3)")
@@ -343,7 +470,12 @@ def main(argv=None) -> int:
     parser.add_argument("--wrapped", action="store_true", help="step the envs as gym.make returns them")
     parser.add_argument("--parts", action="store_true",
                         help="instead, time the parts of each v1 environment's step around its simulator")
+    parser.add_argument("--engine", action="store_true",
+                        help="instead, issue 25's targets for PrefillRouting-v0 (native engine, vector env, snapshots)")
     args = parser.parse_args(argv)
+    if args.engine:
+        engine_targets(args.seconds, args.rounds)
+        return 0
     if args.parts:
         for env_id, kwargs in ENV_CASES:
             if env_id.endswith("-v1"):

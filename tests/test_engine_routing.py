@@ -180,7 +180,7 @@ def test_a_python_policy_runs_on_the_reference_or_is_refused_by_name():
     res = routing.simulate(trace, Pinned(), engine=None)  # the default falls back to the reference
     assert res.instance.tolist() == [1, 1]
     with pytest.raises(ValueError, match=r"'native' cannot run this: policy .*Pinned is not native "
-                                         r"\(native: cache, kvcentric, load, random\)"):
+                                         r"\(native: cache, kvcentric, load, random, relsplit, sizesplit\)"):
         routing.simulate(trace, Pinned(), engine="native")
     with pytest.raises(ValueError, match="exact view only"):
         routing.simulate(trace, make_policy("routing", "load"), observation="scraped", engine="native")
@@ -312,7 +312,7 @@ def test_engine_refuses_bad_input_by_name():
     engine.serve(0, False)
     with pytest.raises(IndexError, match="serve: the trace is exhausted"):
         engine.serve(0, False)
-    with pytest.raises(ValueError, match="policy: expected one of random, load, cache, kvcentric, got best"):
+    with pytest.raises(ValueError, match="policy: expected one of random, load, cache, kvcentric, sizesplit, relsplit, got best"):
         bridge.make_engine(sim).run("best", 1.0, bridge.rng_state(np.random.default_rng(0)))
     with pytest.raises(ValueError, match="block_start: expected offsets"):
         _engine.native.Trace(np.zeros(1), np.ones(1, dtype=np.int64), np.array([0, 2]), np.array([1], dtype=np.int64))

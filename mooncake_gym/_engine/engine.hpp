@@ -7,7 +7,10 @@
 // decision): change one side, change the other.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <initializer_list>
 #include <memory>
@@ -16,6 +19,8 @@
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "batch.hpp"
 
 namespace mooncake {
 
@@ -78,6 +83,9 @@ struct TraceColumns {
     std::vector<int64_t> block_start;
     std::vector<int32_t> blocks;
     std::vector<int64_t> unique_ids;
+    // seen[k]: the distinct blocks of requests 0..k-1. Dense indices follow first appearance, so
+    // those are exactly the indices below seen[k]: the caches' state before request k lives there.
+    std::vector<int32_t> seen;
 
     TraceColumns(std::vector<double> arrival, std::vector<int64_t> input, std::vector<int64_t> start,
                  const int64_t* ids, size_t n_ids)
@@ -92,11 +100,15 @@ struct TraceColumns {
         std::unordered_map<int64_t, int32_t> dense;
         dense.reserve(n_ids / 2 + 16);
         blocks.resize(n_ids);
+        seen.assign(arrival_s.size() + 1, 0);
+        size_t k = 0;
         for (size_t j = 0; j < n_ids; ++j) {
+            while (static_cast<int64_t>(j) >= block_start[k + 1]) seen[++k] = static_cast<int32_t>(unique_ids.size());
             auto it = dense.emplace(ids[j], static_cast<int32_t>(unique_ids.size()));
             if (it.second) unique_ids.push_back(ids[j]);
             blocks[j] = it.first->second;
         }
+        while (k < arrival_s.size()) seen[++k] = static_cast<int32_t>(unique_ids.size());
     }
     int64_t size() const { return static_cast<int64_t>(arrival_s.size()); }
     int64_t n_unique() const { return static_cast<int64_t>(unique_ids.size()); }
@@ -123,6 +135,18 @@ class PrefixCaches {
 
     size_t n_instances() const { return capacity_.size(); }
     int64_t size(size_t i) const { return size_[i]; }
+    int64_t capacity(size_t i) const { return capacity_[i]; }
+
+    // A copy of the state held in blocks 0..upto-1 (a snapshot: every block outside holds nothing),
+    // in arrays of upto entries.
+    PrefixCaches(const PrefixCaches& s, int32_t upto) : PrefixCaches(s.capacity_, upto) {
+        copy_blocks(s, upto, upto);
+    }
+    // Restore a snapshot ``s`` of the same pool (its arrays hold blocks 0..s.n_blocks_-1): this
+    // pool's blocks from there up to ``clear_upto`` are emptied (they hold nothing in ``s``).
+    void restore(const PrefixCaches& s, int32_t clear_upto) {
+        copy_blocks(s, static_cast<int32_t>(s.n_blocks_), clear_upto);
+    }
 
     // ks[i] = the leading blocks of blocks[0..n) held by instance i (match_all)
     void match(const int32_t* blocks, int64_t n, int64_t* ks) {
@@ -197,6 +221,22 @@ class PrefixCaches {
     }
 
   private:
+    void copy_blocks(const PrefixCaches& s, int32_t upto, int32_t clear_upto) {
+        const size_t u = static_cast<size_t>(upto);
+        std::copy(s.holders_.begin(), s.holders_.begin() + static_cast<std::ptrdiff_t>(u * words_), holders_.begin());
+        if (clear_upto > upto)
+            std::fill(holders_.begin() + static_cast<std::ptrdiff_t>(u * words_),
+                      holders_.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(clear_upto) * words_), 0);
+        for (size_t i = 0; i < capacity_.size(); ++i)
+            if (prev_[i]) {
+                std::copy(s.prev_[i].get(), s.prev_[i].get() + u, prev_[i].get());
+                std::copy(s.next_[i].get(), s.next_[i].get() + u, next_[i].get());
+            }
+        head_ = s.head_;
+        tail_ = s.tail_;
+        size_ = s.size_;
+    }
+
     std::vector<int64_t> capacity_;
     int64_t n_blocks_;
     size_t words_;
@@ -280,7 +320,35 @@ struct PoolCosts {
 };
 
 // --- the routing simulator -------------------------------------------------------------------
-enum class Policy { Random, Load, Cache, KVCentric };
+enum class Policy { Random, Load, Cache, KVCentric, SizeSplit, RelSplit };
+
+// A native policy's rule, knobs and running state. sizesplit and relsplit follow
+// baselines/sizesplit.py (SizeSplit, RelativeSizeSplit and its ServiceScale) operation for operation.
+struct PolicySpec {
+    Policy kind = Policy::KVCentric;
+    double threshold = 1.0;                        // kvcentric, sizesplit, relsplit
+    bool has_long = false;                         // sizesplit: long_s is not None
+    double long_s = 0.0;                           // sizesplit
+    int64_t long_instances = 2;                    // sizesplit, relsplit
+    double work_weight = 0.0;                      // sizesplit, relsplit
+    bool has_factor = false;                       // relsplit: long_factor is not None
+    double long_factor = 0.0, min_load = 0.0;      // relsplit
+    double decay = 0.999;                          // relsplit: ServiceScale.decay
+    bool compensated_sum = false;                  // CPython >= 3.12's sum() of floats
+    double scale_sum = 0.0, scale_weight = 0.0;    // relsplit: ServiceScale's _sum, _weight
+    double load_s = 0.0;                           // relsplit: _load_s of the last decision
+
+    // SizeSplit._is_long / RelativeSizeSplit._is_long (which counts the request in its scale)
+    bool is_long(double size_s) {
+        if (kind == Policy::SizeSplit) return has_long && size_s > long_s;
+        const double mean_s = scale_weight > 0 ? scale_sum / scale_weight : 0.0;  // (None reads as 0: falsy)
+        const double mean = mean_s != 0.0 ? mean_s : size_s;
+        const double r = mean_s == 0.0 ? 1.0 : size_s / mean_s;
+        scale_sum = decay * scale_sum + size_s;
+        scale_weight = decay * scale_weight + 1.0;
+        return has_factor && r > long_factor && load_s >= min_load * mean;
+    }
+};
 
 // One dispatched request's outcome: RoutingSimulator's row (sim/routing.py _ARRAYS).
 struct Row {
@@ -292,13 +360,55 @@ struct Row {
 };
 static_assert(sizeof(Row) == 9 * sizeof(double), "Row is read as a (n, 9) float64 array");
 
+// The rows in chunks shared between the engine and its snapshots: a snapshot copies the chunks'
+// pointers, and the engine copies a chunk before it appends to one a snapshot holds (so a snapshot
+// costs no copy of the rows).
+class RowLog {
+  public:
+    static constexpr size_t CHUNK = 64;
+    size_t size() const { return size_; }
+    bool empty() const { return size_ == 0; }
+    const Row& back() const { return (*chunks_.back())[(size_ - 1) % CHUNK]; }
+    void clear() {
+        chunks_.clear();
+        size_ = 0;
+    }
+    void push_back(const Row& r) {
+        if (size_ % CHUNK == 0) {
+            chunks_.push_back(std::make_shared<std::vector<Row>>());
+            chunks_.back()->reserve(CHUNK);
+        } else if (chunks_.back().use_count() > 1) {  // shared with a snapshot: copy on write
+            auto own = std::make_shared<std::vector<Row>>(*chunks_.back());
+            own->reserve(CHUNK);
+            chunks_.back() = std::move(own);
+        }
+        std::vector<Row>& c = *chunks_.back();
+        c.resize(size_ % CHUNK);  // (a restored log may hold a longer chunk's tail: drop it)
+        c.push_back(r);
+        ++size_;
+    }
+    void copy_to(Row* out) const {
+        size_t left = size_;
+        for (const auto& c : chunks_) {
+            const size_t m = left < CHUNK ? left : CHUNK;
+            std::memcpy(out, c->data(), m * sizeof(Row));
+            out += m;
+            left -= m;
+        }
+    }
+
+  private:
+    std::vector<std::shared_ptr<std::vector<Row>>> chunks_;
+    size_t size_ = 0;
+};
+
 // The prefill pool's exact state and the pending request's view (the fields of RoutingView that
 // the native policies read), made at each arrival as RoutingSimulator._make_view makes them.
 class RoutingEngine {
   public:
     RoutingEngine(std::shared_ptr<const TraceColumns> trace, std::vector<int64_t> cache_blocks,
                   std::vector<int32_t> group, std::vector<PrefillTime> prefill, PoolCosts pool)
-        : trace_ptr_(std::move(trace)), trace_(*trace_ptr_), cache_blocks_(std::move(cache_blocks)), group_(std::move(group)),
+        : trace_ptr_(std::move(trace)), trace_(trace_ptr_.get()), cache_blocks_(std::move(cache_blocks)), group_(std::move(group)),
           prefill_(std::move(prefill)), pool_(pool) {
         const size_t n = cache_blocks_.size();
         if (n == 0) throw std::invalid_argument("cache_blocks: expected at least one instance");
@@ -311,20 +421,43 @@ class RoutingEngine {
 
     int64_t n_instances() const { return static_cast<int64_t>(cache_blocks_.size()); }
     int64_t index() const { return k_; }
-    bool done() const { return k_ >= trace_.size(); }
-    const std::vector<Row>& rows() const { return rows_; }
+    int64_t last_index() const { return last_index_; }
+    bool done() const { return k_ >= trace_->size(); }
+    const RowLog& rows() const { return rows_; }
     const std::vector<double>& busy_s() const { return busy_s_; }
     const std::vector<int64_t>& requests() const { return requests_; }
     // instance i's cached block ids from least to most recently used (PrefixCache.blocks_lru_first)
     std::vector<int64_t> cache_lru_first(int64_t i) const {
         std::vector<int64_t> out;
-        for (int32_t b : caches_->lru_first(static_cast<size_t>(i))) out.push_back(trace_.unique_ids[static_cast<size_t>(b)]);
+        for (int32_t b : caches_->lru_first(static_cast<size_t>(i))) out.push_back(trace_->unique_ids[static_cast<size_t>(b)]);
+        return out;
+    }
+
+    // A copy of the whole state (the pool, its caches, the rows, the pending view), for restore():
+    // the caches' arrays are copied only over the blocks seen so far, and the rows are shared.
+    std::unique_ptr<RoutingEngine> snapshot() const { return std::unique_ptr<RoutingEngine>(new RoutingEngine(*this, 0)); }
+    // Back to the state of ``s``, a snapshot of this engine (same trace and pool).
+    void restore(const RoutingEngine& s) {
+        if (s.trace_ != trace_ || s.cache_blocks_ != cache_blocks_ || s.group_ != group_)
+            throw std::invalid_argument("restore: a snapshot of another simulator");
+        caches_->restore(*s.caches_, trace_->seen[static_cast<size_t>(k_)]);
+        copy_state(s);
+    }
+
+    // each instance's queued work at ``now`` (PrefillInstance.queue_s) and its cache's blocks (the pictures)
+    std::pair<std::vector<double>, std::vector<int64_t>> pool_state(double now) const {
+        std::pair<std::vector<double>, std::vector<int64_t>> out;
+        for (size_t i = 0; i < cache_blocks_.size(); ++i) {
+            const double q = busy_until_[i] - now;
+            out.first.push_back(q > 0.0 ? q : 0.0);
+            out.second.push_back(caches_->size(i));
+        }
         return out;
     }
 
     void reset() {
         const size_t n = cache_blocks_.size();
-        caches_ = std::make_unique<PrefixCaches>(cache_blocks_, trace_.n_unique());
+        caches_ = std::make_unique<PrefixCaches>(cache_blocks_, trace_->n_unique());
         finishes_.assign(n, std::deque<double>());
         tokens_.assign(n, std::deque<int64_t>());
         for (std::vector<int64_t>* v : {&queued_tokens_, &view_queued_, &view_queued_tokens_, &requests_, &ks_, &hits_})
@@ -333,18 +466,18 @@ class RoutingEngine {
             v->assign(n, 0.0);
         branch_.assign(n, 0);
         rows_.clear();
-        rows_.reserve(static_cast<size_t>(trace_.size()));
         k_ = 0;
+        last_index_ = -1;
         viewed_ = false;
     }
 
     // The pending request's view fields (PrefixEstimates.estimate and pool_load).
     void make_view() {
         const int64_t k = k_;
-        const double now = trace_.arrival_s[k];
-        const int64_t n_in = trace_.input_tokens[k];
-        const int32_t* ids = trace_.blocks.data() + trace_.block_start[k];
-        const int64_t n_ids = trace_.block_start[k + 1] - trace_.block_start[k];
+        const double now = trace_->arrival_s[k];
+        const int64_t n_in = trace_->input_tokens[k];
+        const int32_t* ids = trace_->blocks.data() + trace_->block_start[k];
+        const int64_t n_ids = trace_->block_start[k + 1] - trace_->block_start[k];
         const size_t n = cache_blocks_.size();
         caches_->match(ids, n_ids, ks_.data());
         int64_t best_blocks = 0;
@@ -416,8 +549,8 @@ class RoutingEngine {
         if (!viewed_) make_view();
         const size_t i = static_cast<size_t>(inst);
         const int64_t k = k_;
-        const double now = trace_.arrival_s[k];
-        const int64_t n_in = trace_.input_tokens[k];
+        const double now = trace_->arrival_s[k];
+        const int64_t n_in = trace_->input_tokens[k];
         int64_t hit = hits_[i];
         double transfer = 0.0;
         int64_t fetched = 0;
@@ -449,25 +582,27 @@ class RoutingEngine {
         queued_tokens_[i] += n_in - hit;
         busy_s_[i] += service;
         requests_[i] += 1;
-        caches_->insert(i, trace_.blocks.data() + trace_.block_start[k], trace_.block_start[k + 1] - trace_.block_start[k]);
+        caches_->insert(i, trace_->blocks.data() + trace_->block_start[k], trace_->block_start[k + 1] - trace_->block_start[k]);
         const double ttft = (queue + transfer) + prefill;
         rows_.push_back(Row{now, static_cast<double>(n_in), static_cast<double>(inst), ttft, queue, transfer,
                             prefill, static_cast<double>(hit), static_cast<double>(fetched)});
         k_ = k + 1;
+        last_index_ = k;
         viewed_ = false;
     }
 
     // RoutingSimulator.pass_over: the pending request takes no prefill and touches no cache.
     void skip() {
+        last_index_ = -1;
         k_ += 1;
         viewed_ = false;
     }
 
     // The native policy's answer on the pending view (instance, pull).
-    std::pair<int64_t, bool> decide(Policy policy, double threshold, Pcg64& rng) {
+    std::pair<int64_t, bool> decide(PolicySpec& policy, Pcg64& rng) {
         if (!viewed_) make_view();
         const size_t n = cache_blocks_.size();
-        switch (policy) {
+        switch (policy.kind) {
             case Policy::Random:
                 return {rng.integers(static_cast<int64_t>(n)), false};
             case Policy::Load:
@@ -476,13 +611,24 @@ class RoutingEngine {
                 for (size_t i = 0; i < n; ++i) costs_[i] = queue_[i] + prefills_[i];
                 return {argmin(costs_, rng), false};
             case Policy::KVCentric: {
-                const int64_t best = best_hit_;
-                const double best_d = static_cast<double>(best);
+                kvcentric_costs(policy.threshold);
+                const int64_t i = argmin(costs_, rng);
+                return {i, branch_[static_cast<size_t>(i)] != 0};
+            }
+            case Policy::SizeSplit:
+            case Policy::RelSplit: {
+                // baselines/sizesplit.py SizeSplit.__call__ (RelativeSizeSplit: its load first)
+                if (policy.kind == Policy::RelSplit) policy.load_s = mean_queue(policy.compensated_sum);
+                kvcentric_costs(policy.threshold);
+                double smallest = 0.0;
                 for (size_t i = 0; i < n; ++i) {
-                    const int64_t h = hits_[i];
-                    const bool tb = best > h && (h == 0 || best_d / static_cast<double>(h) > threshold);
-                    branch_[i] = tb;
-                    costs_[i] = tb ? (queue_[i] + transfers_[i]) + pulls_[i] : queue_[i] + prefills_[i];
+                    const double service = costs_[i] - queue_[i];
+                    if (i == 0 || service < smallest) smallest = service;
+                    costs_[i] = costs_[i] + policy.work_weight * service;
+                }
+                if (policy.is_long(smallest)) {
+                    const size_t k = policy.long_instances < static_cast<int64_t>(n) ? static_cast<size_t>(policy.long_instances) : n;
+                    for (size_t i = k; i < n; ++i) costs_[i] = HUGE_VAL;
                 }
                 const int64_t i = argmin(costs_, rng);
                 return {i, branch_[static_cast<size_t>(i)] != 0};
@@ -492,9 +638,9 @@ class RoutingEngine {
     }
 
     // simulate(): every remaining request routed by the native policy.
-    void run(Policy policy, double threshold, Pcg64& rng) {
+    void run(PolicySpec& policy, Pcg64& rng) {
         while (!done()) {
-            const auto [i, pull] = decide(policy, threshold, rng);
+            const auto [i, pull] = decide(policy, rng);
             serve(i, pull);
         }
     }
@@ -510,12 +656,44 @@ class RoutingEngine {
     int64_t view_best_instance() { ensure_view(); return best_instance_; }
     const std::vector<int64_t>& view_queued_requests() { ensure_view(); return view_queued_; }
     const std::vector<int64_t>& view_queued_tokens() { ensure_view(); return view_queued_tokens_; }
-    double arrival_s(int64_t k) const { return trace_.arrival_s[static_cast<size_t>(k)]; }
-    int64_t input_tokens(int64_t k) const { return trace_.input_tokens[static_cast<size_t>(k)]; }
+    double arrival_s(int64_t k) const { return trace_->arrival_s[static_cast<size_t>(k)]; }
+    int64_t input_tokens(int64_t k) const { return trace_->input_tokens[static_cast<size_t>(k)]; }
 
   private:
+    // the snapshot's copy (snapshot())
+    RoutingEngine(const RoutingEngine& e, int)
+        : trace_ptr_(e.trace_ptr_), trace_(e.trace_), cache_blocks_(e.cache_blocks_), group_(e.group_),
+          prefill_(e.prefill_), pool_(e.pool_),
+          caches_(std::make_unique<PrefixCaches>(*e.caches_, e.trace_->seen[static_cast<size_t>(e.k_)])) {
+        copy_state(e);
+    }
+    void copy_state(const RoutingEngine& s) {
+        busy_until_ = s.busy_until_;
+        busy_s_ = s.busy_s_;
+        finishes_ = s.finishes_;
+        tokens_ = s.tokens_;
+        queued_tokens_ = s.queued_tokens_;
+        view_queued_ = s.view_queued_;
+        view_queued_tokens_ = s.view_queued_tokens_;
+        best_instance_ = s.best_instance_;
+        requests_ = s.requests_;
+        rows_ = s.rows_;
+        k_ = s.k_;
+        last_index_ = s.last_index_;
+        viewed_ = s.viewed_;
+        ks_ = s.ks_;
+        hits_ = s.hits_;
+        prefills_ = s.prefills_;
+        transfers_ = s.transfers_;
+        pulls_ = s.pulls_;
+        queue_ = s.queue_;
+        costs_ = s.costs_;
+        branch_ = s.branch_;
+        best_hit_ = s.best_hit_;
+    }
+
     std::shared_ptr<const TraceColumns> trace_ptr_;
-    const TraceColumns& trace_;
+    const TraceColumns* trace_;
     std::vector<int64_t> cache_blocks_;
     std::vector<int32_t> group_;
     std::vector<PrefillTime> prefill_;
@@ -529,14 +707,45 @@ class RoutingEngine {
     std::vector<int64_t> queued_tokens_, view_queued_, view_queued_tokens_;
     int64_t best_instance_ = -1;
     std::vector<int64_t> requests_;
-    std::vector<Row> rows_;
+    RowLog rows_;
     int64_t k_ = 0;
+    int64_t last_index_ = -1;  // the request of the last dispatch, -1 after a skip (RoutingSimulator.last)
     bool viewed_ = false;
     // the pending view
     std::vector<int64_t> ks_, hits_;
     std::vector<double> prefills_, transfers_, pulls_, queue_, costs_;
     std::vector<char> branch_;
     int64_t best_hit_ = 0;
+
+    // KVCentric.estimates: each instance's TTFT estimate (costs_) and whether it took the transfer branch
+    void kvcentric_costs(double threshold) {
+        const int64_t best = best_hit_;
+        const double best_d = static_cast<double>(best);
+        for (size_t i = 0; i < cache_blocks_.size(); ++i) {
+            const int64_t h = hits_[i];
+            const bool tb = best > h && (h == 0 || best_d / static_cast<double>(h) > threshold);
+            branch_[i] = tb;
+            costs_[i] = tb ? (queue_[i] + transfers_[i]) + pulls_[i] : queue_[i] + prefills_[i];
+        }
+    }
+
+    // sum(view.queue_s) / len(view.queue_s), as CPython's sum() adds floats (compensated from 3.12)
+    double mean_queue(bool compensated) const {
+        const size_t n = queue_.size();
+        double total = queue_[0], c = 0.0;
+        for (size_t i = 1; i < n; ++i) {
+            const double x = queue_[i];
+            if (compensated) {
+                const double t = total + x;
+                c += std::fabs(total) >= std::fabs(x) ? (total - t) + x : (x - t) + total;
+                total = t;
+            } else {
+                total += x;
+            }
+        }
+        if (compensated && c != 0.0 && std::isfinite(c)) total += c;
+        return total / static_cast<double>(n);
+    }
 
     void ensure_view() {
         if (done()) throw std::out_of_range("view: the trace is exhausted");
@@ -561,6 +770,120 @@ class RoutingEngine {
         for (size_t i = first; i < n; ++i)
             if (costs[i] == best && pick-- == 0) return static_cast<int64_t>(i);
         throw std::logic_error("argmin: no tie found");
+    }
+};
+
+// --- PrefillRouting-v0 on the engine (mooncake_gym/envs/prefill_routing.py) ----------------------
+// The environment's observation (envs/features.py routing_features, then float32), action mask and
+// reward, written by the engine into the buffers bound by the Python env, in the reference's order
+// of operations.
+struct RoutingEnvSpec {
+    double time_scale = 1.0;  // 1 / log1p(QUEUE_CAP_SLO * ttft_slo_s / TIME_UNIT_S)
+    double slo_s = 5.0;
+    bool ttft_reward = true;  // reward "ttft" (else "slo")
+    bool allow_pull = true;
+};
+
+constexpr double TIME_UNIT_S = 0.1;
+constexpr double QUEUED_REQUESTS_CAP = 50.0;
+constexpr double INPUT_TOKENS_CAP = 200000.0;
+constexpr int PER_INSTANCE_FEATURES = 5;
+// the info row: index, instance, pull, ttft_s, queue_s, transfer_s, prefill_s, hit_tokens,
+// fetched_tokens, input_tokens (RoutingSimulator.last's fields)
+constexpr int ROUTING_INFO_FIELDS = 10;
+
+class RoutingEnv : public SteppableEnv {
+  public:
+    RoutingEnv(std::shared_ptr<RoutingEngine> engine, RoutingEnvSpec spec) : engine_(std::move(engine)), spec_(spec) {}
+
+    RoutingEngine& engine() { return *engine_; }
+    int64_t n_obs() const { return PER_INSTANCE_FEATURES * engine_->n_instances() + 2; }
+    int64_t n_actions() const override { return spec_.allow_pull ? 2 * engine_->n_instances() : engine_->n_instances(); }
+    bool done() const override { return engine_->done(); }
+
+    double step(int64_t action, bool& terminated) override {
+        const int64_t n = engine_->n_instances();
+        const int64_t k = engine_->index();
+        engine_->serve(action % n, action >= n);
+        const Row& r = engine_->rows().back();
+        if (info) {
+            const double row[ROUTING_INFO_FIELDS] = {static_cast<double>(k), r.instance, r.fetched_tokens > 0 ? 1.0 : 0.0,
+                                                     r.ttft_s, r.queue_s, r.transfer_s, r.prefill_s, r.hit_tokens,
+                                                     r.fetched_tokens, r.input_tokens};
+            std::memcpy(info, row, sizeof row);
+        }
+        terminated = engine_->done();
+        observe();
+        return spec_.ttft_reward ? -r.ttft_s / spec_.slo_s : (r.ttft_s <= spec_.slo_s ? 1.0 : 0.0);
+    }
+
+    // The pending decision's observation and mask (zeros and ones after the last request).
+    void observe() {
+        const size_t n = static_cast<size_t>(engine_->n_instances());
+        const size_t n_obs = PER_INSTANCE_FEATURES * n + 2;
+        const size_t n_mask = spec_.allow_pull ? 2 * n : n;
+        if (engine_->done()) {
+            if (obs) std::fill(obs, obs + n_obs, 0.0f);
+            if (mask) std::fill(mask, mask + n_mask, int8_t(1));
+            return;
+        }
+        const std::vector<int64_t>& hits = engine_->view_hit_tokens();
+        const int64_t best = engine_->view_best_hit_tokens();
+        if (mask) {
+            std::fill(mask, mask + n, int8_t(1));
+            if (spec_.allow_pull)
+                for (size_t i = 0; i < n; ++i) mask[n + i] = hits[i] < best ? 1 : 0;
+        }
+        if (obs) features(obs);
+    }
+
+  private:
+    std::shared_ptr<RoutingEngine> engine_;
+    RoutingEnvSpec spec_;
+
+    static double cap1(double x) { return x < 1.0 ? x : 1.0; }
+
+    // routing_features: per instance T(queue), queued/50, hit share, T(queue + prefill),
+    // T(queue + transfer + prefill after pull); then the request's length and the best hit share.
+    // An idle instance reuses the block of the first idle instance with the same hit, as the
+    // reference does.
+    void features(float* out) {
+        RoutingEngine& e = *engine_;
+        const size_t n = static_cast<size_t>(e.n_instances());
+        const std::vector<double>& q = e.view_queue_s();
+        const std::vector<int64_t>& nq = e.view_queued_requests();
+        const std::vector<int64_t>& h = e.view_hit_tokens();
+        const std::vector<double>& p = e.view_prefill_s();
+        const std::vector<double>& tr = e.view_transfer_s();
+        const std::vector<double>& pp = e.view_pull_prefill_s();
+        const int64_t n_in = e.input_tokens(e.index());
+        const double scale = spec_.time_scale;
+        const double inv_in = n_in ? 1.0 / static_cast<double>(n_in) : 0.0;
+        for (size_t i = 0; i < n; ++i) {
+            float* b = out + PER_INSTANCE_FEATURES * i;
+            if (q[i] == 0.0) {
+                size_t j = 0;
+                while (j < i && !(q[j] == 0.0 && h[j] == h[i])) ++j;
+                if (j < i) {
+                    std::memcpy(b, out + PER_INSTANCE_FEATURES * j, PER_INSTANCE_FEATURES * sizeof(float));
+                    continue;
+                }
+            }
+            const double t = q[i] + p[i];
+            const double tp = (q[i] + tr[i]) + pp[i];
+            const double x_q = q[i] != 0.0 ? std::log1p(q[i] / TIME_UNIT_S) * scale : 0.0;
+            const double x_t = std::log1p(t / TIME_UNIT_S) * scale;
+            const double x_tp = tp != t ? std::log1p(tp / TIME_UNIT_S) * scale : x_t;
+            const double x_n = static_cast<double>(nq[i]) / QUEUED_REQUESTS_CAP;
+            b[0] = static_cast<float>(cap1(x_q));
+            b[1] = static_cast<float>(cap1(x_n));
+            b[2] = static_cast<float>(static_cast<double>(h[i]) * inv_in);
+            b[3] = static_cast<float>(cap1(x_t));
+            b[4] = static_cast<float>(cap1(x_tp));
+        }
+        const double len = std::log1p(static_cast<double>(n_in)) / std::log1p(INPUT_TOKENS_CAP);
+        out[PER_INSTANCE_FEATURES * n] = static_cast<float>(len < 0.0 ? 0.0 : (len > 1.0 ? 1.0 : len));
+        out[PER_INSTANCE_FEATURES * n + 1] = static_cast<float>(static_cast<double>(e.view_best_hit_tokens()) * inv_in);
     }
 };
 

@@ -7,6 +7,7 @@
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
@@ -17,6 +18,9 @@ namespace nb = nanobind;
 using namespace nb::literals;
 using mooncake::Pcg64;
 using mooncake::Policy;
+using mooncake::PolicySpec;
+using mooncake::RoutingEnv;
+using mooncake::SteppableEnv;
 using mooncake::RoutingEngine;
 using mooncake::TraceColumns;
 
@@ -68,7 +72,46 @@ Policy policy_from(const std::string& name) {
     if (name == "load") return Policy::Load;
     if (name == "cache") return Policy::Cache;
     if (name == "kvcentric") return Policy::KVCentric;
-    throw nb::value_error(("policy: expected one of random, load, cache, kvcentric, got " + name).c_str());
+    if (name == "sizesplit") return Policy::SizeSplit;
+    if (name == "relsplit") return Policy::RelSplit;
+    throw nb::value_error(
+        ("policy: expected one of random, load, cache, kvcentric, sizesplit, relsplit, got " + name).c_str());
+}
+
+PolicySpec spec_of(const std::string& name, double threshold) {
+    PolicySpec p;
+    p.kind = policy_from(name);
+    p.threshold = threshold;
+    return p;
+}
+
+using F32Out = nb::ndarray<float, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using I8Out = nb::ndarray<int8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using F64Out = nb::ndarray<double, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using BoolArr = nb::ndarray<bool, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using BoolIn = nb::ndarray<const bool, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+// The native vector environment's envs (batch.hpp), each kept alive by its Python object.
+struct EnvBatch {
+    std::vector<SteppableEnv*> envs;
+    std::vector<nb::object> owners;
+    explicit EnvBatch(size_t n) : envs(n, nullptr), owners(n) {}
+};
+
+// the info dict of RoutingSimulator.last from a RoutingEnv's info row
+nb::dict routing_info(const double* r) {
+    static const char* keys[] = {"index", "instance", "pull", "ttft_s", "queue_s", "transfer_s", "prefill_s",
+                                 "hit_tokens", "fetched_tokens", "input_tokens"};
+    static nb::object interned[10];
+    if (!interned[0].is_valid())
+        for (int k = 0; k < 10; ++k) interned[k] = nb::steal(PyUnicode_InternFromString(keys[k]));
+    nb::dict d;
+    d[interned[0]] = static_cast<int64_t>(r[0]);
+    d[interned[1]] = static_cast<int64_t>(r[1]);
+    d[interned[2]] = r[2] != 0.0;
+    for (int k = 3; k < 7; ++k) d[interned[k]] = r[k];
+    for (int k = 7; k < 10; ++k) d[interned[k]] = static_cast<int64_t>(r[k]);
+    return d;
 }
 
 using U64 = uint64_t;
@@ -124,6 +167,35 @@ NB_MODULE(_engine_native, m) {
                  }
              },
              "arrival_s"_a, "input_tokens"_a, "block_start"_a, "block_ids"_a)
+        .def_static("from_blocks",
+             [](F64 arrival, I64 input, nb::handle block_ids) {
+                 // the trace's block_ids (a sequence of sequences of ints) read directly
+                 std::vector<int64_t> start{0}, ids;
+                 nb::object outer = nb::steal(PySequence_Fast(block_ids.ptr(), "block_ids: expected a sequence"));
+                 if (!outer.is_valid()) throw nb::python_error();
+                 const Py_ssize_t n = PySequence_Fast_GET_SIZE(outer.ptr());
+                 start.reserve(static_cast<size_t>(n) + 1);
+                 for (Py_ssize_t k = 0; k < n; ++k) {
+                     nb::object row = nb::steal(PySequence_Fast(PySequence_Fast_GET_ITEM(outer.ptr(), k),
+                                                                "block_ids: expected a sequence of block ids per request"));
+                     if (!row.is_valid()) throw nb::python_error();
+                     const Py_ssize_t m = PySequence_Fast_GET_SIZE(row.ptr());
+                     PyObject** items = PySequence_Fast_ITEMS(row.ptr());
+                     for (Py_ssize_t j = 0; j < m; ++j) {
+                         const long long v = PyLong_AsLongLong(items[j]);
+                         if (v == -1 && PyErr_Occurred()) throw nb::python_error();
+                         ids.push_back(v);
+                     }
+                     start.push_back(static_cast<int64_t>(ids.size()));
+                 }
+                 try {
+                     return std::make_shared<TraceColumns>(to_vector<double>(arrival), to_vector<int64_t>(input),
+                                                           std::move(start), ids.data(), ids.size());
+                 } catch (const std::invalid_argument& e) {
+                     throw nb::value_error(e.what());
+                 }
+             },
+             "arrival_s"_a, "input_tokens"_a, "block_ids"_a, "The trace's columns from its block_ids lists.")
         .def("__len__", &TraceColumns::size)
         .def_prop_ro("n_unique", &TraceColumns::n_unique);
 
@@ -150,25 +222,58 @@ NB_MODULE(_engine_native, m) {
         .def("reset", &RoutingEngine::reset)
         .def_prop_ro("done", &RoutingEngine::done)
         .def_prop_ro("index", &RoutingEngine::index)
+        .def_prop_ro("last_index", &RoutingEngine::last_index)
         .def_prop_ro("n_instances", &RoutingEngine::n_instances)
         .def("run",
              [](RoutingEngine& e, const std::string& policy, double threshold, const RngState& s) {
                  Pcg64 rng = rng_from(s);
-                 const Policy p = policy_from(policy);
+                 PolicySpec p = spec_of(policy, threshold);
                  {
                      nb::gil_scoped_release release;
-                     e.run(p, threshold, rng);
+                     e.run(p, rng);
                  }
                  return rng_state(rng);
              },
              "policy"_a, "threshold"_a, "rng"_a, "Route every remaining request with a native policy; returns the "
                                                 "generator's state after the run.")
+        .def("run",
+             [](RoutingEngine& e, PolicySpec& p, const RngState& s) {
+                 Pcg64 rng = rng_from(s);
+                 {
+                     nb::gil_scoped_release release;
+                     e.run(p, rng);
+                 }
+                 return rng_state(rng);
+             },
+             "policy"_a, "rng"_a, "Route every remaining request with the policy (its state, as relsplit's scale, "
+                                  "goes on in it); returns the generator's state after the run.")
         .def("decide",
              [](RoutingEngine& e, const std::string& policy, double threshold, Pcg64& rng) {
                  if (e.done()) throw nb::index_error("decide: the trace is exhausted");
-                 return e.decide(policy_from(policy), threshold, rng);
+                 PolicySpec p = spec_of(policy, threshold);
+                 return e.decide(p, rng);
              },
              "policy"_a, "threshold"_a, "rng"_a)
+        .def("decide",
+             [](RoutingEngine& e, PolicySpec& p, Pcg64& rng) {
+                 if (e.done()) throw nb::index_error("decide: the trace is exhausted");
+                 return e.decide(p, rng);
+             },
+             "policy"_a, "rng"_a)
+        .def("snapshot", &RoutingEngine::snapshot,
+             "A copy of the whole state (an opaque RoutingEngine to pass to restore).")
+        .def("restore",
+             [](RoutingEngine& e, const RoutingEngine& s) {
+                 try {
+                     e.restore(s);
+                 } catch (const std::invalid_argument& x) {
+                     throw nb::value_error(x.what());
+                 }
+             },
+             "snapshot"_a, "Back to the state of a snapshot of this engine.")
+        .def("pool_state",
+             [](const RoutingEngine& e, double now) { return e.pool_state(now); }, "now"_a,
+             "Each instance's queued work at ``now`` (PrefillInstance.queue_s) and its cache's blocks.")
         .def("serve",
              [](RoutingEngine& e, int64_t i, bool pull) {
                  if (e.done()) throw nb::index_error("serve: the trace is exhausted");
@@ -181,7 +286,7 @@ NB_MODULE(_engine_native, m) {
                  const auto& rows = e.rows();
                  const size_t n = rows.size();
                  double* data = new double[n * 9];
-                 if (n) std::memcpy(data, rows.data(), n * sizeof(mooncake::Row));
+                 rows.copy_to(reinterpret_cast<mooncake::Row*>(data));
                  nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<double*>(p); });
                  return nb::ndarray<nb::numpy, double, nb::ndim<2>>(data, {n, size_t(9)}, owner);
              },
@@ -232,4 +337,94 @@ NB_MODULE(_engine_native, m) {
              },
              "The pending view's (queue_s, hit_tokens, prefill_s, best_hit_tokens, transfer_s, pull_prefill_s, "
              "hit_blocks).");
+
+    nb::class_<PolicySpec>(m, "PolicySpec", "A native policy's rule, knobs and running state (engine.hpp).")
+        .def("__init__", [](PolicySpec* self, const std::string& name, double threshold) {
+                 new (self) PolicySpec(spec_of(name, threshold));
+             }, "name"_a, "threshold"_a = 1.0)
+        .def_rw("threshold", &PolicySpec::threshold)
+        .def_rw("has_long", &PolicySpec::has_long)
+        .def_rw("long_s", &PolicySpec::long_s)
+        .def_rw("long_instances", &PolicySpec::long_instances)
+        .def_rw("work_weight", &PolicySpec::work_weight)
+        .def_rw("has_factor", &PolicySpec::has_factor)
+        .def_rw("long_factor", &PolicySpec::long_factor)
+        .def_rw("min_load", &PolicySpec::min_load)
+        .def_rw("decay", &PolicySpec::decay)
+        .def_rw("compensated_sum", &PolicySpec::compensated_sum)
+        .def_rw("scale_sum", &PolicySpec::scale_sum)
+        .def_rw("scale_weight", &PolicySpec::scale_weight)
+        .def_rw("load_s", &PolicySpec::load_s);
+
+    nb::class_<SteppableEnv>(m, "SteppableEnv", "An environment core the native vector env steps (batch.hpp).")
+        .def_prop_ro("done", &SteppableEnv::done);
+
+    nb::class_<RoutingEnv, SteppableEnv>(m, "RoutingEnv",
+                                         "PrefillRouting-v0's observation, mask and reward on a RoutingEngine.")
+        .def("__init__",
+             [](RoutingEnv* self, std::shared_ptr<RoutingEngine> e, double time_scale, double slo_s, bool ttft_reward,
+                bool allow_pull) {
+                 mooncake::RoutingEnvSpec spec{time_scale, slo_s, ttft_reward, allow_pull};
+                 new (self) RoutingEnv(std::move(e), spec);
+             },
+             "engine"_a, "time_scale"_a, "slo_s"_a, "ttft_reward"_a, "allow_pull"_a)
+        .def("bind",
+             [](RoutingEnv& env, F32Out obs, I8Out mask, F64Out info) {
+                 if (obs.shape(0) != static_cast<size_t>(env.n_obs()) || mask.shape(0) != static_cast<size_t>(env.n_actions()) ||
+                     info.shape(0) != static_cast<size_t>(mooncake::ROUTING_INFO_FIELDS))
+                     throw nb::value_error("bind: expected buffers of the observation's, the actions' and the info's sizes");
+                 env.obs = obs.data();
+                 env.mask = mask.data();
+                 env.info = info.data();
+                 env.observe();
+             },
+             "obs"_a, "mask"_a, "info"_a, nb::keep_alive<1, 2>(), nb::keep_alive<1, 3>(), nb::keep_alive<1, 4>(),
+             "Write into these buffers from now on (and the pending observation and mask now).")
+        .def("observe", &RoutingEnv::observe)
+        .def("step",
+             [](RoutingEnv& env, int64_t action) {
+                 if (env.done()) throw nb::index_error("step: the trace is exhausted");
+                 if (action < 0 || action >= env.n_actions()) throw nb::value_error("step: action out of range");
+                 bool terminated = false;
+                 const double reward = env.step(action, terminated);
+                 return nb::make_tuple(reward, terminated, routing_info(env.info));
+             },
+             "action"_a, "Take the action: (reward, terminated, info) with RoutingSimulator.last's info.");
+
+    nb::class_<EnvBatch>(m, "EnvBatch", "N environment cores stepped in one call (batch.hpp).")
+        .def(nb::init<size_t>(), "n"_a)
+        .def("set",
+             [](EnvBatch& b, size_t i, nb::handle env) {
+                 if (i >= b.envs.size()) throw nb::index_error("set: index out of the batch");
+                 if (env.is_none()) {
+                     b.envs[i] = nullptr;
+                     b.owners[i] = nb::none();
+                 } else {
+                     b.envs[i] = nb::cast<SteppableEnv*>(env);
+                     b.owners[i] = nb::borrow(env);
+                 }
+             },
+             "i"_a, "env"_a.none())
+        .def("step",
+             [](EnvBatch& b, nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> actions, BoolIn active,
+                F64Out rewards, BoolArr terminated, int threads) {
+                 const size_t n = b.envs.size();
+                 if (actions.shape(0) != n || active.shape(0) != n || rewards.shape(0) != n || terminated.shape(0) != n)
+                     throw nb::value_error("step: expected arrays of the batch's size");
+                 const bool* on = active.data();
+                 const int64_t* a = actions.data();
+                 for (size_t i = 0; i < n; ++i)
+                     if (on[i]) {
+                         if (b.envs[i] == nullptr || b.envs[i]->done())
+                             throw nb::value_error("step: an active env has no core or has terminated");
+                         if (a[i] < 0 || a[i] >= b.envs[i]->n_actions())
+                             throw nb::value_error(("actions: expected integers in 0.." +
+                                                    std::to_string(b.envs[i]->n_actions() - 1) + ", got " +
+                                                    std::to_string(a[i]) + " for env " + std::to_string(i)).c_str());
+                     }
+                 nb::gil_scoped_release release;
+                 mooncake::step_batch(b.envs, actions.data(), on, rewards.data(), terminated.data(), threads);
+             },
+             "actions"_a, "active"_a, "rewards"_a, "terminated"_a, "threads"_a = 1,
+             "Step every active env with its (checked) action, writing rewards and terminated.");
 }

@@ -6,8 +6,9 @@ its :class:`~mooncake_gym.model.costmodel.PrefillTime` (so the cost model's cons
 Python and only its arithmetic is in C++), the pool's block size and RDMA transfer, and the policy's
 generator state (numpy's PCG64, continued exactly in C++ and written back after the run).
 
-Native policies (:data:`NATIVE_POLICIES`): ``random``, ``load``, ``cache`` and ``kvcentric``
-(any threshold), recognised by their exact class (a subclass may change the rule: it runs in
+Native policies (:data:`NATIVE_POLICIES`): ``random``, ``load``, ``cache``, ``kvcentric``
+(any threshold), ``sizesplit`` and ``relsplit`` (any knobs; relsplit's running scale goes in and
+comes back out like the generator), recognised by their exact class (a subclass may change the rule: it runs in
 Python). Anything else, an observation mode other than the exact view, or a policy generator other
 than PCG64 is not native: :func:`unsupported` says why. This module is in the simulator's layer
 (tests/test_layers.py); it imports the model layer and the package's engine switch only.
@@ -15,7 +16,7 @@ than PCG64 is not native: :func:`unsupported` says why. This module is in the si
 
 from __future__ import annotations
 
-from itertools import chain
+import sys
 
 import numpy as np
 
@@ -28,6 +29,8 @@ NATIVE_POLICIES = {
     ("mooncake_gym.baselines.routing", "LoadBalancing"): "load",
     ("mooncake_gym.baselines.routing", "CacheAware"): "cache",
     ("mooncake_gym.sim.policies", "KVCentric"): "kvcentric",
+    ("mooncake_gym.baselines.sizesplit", "SizeSplit"): "sizesplit",
+    ("mooncake_gym.baselines.sizesplit", "RelativeSizeSplit"): "relsplit",
 }
 #: PrefillTime's fields the engine's prefill time reads, with their Python types (the memo aside).
 PREFILL_FIELDS = {
@@ -133,12 +136,8 @@ def native_trace(trace):
     hit = _TRACES.get(id(blocks))
     if hit is not None and hit[0] is blocks and len(hit[1]) == len(blocks):
         return hit[1]
-    lengths = np.fromiter(map(len, blocks), dtype=np.int64, count=len(blocks))
-    start = np.zeros(len(blocks) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=start[1:])
-    ids = np.fromiter(chain.from_iterable(blocks), dtype=np.int64, count=int(start[-1]))
-    columns = native.Trace(np.ascontiguousarray(trace.arrival_s, dtype=np.float64),
-                           np.ascontiguousarray(trace.input_tokens, dtype=np.int64), start, ids)
+    columns = native.Trace.from_blocks(np.ascontiguousarray(trace.arrival_s, dtype=np.float64),
+                                       np.ascontiguousarray(trace.input_tokens, dtype=np.int64), blocks)
     if len(_TRACES) >= _TRACES_KEPT:
         _TRACES.pop(next(iter(_TRACES)))
     _TRACES[id(blocks)] = (blocks, columns)
@@ -184,13 +183,41 @@ class PoolStats:
         self.requests = requests
 
 
+def policy_spec(policy):
+    """The engine's ``PolicySpec`` of a native ``policy``: its rule, its knobs and (relsplit) its
+    running scale as they are now."""
+    name = native_policy(policy)
+    threshold = float(policy.threshold) if name in ("kvcentric", "sizesplit", "relsplit") else 1.0
+    spec = native.PolicySpec(name, threshold)
+    if name in ("sizesplit", "relsplit"):
+        spec.long_instances, spec.work_weight = int(policy.long_instances), float(policy.work_weight)
+    if name == "sizesplit":
+        spec.has_long = policy.long_s is not None
+        spec.long_s = float(policy.long_s) if spec.has_long else 0.0
+    if name == "relsplit":
+        spec.has_factor = policy.long_factor is not None
+        spec.long_factor = float(policy.long_factor) if spec.has_factor else 0.0
+        spec.min_load, spec.decay = float(policy.min_load), float(policy.scale.decay)
+        spec.scale_sum, spec.scale_weight = float(policy.scale._sum), float(policy.scale._weight)
+        spec.load_s = float(policy._load_s)
+        spec.compensated_sum = sys.version_info >= (3, 12)  # CPython's sum() of floats is compensated since 3.12
+    return spec
+
+
+def set_policy_state(policy, spec) -> None:
+    """Write the engine's running state of a native policy back into ``policy`` (relsplit's scale
+    and last load, as the Python run leaves them)."""
+    if native_policy(policy) == "relsplit":
+        policy.scale._sum, policy.scale._weight, policy._load_s = spec.scale_sum, spec.scale_weight, spec.load_s
+
+
 def run(sim, policy) -> tuple[np.ndarray, list[PoolStats]]:
     """Route every request of ``sim`` (fresh, exact view) with the native ``policy``: the rows of
     ``RoutingResult`` as an (n, 9) float64 array and each instance's totals. The policy's generator
-    ends where the Python run would leave it."""
+    (and relsplit's running scale) ends where the Python run would leave it."""
     engine = make_engine(sim)
-    name = native_policy(policy)
-    threshold = float(getattr(policy, "threshold", 1.0)) if name == "kvcentric" else 1.0
-    set_rng_state(policy.rng, engine.run(name, threshold, rng_state(policy.rng)))
+    spec = policy_spec(policy)
+    set_rng_state(policy.rng, engine.run(spec, rng_state(policy.rng)))
+    set_policy_state(policy, spec)
     stats = [PoolStats(b, r) for b, r in zip(engine.busy_s(), engine.requests())]
     return engine.rows(), stats

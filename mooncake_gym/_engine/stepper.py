@@ -1,46 +1,93 @@
 """The routing simulator's step-able interface on the native engine: :class:`NativeRoutingSimulator`
 pauses at each arrival like :class:`~mooncake_gym.sim.routing.RoutingSimulator` (``reset``,
-``view``, ``step``, ``dispatch``, ``skip``, ``last``, ``result``) while the engine holds the pool's
-state and makes the view's fields; a Python policy or an environment drives it. The exact view only
-(observation modes need the reference). The same numbers as the reference, view for view
-(tests/test_engine_stepper.py); the environments still build the reference (``PrefillRouting-v0``
-runs on this class with identical numbers when its simulator is swapped, as the test does).
+``view``, ``step``, ``dispatch``, ``skip``, ``last``, ``result``, ``snapshot``, ``restore``) while
+the engine holds the pool's state and makes the view's fields; a Python policy or an environment
+drives it (``PrefillRouting-v0`` runs on it). The exact view only (observation modes need the
+reference). The same numbers as the reference, view for view (tests/test_engine_routing.py).
+It pickles as its trace, pool and the dispatches made so far, replayed when it is unpickled.
 This module is in the simulator's layer (tests/test_layers.py).
 """
 
 from __future__ import annotations
 
 from mooncake_gym._engine.routing import PoolStats, make_engine, store_unsupported
+from mooncake_gym.sim.observation import as_observation
 from mooncake_gym.sim.routing import RoutingResult, RoutingSimulator, RoutingView
 from mooncake_gym.sim.views import check_route
 
 _new_tuple = tuple.__new__
 
 
+class RoutingSnapshot:
+    """An opaque copy of a simulator's state (:meth:`NativeRoutingSimulator.snapshot`)."""
+
+    __slots__ = ("engine",)
+
+    def __init__(self, engine):
+        self.engine = engine
+
+
 class NativeRoutingSimulator:
     """``RoutingSimulator(trace, config, cost)`` stepped on the native engine (exact view)."""
 
-    def __init__(self, trace, config=None, cost=None, observation=None, rng=None):
-        ref = RoutingSimulator(trace, config, cost, observation, rng)  # the checks, the costs, the columns
-        if not ref.observation.exact:
-            raise ValueError("observation: the native engine shows the exact view only; use RoutingSimulator")
-        why = store_unsupported(ref.config)
+    def __init__(self, trace, config=None, cost=None, observation=None, rng=None, costs=None):
+        """``costs``: the instances' cost models of ``config`` and ``cost`` where the caller has
+        checked the pool and the trace already (an environment's episodes): no reference
+        simulator is then built for the checks."""
+        if costs is None:
+            ref = RoutingSimulator(trace, config, cost, observation, rng)  # the checks, the costs
+            if not ref.observation.exact:
+                raise ValueError("observation: the native engine shows the exact view only; use RoutingSimulator")
+            trace, config, cost, costs = ref.trace, ref.config, ref.cost, ref.costs
+        why = store_unsupported(config)
         if why:
             raise ValueError(f"config: {why}; use RoutingSimulator")
-        self.trace, self.config, self.cost, self.costs, self.observation = (ref.trace, ref.config, ref.cost, ref.costs,
-                                                                             ref.observation)
-        self._output, self._blocks = ref._output, ref._blocks
-        self._cache_blocks = ref._cache_blocks
+        self.trace, self.config, self.cost, self.costs = trace, config, cost, tuple(costs)
+        self.observation = as_observation(None)
+        self._cache_blocks = config.instance_cache_blocks()
         self._n = len(self._cache_blocks)
-        self._engine = make_engine(ref)
+        self._output = None  # the trace's output lengths as a list, made for the first view
+        self._blocks = trace.block_ids
+        self._engine = make_engine(self)
         self.reset()
+
+    # -- snapshots and pickling ----------------------------------------------------------------------
+    def snapshot(self) -> "RoutingSnapshot":
+        """A copy of the whole simulation state (the engine's pool, caches, rows and pending view),
+        for :meth:`restore`; the trace and the pool's set-up are shared, not copied."""
+        return RoutingSnapshot(self._engine.snapshot())
+
+    def restore(self, snapshot: "RoutingSnapshot") -> RoutingView | None:
+        """Back to the state of ``snapshot`` (taken from this simulator; it stays valid for more
+        restores); returns the pending view."""
+        if not isinstance(snapshot, RoutingSnapshot):
+            raise ValueError(f"snapshot: expected a RoutingSnapshot of this simulator, got {type(snapshot).__name__}")
+        self._engine.restore(snapshot.engine)
+        self._built_at = -1
+        return self.view
+
+    def pool_state(self, now: float) -> tuple[list[float], list[int]]:
+        """Each instance's queued work at ``now`` and the blocks its cache holds (the pictures)."""
+        return self._engine.pool_state(now)
+
+    def __getstate__(self) -> dict:
+        rows = self._engine.rows()
+        if self._engine.index != len(rows):
+            raise TypeError("NativeRoutingSimulator: a run with skipped requests does not pickle (it is replayed "
+                            "from its dispatches)")
+        return {"trace": self.trace, "config": self.config, "cost": self.cost, "index": self._engine.index,
+                "dispatched": [(int(i), bool(f > 0)) for i, f in zip(rows[:, 2], rows[:, 8])]}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["trace"], state["config"], state["cost"])
+        for i, pull in state["dispatched"]:  # a pull with nothing to fetch acts as the plain dispatch
+            self._engine.serve(i, pull)
+        self._built_at = -1
 
     def reset(self) -> RoutingView | None:
         self._engine.reset()
-        self._built = False
+        self._built_at = -1  # the request the view was made for (the engine may be stepped by an env core)
         self._view: RoutingView | None = None
-        self._last_index = -1
-        self._has_last = False
         return self.view
 
     @property
@@ -49,9 +96,10 @@ class NativeRoutingSimulator:
 
     @property
     def view(self) -> RoutingView | None:
-        if not self._built:
+        k = self._engine.index
+        if self._built_at != k:
             self._view = None if self._engine.done else self._make_view()
-            self._built = True
+            self._built_at = k
         return self._view
 
     exact_view = view
@@ -59,6 +107,8 @@ class NativeRoutingSimulator:
     def _make_view(self) -> RoutingView:
         (now, i, n_in, queue, queued, hits, prefills, best, best_instance, transfers, pulls, queued_tokens,
          ks) = self._engine.full_view()
+        if self._output is None:
+            self._output = self.trace.output_tokens.tolist()
         return _new_tuple(RoutingView, (now, i, n_in, self._output[i], self._blocks[i], self._n, queue, queued, hits,
                                         prefills, best, best_instance, transfers, pulls, queued_tokens,
                                         self._cache_blocks, ks, None))
@@ -74,10 +124,7 @@ class NativeRoutingSimulator:
         return self.view
 
     def serve(self, i: int, pull: bool) -> None:
-        self._last_index = self._engine.index
         self._engine.serve(i, pull)
-        self._has_last = True
-        self._built = False
 
     def skip(self) -> RoutingView | None:
         self.pass_over()
@@ -87,15 +134,14 @@ class NativeRoutingSimulator:
         if self._engine.done:
             raise RuntimeError("skip: the trace is exhausted; call reset()")
         self._engine.skip()
-        self._has_last = False
-        self._built = False
 
     @property
     def last(self) -> dict | None:
-        if not self._has_last:
+        index = self._engine.last_index
+        if index < 0:
             return None
         _, n_in, i, ttft, queue, transfer, prefill, hit, fetched = self._engine.last_row()
-        return {"index": self._last_index, "instance": i, "pull": fetched > 0, "ttft_s": ttft, "queue_s": queue,
+        return {"index": index, "instance": i, "pull": fetched > 0, "ttft_s": ttft, "queue_s": queue,
                 "transfer_s": transfer, "prefill_s": prefill, "hit_tokens": hit, "fetched_tokens": fetched,
                 "input_tokens": n_in}
 

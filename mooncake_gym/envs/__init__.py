@@ -25,7 +25,8 @@ warnings.filterwarnings("ignore", message=r".*mooncake_gym/(PrefillRouting|Overl
 
 def register_envs() -> None:
     if ROUTING_ENV_ID not in gym.registry:
-        gym.register(ROUTING_ENV_ID, entry_point="mooncake_gym.envs.prefill_routing:PrefillRoutingEnv")
+        gym.register(ROUTING_ENV_ID, entry_point="mooncake_gym.envs.prefill_routing:PrefillRoutingEnv",
+                     vector_entry_point="mooncake_gym.envs.vector:make_routing_vector")
     if ADMISSION_ENV_ID not in gym.registry:
         gym.register(ADMISSION_ENV_ID, entry_point="mooncake_gym.envs.overload_admission:OverloadAdmissionEnv")
     for env_id, entry_point in ((ROUTING_V1_ENV_ID, "mooncake_gym.envs.prefill_routing_v1:PrefillRoutingV1Env"),

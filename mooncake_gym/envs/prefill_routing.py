@@ -7,12 +7,23 @@ import math
 import numpy as np
 from gymnasium import spaces
 
+from mooncake_gym import _engine
+from mooncake_gym._engine import routing as _native_routing
+from mooncake_gym._engine.stepper import NativeRoutingSimulator
 from mooncake_gym.model.costmodel import CostModel
 from mooncake_gym.sim.observation import as_observation
 from mooncake_gym.sim.routing import RoutingConfig, RoutingSimulator, RoutingView, check_route
 from mooncake_gym.envs.common import INTEGER_TYPES, in_space, PicturedEnv, WorkloadSpec, as_float32, check, check_render_mode
 from mooncake_gym.envs.features import PER_INSTANCE_FEATURES, QUEUE_CAP_SLO, TIME_UNIT_S, routing_features
 from mooncake_gym.envs.viewer import RoutingViewer
+
+#: The native engine's info row of a step: RoutingSimulator.last's fields and types, in this order
+#: (engine.hpp RoutingEnv; the vector env's interface, envs/vector.py).
+NATIVE_INFO = (("index", int), ("instance", int), ("pull", bool), ("ttft_s", float), ("queue_s", float),
+               ("transfer_s", float), ("prefill_s", float), ("hit_tokens", int), ("fetched_tokens", int),
+               ("input_tokens", int))
+NATIVE_INFO_FIELDS = len(NATIVE_INFO)
+
 
 class PrefillRoutingEnv(PicturedEnv):
     """
@@ -160,7 +171,7 @@ class PrefillRoutingEnv(PicturedEnv):
     ``gym.make("mooncake_gym/PrefillRouting-v0", n_instances=None, cache_blocks=3000, ttft_slo_s=5.0,
     rate=None, rate_range=None, trace=None, speed=1.0, episode_requests=1000, duration_s=600.0,
     allow_pull=True, reward="ttft", model="llama2-70b", render_mode=None, observation=None,
-    instances=None, arrivals=None, window_requests=None)``. ``n_instances=None`` means 8, or the length of ``instances``;
+    instances=None, arrivals=None, window_requests=None, engine=None)``. ``n_instances=None`` means 8, or the length of ``instances``;
     ``cache_blocks`` is one capacity or one per instance; ``observation`` and ``instances`` are
     described above (None: exact, and every instance the model's default 8 x A800 node). With neither ``rate``
     nor ``rate_range`` nor ``trace`` the rate is 4 sessions/s (a session issues about 2.1 requests).
@@ -168,6 +179,20 @@ class PrefillRoutingEnv(PicturedEnv):
     uses 600 s). ``model`` is a preset of ``mooncake_gym.model.costmodel.MODELS``. ``render_mode="ansi"``:
     ``render()`` returns a text picture; ``"rgb_array"``: a picture of the cluster (see Rendering).
     An invalid argument raises ``ValueError`` naming it and its allowed range.
+
+    ``engine``: which simulator runs the episodes (``docs/engine.md``). ``"native"``: the C++ engine,
+    which writes the observation, the action mask and the info row into the env's buffers and
+    computes the reward (the exact observation only: another ``observation`` with it is a
+    ``ValueError``); ``"python"``: the reference ``RoutingSimulator``; None (default): native where
+    the engine is built and the observation is exact, else the reference. Both give the same
+    episodes, observation for observation, reward for reward and info for info.
+
+    ## Snapshots
+
+    ``snapshot()`` returns an opaque copy of the episode's state (the simulator's, on either
+    engine: the native one copies its arrays, the reference deep-copies itself) and
+    ``restore(s)`` returns to it and gives back the observation of the pending decision; the same
+    actions then give the same steps (look-ahead rollouts, counterfactual rewards).
 
     ## Rendering
 
@@ -197,14 +222,17 @@ class PrefillRoutingEnv(PicturedEnv):
       ``action_mask``). On 2026-12-01 it gained ``arrivals=`` (bursty sessions), ``window_requests=``
       (a window of a replayed trace per episode, ``reset(options={"offset": k})``) and the
       observation setting ``routers=`` (several routers, each with its own scraped view); with
-      their defaults nothing changes.
+      their defaults nothing changes. On 2026-12-03 it gained ``engine=``, ``snapshot()`` and
+      ``restore()``, and runs on the native engine by default, with the same episodes.
     """
+
+    NATIVE_INFO = NATIVE_INFO
 
     def __init__(self, n_instances: int | None = None, cache_blocks=3000, ttft_slo_s: float = 5.0, rate=None,
                  rate_range=None, trace=None, speed: float = 1.0, episode_requests: int | None = 1000,
                  duration_s: float = 600.0, allow_pull: bool = True, reward: str = "ttft",
                  model: str = "llama2-70b", render_mode: str | None = None, observation=None, instances=None,
-                 arrivals=None, window_requests=None):
+                 arrivals=None, window_requests=None, engine=None):
         check("n_instances", n_instances, allow_none=True)
         if not isinstance(cache_blocks, (list, tuple, np.ndarray)):  # one per instance: RoutingConfig checks each
             check("cache_blocks", cache_blocks)
@@ -228,9 +256,43 @@ class PrefillRoutingEnv(PicturedEnv):
         self._n_actions = int(self.action_space.n)
         self.observation_space = spaces.Box(0.0, 1.0, (PER_INSTANCE_FEATURES * n + 2,), np.float32)
         self._time_scale = 1.0 / math.log1p(QUEUE_CAP_SLO * ttft_slo_s / TIME_UNIT_S)
-        self.sim: RoutingSimulator | None = None
+        self.sim: RoutingSimulator | NativeRoutingSimulator | None = None
         self._viewer: RoutingViewer | None = None
         self._last_info: dict = {}
+        self._costs = self.config.instance_costs(self.cost)
+        self.engine = self._choose_engine(engine)
+        # the buffers the native engine writes (a vector env hands each env rows of its own: _use_buffers)
+        self._use_buffers(np.zeros(self.observation_space.shape, np.float32), np.ones(self._n_actions, np.int8),
+                          np.zeros(NATIVE_INFO_FIELDS, np.float64))
+        self._core = None  # the engine's env core of the episode (native), else None
+
+    def _choose_engine(self, engine) -> str:
+        """The engine of the episodes: ``engine=`` resolved (``docs/engine.md``); the default falls
+        back to the reference where the native engine cannot run this environment."""
+        chosen = _engine.resolve(engine)
+        if chosen != "native":
+            return chosen
+        why = None
+        if not self.observation.exact:
+            why = "the native engine shows the exact observation only (observation modes run in Python)"
+        else:
+            try:
+                why = next(filter(None, (_native_routing.prefill_disagrees(c.prefill_time()) for c in self._costs)), None)
+            except ValueError as e:
+                why = str(e)
+        if why is None:
+            return "native"
+        if engine == "native":
+            raise ValueError(f"engine: 'native' cannot run this environment: {why}; pass engine='python'")
+        return "python"
+
+    def _use_buffers(self, obs: np.ndarray, mask: np.ndarray, info: np.ndarray) -> None:
+        """Where the native engine writes this env's observation, action mask and info row (float32
+        of the observation's size, int8 of the actions', float64 of NATIVE_INFO_FIELDS)."""
+        self._obs, self._mask_buffer, self._info_row = obs, mask, info
+        core = getattr(self, "_core", None)
+        if core is not None:
+            core.bind(obs, mask, info)
 
     # -- the decision view and its encoding ---------------------------------------------------------
     def decision_view(self) -> RoutingView | None:
@@ -245,6 +307,8 @@ class PrefillRoutingEnv(PicturedEnv):
         return inst + (self.config.n_instances if pull and self.allow_pull else 0)
 
     def _observe(self) -> np.ndarray:
+        if self._core is not None:
+            return self._obs.copy()
         v = self.sim.view
         if v is None:
             return np.zeros(self.observation_space.shape, np.float32)
@@ -256,9 +320,29 @@ class PrefillRoutingEnv(PicturedEnv):
         trace = self.workload.draw(self.np_random, options)
         # the observation's noise, if any, from a generator spawned from np_random (its stream untouched)
         rng = self.np_random.spawn(1)[0] if self.observation.noisy else None
-        self.sim = RoutingSimulator(trace, self.config, self.cost, self.observation, rng)
+        self._core = None
+        if self.engine == "native" and self._fits_native(trace):
+            self.sim = NativeRoutingSimulator(trace, self.config, self.cost, costs=self._costs)
+            self._start_core()
+        else:
+            self.sim = RoutingSimulator(trace, self.config, self.cost, self.observation, rng)
         self._last_info: dict = {}
         return self._observe(), {"requests": len(trace), "rate_per_s": trace.rate, "action_mask": self._mask()}
+
+    def _end_info(self) -> dict:
+        """What the last step's info adds when the episode ends (the vector env's interface)."""
+        return {"metrics": self.sim.result("env").metrics}
+
+    def _fits_native(self, trace) -> bool:
+        """Whether the engine's cache arrays hold this trace (else the episode runs on the reference)."""
+        cells = _native_routing.native_trace(trace).n_unique * sum(b > 0 for b in self.config.instance_cache_blocks())
+        return cells <= _native_routing.MAX_CACHE_CELLS
+
+    def _start_core(self) -> None:
+        """The engine's env core over the native simulator, writing into this env's buffers."""
+        self._core = _engine.native.RoutingEnv(self.sim._engine, self._time_scale, self._slo, self._ttft_reward,
+                                               self.allow_pull)
+        self._core.bind(self._obs, self._mask_buffer, self._info_row)
 
     def step(self, action):
         sim = self.sim
@@ -273,6 +357,14 @@ class PrefillRoutingEnv(PicturedEnv):
             raise ValueError(f"action: expected an integer in 0..{self.action_space.n - 1}, got {action!r}")
         if sim.done:
             raise RuntimeError("step: the episode has terminated; call reset()")
+        core = self._core
+        if core is not None:  # the engine writes the observation and mask and makes the info and reward
+            reward, terminated, info = core.step(a)
+            if terminated:
+                info.update(self._end_info())
+            info["action_mask"] = self._mask_buffer.copy()
+            self._last_info = info
+            return self._obs.copy(), reward, terminated, False, info
         n = self._n_instances
         terminated = sim.dispatch(a % n, a >= n) is None
         info = sim.last  # a fresh dict every step: the caller may keep it
@@ -294,6 +386,8 @@ class PrefillRoutingEnv(PicturedEnv):
         return self._mask().astype(bool)
 
     def _mask(self) -> np.ndarray:
+        if self._core is not None:
+            return self._mask_buffer.copy()
         n = self._n_instances
         v = None if self.sim is None else self.sim.view
         if not self.allow_pull:
@@ -308,32 +402,74 @@ class PrefillRoutingEnv(PicturedEnv):
         if self._viewer is None:
             self._viewer = RoutingViewer(self.config.n_instances, self.config.ttft_slo_s)
         sim, v, li = self.sim, self.sim.exact_view, self._last_info  # the cluster as it is, whatever the agent sees
-        cache = [len(inst.cache) / inst.cache.capacity_blocks if inst.cache.capacity_blocks else 0.0
-                 for inst in sim.instances]
         if v is not None:
             now, input_tokens, queue, prefill = v.now, v.input_tokens, v.queue_s, v.prefill_s
             hit = [h / v.input_tokens if v.input_tokens else 0.0 for h in v.hit_tokens]
+            cache = self._pool(now)[1]
         else:  # the episode is over: the queues as the last request left them
             now = float(sim.trace.arrival_s[-1]) if len(sim.trace) else 0.0
-            input_tokens, queue = 0, [inst.queue_s(now) for inst in sim.instances]
+            queue, cache = self._pool(now)
+            input_tokens = 0
             prefill = hit = [0.0] * self.config.n_instances
-        return self._viewer.frame(now, sim._i, len(sim.trace), input_tokens, queue, prefill, hit, cache,
+        return self._viewer.frame(now, self._request_index(), len(sim.trace), input_tokens, queue, prefill, hit, cache,
                                   chosen=li.get("instance"), pulled=bool(li.get("pull")),
                                   last_ttft_s=li.get("ttft_s"))
+
+    def _request_index(self) -> int:
+        """The pending request's index (the trace's length after the last)."""
+        return self.sim._engine.index if self._core is not None else self.sim._i
+
+    def _pool(self, now: float) -> tuple[list[float], list[float]]:
+        """Each instance's queued work at ``now`` and its cache's fill (held / capacity; 0 for none)."""
+        if self._core is not None:
+            queues, blocks = self.sim.pool_state(now)
+        else:
+            queues = [inst.queue_s(now) for inst in self.sim.instances]
+            blocks = [len(inst.cache) for inst in self.sim.instances]
+        return queues, [b / c if c else 0.0 for b, c in zip(blocks, self.config.instance_cache_blocks())]
+
+    # -- snapshots and pickling -----------------------------------------------------------------------
+    def snapshot(self):
+        """An opaque copy of the episode's state (module docstring, Snapshots)."""
+        if self.sim is None:
+            raise RuntimeError("snapshot: call reset() first")
+        return (self.sim, self.sim.snapshot(), dict(self._last_info))
+
+    def restore(self, snapshot) -> np.ndarray:
+        """Back to the state of ``snapshot`` (from :meth:`snapshot` during this episode); returns the
+        pending decision's observation."""
+        if not (isinstance(snapshot, tuple) and len(snapshot) == 3 and snapshot[0] is self.sim):
+            raise ValueError("snapshot: expected a snapshot of this env's current episode")
+        self.sim.restore(snapshot[1])
+        self._last_info = dict(snapshot[2])
+        if self._core is not None:
+            self._core.observe()
+        return self._observe()
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_core"] = None  # the engine's core is rebuilt over the unpickled simulator
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if isinstance(self.sim, NativeRoutingSimulator):
+            self._obs, self._mask_buffer, self._info_row = (self._obs.copy(), self._mask_buffer.copy(),
+                                                            self._info_row.copy())  # its own, not a vector's rows
+            self._start_core()
 
     def _picture(self) -> str:
         """The text picture of the current state (``render_mode="ansi"``)."""
         v = self.sim.view
         now = v.now if v is not None else float("nan")
-        lines = [f"t={now:8.2f}s  request {self.sim._i}/{len(self.sim.trace)}"
+        lines = [f"t={now:8.2f}s  request {self._request_index()}/{len(self.sim.trace)}"
                  + (f"  input {v.input_tokens} tok, best prefix {v.best_hit_tokens} tok" if v else "  (done)")]
-        for inst in self.sim.instances:
-            q = inst.queue_s(now) if v is not None else 0.0
+        queues, fills = self._pool(now)
+        for i, (q, fill) in enumerate(zip(queues, fills)):
+            q = q if v is not None else 0.0
             bar = "#" * min(20, int(q / self.config.ttft_slo_s * 4))
-            hit = v.hit_tokens[inst.index] if v is not None else 0
-            capacity = inst.cache.capacity_blocks
-            fill = len(inst.cache) / capacity if capacity else 0.0
-            lines.append(f"  [{inst.index:2d}] queue {q:7.2f}s {bar:<20s} hit {hit:6d} tok  cache {fill:5.0%}")
+            hit = v.hit_tokens[i] if v is not None else 0
+            lines.append(f"  [{i:2d}] queue {q:7.2f}s {bar:<20s} hit {hit:6d} tok  cache {fill:5.0%}")
         if self._last_info:
             li = self._last_info
             lines.append(f"  last: -> {li['instance']}{' (pull)' if li['pull'] else ''} TTFT {li['ttft_s']:.2f}s")

@@ -44,6 +44,7 @@ prefix index, noisy estimates), while every dispatched request is still served e
 
 from __future__ import annotations
 
+import copy
 import heapq
 import math
 from typing import Any, Callable, Sequence, cast
@@ -420,6 +421,29 @@ class RoutingSimulator:
     @property
     def done(self) -> bool:
         return self._i >= len(self._arrival)
+
+    # -- snapshots ------------------------------------------------------------------------------
+    #: What a snapshot shares with the simulator instead of copying (set at construction, never changed).
+    _SHARED = ("trace", "config", "cost", "costs", "observation", "_arrival", "_input", "_output", "_blocks",
+               "_estimates", "_prefill0", "batching", "_budget", "_cache_blocks")
+
+    def _shared_memo(self) -> dict:
+        return {id(self.__dict__[k]): self.__dict__[k] for k in self._SHARED if k in self.__dict__}
+
+    def snapshot(self) -> dict:
+        """A copy of the whole simulation state (instances, caches, rows, pending view, the
+        observation's state and generator), for :meth:`restore`: a deep copy of everything but the
+        trace and the pool's set-up (the reference's; the native engine's is
+        ``mooncake_gym._engine.stepper.NativeRoutingSimulator.snapshot``)."""
+        return copy.deepcopy({k: v for k, v in self.__dict__.items() if k not in self._SHARED}, self._shared_memo())
+
+    def restore(self, snapshot: dict) -> RoutingView | None:
+        """Back to the state of ``snapshot`` (from :meth:`snapshot` of this simulator; it stays
+        valid for more restores); returns the pending view."""
+        if not isinstance(snapshot, dict) or "_i" not in snapshot:
+            raise ValueError(f"snapshot: expected a snapshot of this simulator, got {type(snapshot).__name__}")
+        self.__dict__.update(copy.deepcopy(snapshot, self._shared_memo()))
+        return self.view
 
     @property
     def view(self) -> RoutingView | None:

@@ -1,0 +1,99 @@
+"""SB3 PPO's training speed on PrefillRouting-v0: the vector env of 16 on the native engine against
+today's single-process envs, in one run (issue 25's target: at least 4x).
+
+    python benchmarks/bench_training.py [--timesteps 20000]
+
+Three set-ups train PPO with the shipped hyperparameters (``agents/hyperparams.yml``: n_steps 512,
+batch 256, 10 epochs, net [128, 128]; the recipe's training workload) for the same number of
+timesteps, alternating, and the figure is timesteps per second of ``model.learn`` (rollouts and
+updates):
+
+- *today, 1 env*: one reference env (``engine="python"``) in SB3's ``DummyVecEnv``;
+- *today, recipe*: the recipe's ``n_envs`` (4) reference envs in ``DummyVecEnv`` (what
+  ``mooncake-gym train`` ran before the engine);
+- *vector 16*: :class:`mooncake_gym.envs.vector.SB3VecEnv` of 16 native envs (one engine call per
+  step of all 16).
+
+``n_steps`` is per env, as in SB3, so a rollout holds ``n_steps x n_envs`` samples; the learner's
+cost per sample is the same in all three, and what the vector env saves is the rollout's per-step
+cost (one policy forward for 16 envs, one engine call). :func:`run` returns the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import gymnasium as gym
+import numpy as np
+
+import mooncake_gym  # noqa: F401
+from mooncake_gym.agents.train import load_hyperparams
+from mooncake_gym.envs.vector import SB3VecEnv
+
+ENV_ID = "mooncake_gym/PrefillRouting-v0"
+TARGET_RATIO = 4.0
+VECTOR_ENVS = 16
+_PPO_KEYS = ("n_steps", "batch_size", "n_epochs", "learning_rate", "gamma", "gae_lambda", "ent_coef", "clip_range",
+             "policy_kwargs")
+
+
+def _ppo(venv, hp: dict, seed: int):
+    from stable_baselines3 import PPO
+
+    return PPO(hp["policy"], venv, seed=seed, device="cpu", verbose=0, **{k: hp[k] for k in _PPO_KEYS if k in hp})
+
+
+def setups(hp: dict) -> dict:
+    """name -> a function making the set-up's SB3 VecEnv."""
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    kwargs = dict(hp.get("env_kwargs", {}))
+
+    def dummy(n):
+        return lambda: DummyVecEnv([lambda: gym.make(ENV_ID, engine="python", **kwargs) for _ in range(n)])
+
+    return {"today, 1 env": dummy(1), f"today, recipe ({hp['n_envs']} envs)": dummy(int(hp["n_envs"])),
+            f"vector {VECTOR_ENVS} native": lambda: SB3VecEnv.routing(VECTOR_ENVS, **kwargs)}
+
+
+def run(timesteps: int = 20000, rounds: int = 2, seed: int = 0, verbose: bool = True) -> dict:
+    hp = load_hyperparams(ENV_ID)
+    made = setups(hp)
+    rates: dict[str, list[float]] = {name: [] for name in made}
+    for r in range(rounds):
+        for name, make in made.items():
+            model = _ppo(make(), hp, seed + r)
+            start = time.perf_counter()
+            model.learn(total_timesteps=timesteps)
+            rates[name].append(model.num_timesteps / (time.perf_counter() - start))
+            model.env.close()
+    best = {name: max(v) for name, v in rates.items()}
+    base = best["today, 1 env"]
+    recipe = next(n for n in best if n.startswith("today, recipe"))
+    vec = f"vector {VECTOR_ENVS} native"
+    result = {"steps_per_s": best, "rounds": rates, "ratio_to_single": best[vec] / base,
+              "ratio_to_recipe": best[vec] / best[recipe], "target": TARGET_RATIO, "timesteps": timesteps}
+    result["meets_target"] = result["ratio_to_single"] >= TARGET_RATIO
+    if verbose:
+        for name, v in best.items():
+            print(f"{name:<28s} {v:>9,.0f} timesteps/s  {v / base:5.2f}x   (rounds: "
+                  + ", ".join(f"{x:,.0f}" for x in rates[name]) + ")")
+        print(f"vector {VECTOR_ENVS} / today's single env: {result['ratio_to_single']:.2f}x (target >= {TARGET_RATIO:g}x: "
+              f"{'met' if result['meets_target'] else 'NOT met'}); / the recipe's {hp['n_envs']} envs: "
+              f"{result['ratio_to_recipe']:.2f}x")
+    return result
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--timesteps", type=int, default=20000, help="timesteps per set-up and round (default 20000)")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds; the best of them counts (default 2)")
+    args = parser.parse_args(argv)
+    run(args.timesteps, args.rounds)
+    return 0
+
+
+if __name__ == "__main__":
+    np.set_printoptions(precision=3)
+    raise SystemExit(main())
