@@ -17,6 +17,15 @@ from mooncake_gym.sim.views import check_route
 _new_tuple = tuple.__new__
 
 
+def routing_view(engine, output: list, blocks: list, cache_blocks: tuple) -> RoutingView:
+    """The pending request's exact ``RoutingView`` from a native ``RoutingEngine`` (``output`` and
+    ``blocks``: the trace's columns as lists, ``cache_blocks``: each instance's cache size)."""
+    (now, i, n_in, queue, queued, hits, prefills, best, best_instance, transfers, pulls, queued_tokens,
+     ks) = engine.full_view()
+    return _new_tuple(RoutingView, (now, i, n_in, output[i], blocks[i], len(cache_blocks), queue, queued, hits,
+                                    prefills, best, best_instance, transfers, pulls, queued_tokens, cache_blocks, ks))
+
+
 class NativeRoutingSimulator:
     """``RoutingSimulator(trace, config, cost)`` stepped on the native engine (exact view)."""
 
@@ -54,11 +63,7 @@ class NativeRoutingSimulator:
     exact_view = view
 
     def _make_view(self) -> RoutingView:
-        (now, i, n_in, queue, queued, hits, prefills, best, best_instance, transfers, pulls, queued_tokens,
-         ks) = self._engine.full_view()
-        return _new_tuple(RoutingView, (now, i, n_in, self._output[i], self._blocks[i], self._n, queue, queued, hits,
-                                        prefills, best, best_instance, transfers, pulls, queued_tokens,
-                                        self._cache_blocks, ks))
+        return routing_view(self._engine, self._output, self._blocks, self._cache_blocks)
 
     def step(self, action) -> RoutingView | None:
         if self._engine.done:

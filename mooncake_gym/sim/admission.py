@@ -213,7 +213,7 @@ class LectureAdmission:
         if n:
             self.cluster = ClusterSimulator(trace, c.preset(self.cost), router=LeastQueue(), refuse_never_fit=False,
                                             kv_transfer=False, oracle=c.oracle, sample_period_s=c.sample_period_s,
-                                            warmup_s=c.warmup_s, load_series="lecture")
+                                            warmup_s=c.warmup_s, load_series="lecture", engine="python")
             # each request's prefill time on any instance of the pool (all alike, none caching): the
             # prefill_s its views show, computed once by the pool's own estimate
             self._prefill_s = self.cluster.prefill.uncached_prefill_s(0)
