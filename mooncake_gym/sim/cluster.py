@@ -223,7 +223,7 @@ class ClusterSimulator:
             self._footprint = [i + o for i, o in zip(self._input, self._output)]
         else:
             self._footprint = self._input
-        self._never_fits = ([not p.fits(i, o) for i, o in zip(self._input, self._output)] if refuse_never_fit
+        self._never_fits = ((~p.fits(trace.input_tokens, trace.output_tokens)).tolist() if refuse_never_fit
                             else [False] * len(self._input))
         self._idle_step_s = (p.tbt_s if self.reserve else
                              p.decode_cost.decode_step_s(1, int(np.mean(self._input))))
