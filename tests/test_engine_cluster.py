@@ -48,6 +48,17 @@ def view_fields(v):
             v.requests_in_prefill, v.requests_in_decode, v.decode_used_tokens, v.decode_capacity_tokens)
 
 
+def projections(sim):
+    """The decode projections a predictive admission policy reads, at a few times ahead."""
+    now, out = sim.now, []
+    for at in (now + 0.5, now + 5.0, now + 60.0):
+        for td in (sim._mean_decode_s(), 2.0):
+            out += [sim.decode_token_projections(at, td), sim.decode_token_projections(at, td, 100.0),
+                    sim.project_decode(at, td), sim.project_decode(at, td, 0.5), sim.project_decode(at, td, 0.9, 50.0)]
+        out.append(sim.view.project_decode_step_s(at))
+    return out
+
+
 def counters(sim):
     return tuple(getattr(sim, c) for c in COUNTERS)
 
@@ -152,6 +163,7 @@ def test_generated_action_sequences_same_views_records_and_draws(trace, preset, 
         assert not nat.done
         if data.draw(st.booleans()):
             assert view_fields(py.view) == view_fields(nat.view)
+            assert projections(py) == projections(nat)
         else:
             assert py.view.index == nat.view.index
         admit = data.draw(st.booleans() | st.just(True))
@@ -227,13 +239,6 @@ def test_simulate_with_a_python_policy_runs_the_reference_or_is_refused_by_name(
     assert_same_result(py, cluster.simulate(t, "lecture", PredictiveRejection()))
     with pytest.raises(ValueError, match="decode .* is not native"):
         cluster.simulate(t, "lecture", decode=lambda view: 0, engine="native")
-
-
-def test_the_native_cluster_refuses_the_projections_it_does_not_port():
-    sim = ClusterSimulator(_small(), "lecture", engine="native")
-    with pytest.raises(NotImplementedError, match="engine='python'"):
-        sim.view.project_decode(10.0)
-    assert sim.view.project_decode_step_s(10.0) is None  # the reserve model's fixed iteration, as the reference
 
 
 def test_reset_replays_the_same_run():

@@ -159,9 +159,11 @@ void bind_cluster(nb::module_& m) {
              [](const ReserveCluster& c) {
                  return nb::make_tuple(array(c.outcome()), array(c.ttft_s()), array(c.prefill_s()),
                                        array(c.prefill_instance()), array(c.decode_instance()),
-                                       array(c.decode_start_s()), array(c.end_s()), array(c.tbt_s()));
+                                       array(c.decode_start_s()), array(c.end_s()), array(c.tbt_s()),
+                                       array(c.prefill_end_s()));
              },
-             "(outcome, ttft_s, prefill_s, prefill_instance, decode_instance, decode_start_s, end_s, tbt_s) arrays.")
+             "(outcome, ttft_s, prefill_s, prefill_instance, decode_instance, decode_start_s, end_s, tbt_s, "
+             "prefill_end_s) arrays.")
         .def("samples",
              [](const ReserveCluster& c) {
                  return nb::make_tuple(array(c.samples_t()), array(c.samples_p()), array(c.samples_d()),

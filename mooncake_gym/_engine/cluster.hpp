@@ -101,7 +101,7 @@ class ReserveCluster {
         done_ = false;
         target_.assign(n, -1);
         outcome_.assign(n, PENDING);
-        for (std::vector<double>* v : {&ttft_s_, &prefill_s_, &decode_start_s_, &end_s_, &tbt_s_})
+        for (std::vector<double>* v : {&ttft_s_, &prefill_s_, &decode_start_s_, &end_s_, &tbt_s_, &prefill_end_s_})
             v->assign(n, std::numeric_limits<double>::quiet_NaN());
         prefill_instance_.assign(n, -1);
         decode_instance_.assign(n, -1);
@@ -221,6 +221,7 @@ class ReserveCluster {
             if (decode >= 0) target_[r] = decode;
             const double finish = pool_.busy_until()[static_cast<size_t>(k)];
             ttft_s_[r] = finish - now;
+            prefill_end_s_[r] = finish;
             in_prefill_ += 1;
             push(finish, PREFILL_DONE_EVENT, i);
         }
@@ -249,6 +250,7 @@ class ReserveCluster {
     const std::vector<double>& decode_start_s() const { return decode_start_s_; }
     const std::vector<double>& end_s() const { return end_s_; }
     const std::vector<double>& tbt_s() const { return tbt_s_; }
+    const std::vector<double>& prefill_end_s() const { return prefill_end_s_; }
     const std::vector<int64_t>& prefill_instance() const { return prefill_instance_; }
     const std::vector<int64_t>& decode_instance() const { return decode_instance_; }
     const std::vector<int64_t>& used() const { return used_; }
@@ -293,7 +295,7 @@ class ReserveCluster {
     bool done_ = false;
     std::vector<int64_t> target_;
     std::vector<int8_t> outcome_;
-    std::vector<double> ttft_s_, prefill_s_, decode_start_s_, end_s_, tbt_s_;
+    std::vector<double> ttft_s_, prefill_s_, decode_start_s_, end_s_, tbt_s_, prefill_end_s_;
     std::vector<int64_t> prefill_instance_, decode_instance_;
     int64_t completed_ = 0, completed_in_ttft_slo_ = 0, admitted_ = 0, rejected_at_arrival_ = 0,
             rejected_after_prefill_ = 0, refused_too_long_ = 0, granted_ = 0, granted_in_ttft_slo_ = 0,

@@ -35,6 +35,7 @@ from mooncake_gym.model.presets import ClusterPreset, get_preset
 from mooncake_gym.sim import cluster as _cluster
 from mooncake_gym.sim.cluster import ClusterResult, ClusterSimulator
 from mooncake_gym.sim.decode import ReservingDecodeInstance
+from mooncake_gym.sim.metrics import PENDING
 from mooncake_gym.sim.policy import reset_policy
 from mooncake_gym.sim.routing import RoutingResult, RoutingSimulator
 from mooncake_gym.sim.views import ClusterView, Route
@@ -264,11 +265,40 @@ class NativeClusterSimulator(ClusterSimulator):
     def _mean_decode_s(self) -> float:
         return self._cluster.decode_fields(self.preset.tbt_s)[4]
 
-    def _not_native(self, *args, **kwargs):
-        raise NotImplementedError("the decode projections are not native yet; construct the cluster with "
-                                  "engine='python' for a policy that reads them")
+    # -- the per-request state the decode projections read (the reference's methods run on it) -----
+    def _pending(self):
+        outcome, _, _, prefill_instance, _, decode_start = self._records()[:6]
+        waiting = outcome == PENDING
+        started = ~np.isnan(decode_start)
+        return waiting & started, waiting & ~started & (prefill_instance >= 0)
 
-    project_decode = decode_token_projections = _project_decode = _not_native
+    @property
+    def _decode_of(self) -> dict:
+        """Request in decode -> (join time, footprint), in the order they joined (the time, then the
+        order of their prefills' ends: of their admissions), as the reference's dict."""
+        in_decode, _ = self._pending()
+        rs = np.flatnonzero(in_decode)
+        starts = self._records()[5][rs]
+        order = rs[np.lexsort((rs, starts))].tolist()
+        start = self._records()[5]
+        footprint = self._footprint
+        return {r: (float(start[r]), footprint[r]) for r in order}
+
+    @property
+    def _in_prefill(self) -> dict:
+        """Admitted request whose prefill has not ended -> its prefill end."""
+        _, waiting = self._pending()
+        finish = self._records()[8]
+        return {r: float(finish[r]) for r in np.flatnonzero(waiting).tolist()}
+
+    @property
+    def _prefill_fifo(self) -> list:
+        """Per prefill instance, its requests' (prefill end, request) in their order (FIFO)."""
+        fifos: list = [[] for _ in range(self.preset.n_prefill)]
+        instance = self._records()[3]
+        for r, f in self._in_prefill.items():  # in request order: each instance's FIFO order
+            fifos[int(instance[r])].append((f, r))
+        return fifos
 
     # -- the state as the reference's attributes -----------------------------------------------------
     @property
@@ -298,10 +328,10 @@ class NativeClusterSimulator(ClusterSimulator):
     decode_start_s = _record(5)
     end_s = _record(6)
     tbt_s = max_interval_s = mean_interval_s = _record(7)
-    _samples_t = _record(8)
-    _samples_p = _record(9)
-    _samples_d = _record(10)
-    _samples_kv = _record(11)
+    _samples_t = _record(9)
+    _samples_p = _record(10)
+    _samples_d = _record(11)
+    _samples_kv = _record(12)
     completed = _counter(0)
     completed_in_ttft_slo = _counter(1)
     admitted = _counter(2)
