@@ -251,3 +251,32 @@ def test_reset_replays_the_same_run():
             view = sim.step(True)
         runs.append(sim.result())
     assert_same_result(*runs)
+
+
+# --- the lecture's admission problem on the native cluster ---------------------------------------------
+@pytest.mark.parametrize("name", ["baseline", "early", "predict", "predict_dist"])
+def test_lecture_admission_on_the_native_cluster_same_views_and_result(name):
+    """LectureAdmission (OverloadAdmission-v0's simulator) with engine='native': every view (its
+    recent window and the projections the predictive rules read) and the result are the reference's."""
+    from mooncake_gym.baselines.admission import ADMISSION_POLICIES
+    from mooncake_gym.sim.admission import LectureAdmission, OverloadConfig, overload_workload
+    trace, _ = overload_workload(n_requests=700, seed=2)
+    config = OverloadConfig(sample_period_s=2.0)
+    sims = [LectureAdmission(trace, config, engine=engine) for engine in ("python", "native")]
+    assert getattr(sims[1].cluster, "native", False) and not getattr(sims[0].cluster, "native", False)
+    policies = [ADMISSION_POLICIES[name]() for _ in sims]
+    views = [s.reset() for s in sims]
+    while views[0] is not None:
+        assert tuple(views[0])[:-1] == tuple(views[1])[:-1]  # every field but the simulator
+        answers = [p(v) for p, v in zip(policies, views)]
+        assert answers[0] == answers[1]
+        views = [s.step(a) for s, a in zip(sims, answers)]
+        assert counters(sims[0].cluster) == counters(sims[1].cluster)
+    assert views[1] is None
+    a, b = (s.result(name) for s in sims)
+    np.testing.assert_equal(a.metrics, b.metrics)
+    for f in ("outcome", "ttft_s", "prefill_s", "prefill_instance", "decode_instance", "decode_start_s",
+              "decode_end_s", "sample_times_s", "prefill_load", "decode_load"):
+        x, y = getattr(a, f), getattr(b, f)
+        assert x.dtype == y.dtype and np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), f
+    assert a.metrics["rejected"] > 0 and a.metrics["completed"] > 0

@@ -174,11 +174,16 @@ void bind_cluster(nb::module_& m) {
              "refused_too_long, granted, granted_in_ttft_slo, requests_in_prefill, requests_in_decode).")
         .def_prop_ro("wasted_prefill_s", &ReserveCluster::wasted_prefill_s)
         .def("wasted_log",
-             [](const ReserveCluster& c) {
+             [](const ReserveCluster& c, size_t start) {
                  nb::list out;
-                 for (size_t k = 0; k < c.wasted_t().size(); ++k) out.append(nb::make_tuple(c.wasted_t()[k], c.wasted_s()[k]));
+                 for (size_t k = start; k < c.wasted_t().size(); ++k)
+                     out.append(nb::make_tuple(c.wasted_t()[k], c.wasted_s()[k]));
                  return out;
-             })
+             },
+             "start"_a, "The (time, wasted prefill s) of each rejection after prefill from the start-th on.")
+        .def_prop_ro("n_wasted", [](const ReserveCluster& c) { return c.wasted_t().size(); })
+        .def("busy_until", [](ReserveCluster& c) { return c.pool().busy_until(); },
+             "Each prefill instance's busy-until time.")
         .def("used", [](const ReserveCluster& c) { return c.used(); })
         .def("batch", [](const ReserveCluster& c) { return c.batch(); });
 }

@@ -134,6 +134,13 @@ class _NativeView(ClusterView):
         return self._route
 
 
+class _Busy:
+    __slots__ = ("busy_until",)
+
+    def __init__(self, busy_until: float):
+        self.busy_until = busy_until
+
+
 class _NativePool:
     """The prefill pool of a :class:`NativeClusterSimulator` as the cluster's callers read it."""
 
@@ -145,6 +152,14 @@ class _NativePool:
         sim = self._sim
         return None if sim.done else routing_view(sim._pool, sim._routing_output, sim._routing_blocks,
                                                   sim._cache_blocks)
+
+    @property
+    def instances(self) -> list:
+        """The prefill instances' busy-until times, as objects with ``busy_until`` (a copy)."""
+        return [_Busy(b) for b in self._sim._cluster.busy_until()]
+
+    def uncached_prefill_s(self, i: int) -> list[float]:
+        return self._sim._routing_ref.uncached_prefill_s(i)
 
     def result(self, policy: str = "?") -> RoutingResult:
         sim = self._sim
@@ -190,6 +205,7 @@ class NativeClusterSimulator(ClusterSimulator):
             self._cluster.reset(self._router_rng())
         self._view = None
         self._cached = None
+        self._wasted: list = []
         return self.view
 
     def _router_rng(self):
@@ -201,6 +217,7 @@ class NativeClusterSimulator(ClusterSimulator):
         self._routing_name = _name(NATIVE_ROUTERS, self.router)
         self._horizon = self._arrival[-1]
         self._pool = make_engine(ref)
+        self._routing_ref = ref  # (its constant per-request prefill times: uncached_prefill_s)
         self._routing_output, self._routing_blocks, self._cache_blocks = ref._output, ref._blocks, ref._cache_blocks
         settings = {"n_decode": p.n_decode, "capacity_tokens": int(self.capacity_tokens), "tbt_s": float(p.tbt_s),
                     "ttft_slo_s": float(p.ttft_slo_s), "tbt_slo_s": float(p.tbt_slo_s),
@@ -350,7 +367,12 @@ class NativeClusterSimulator(ClusterSimulator):
 
     @property
     def wasted_log(self) -> list:
-        return self._cluster.wasted_log()
+        """(time, wasted prefill s) of each rejection after prefill, as the reference's list (kept,
+        extended with the engine's new entries when read)."""
+        log = self._wasted
+        if len(log) < self._cluster.n_wasted:
+            log.extend(self._cluster.wasted_log(len(log)))
+        return log
 
     def finish_tbt(self) -> None:
         pass  # the reserve model knows its TBTs at once
