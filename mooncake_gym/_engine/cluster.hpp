@@ -30,7 +30,7 @@ inline double py_sum(const double* x, size_t n, bool compensated) {
         for (size_t k = 0; k < n; ++k) s += x[k];
         return s;
     }
-    double s = x[0], c = 0.0;  // 0 + x[0]: the int start turns into the first float
+    double s = 0.0 + x[0], c = 0.0;  // 0 + x[0]: the int start turns into the first float
     for (size_t k = 1; k < n; ++k) {
         const double t = s + x[k];
         if (std::fabs(s) >= std::fabs(x[k])) c += (s - t) + x[k];
