@@ -9,6 +9,10 @@ native figure is the whole ``simulate`` call (the simulator's checks, the engine
 result's arrays and metrics); "engine loop" is the engine's run alone on a trace it has already
 read. Run: ``python benchmarks/bench_engine.py`` or ``mooncake-gym bench --only engine``. The figures
 measured are in docs/engine.md.
+
+:func:`run_cluster` (part of :func:`run`) does the same for the cluster simulator (``cluster.simulate``: kvcentric routing,
+early rejection, the reserve decode pool of the ``lecture`` preset): its decisions (arrivals) per
+second on each engine, and, for a preset whose cluster is not native yet (``mooncake``), the reason.
 """
 
 from __future__ import annotations
@@ -17,11 +21,12 @@ import time
 from pathlib import Path
 
 from mooncake_gym import engine as default_engine
-from mooncake_gym._engine import routing as native_routing
+from mooncake_gym._engine import cluster as native_cluster, routing as native_routing
+from mooncake_gym.baselines.admission import EarlyRejection
 from mooncake_gym.baselines import make_policy
 from mooncake_gym.model.presets import PRESETS
 from mooncake_gym.model.workload import read_trace, synthetic_trace
-from mooncake_gym.sim import routing
+from mooncake_gym.sim import cluster, routing
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "synthetic_trace.jsonl"
 PRESET_NAMES = ("lecture", "mooncake")
@@ -36,6 +41,18 @@ def _timed(run_once, seconds: float) -> tuple[int, float]:
         elapsed = time.perf_counter() - start
         if elapsed >= seconds:
             return runs, elapsed
+
+
+def _rates(runs: dict, n: int, seconds: float, rounds: int) -> dict:
+    """Decisions per second of each of ``runs`` (name -> a run of ``n`` decisions), measured in
+    ``rounds`` alternating rounds that share the budget of ``seconds``."""
+    totals = {key: [0, 0.0] for key in runs}
+    for _ in range(rounds):
+        for key, f in runs.items():
+            count, elapsed = _timed(f, seconds / rounds)
+            totals[key][0] += count
+            totals[key][1] += elapsed
+    return {key: count * n / elapsed for key, (count, elapsed) in totals.items()}
 
 
 def run(seconds: float = 2.0, rounds: int = 3, trace=None) -> dict:
@@ -61,13 +78,8 @@ def run(seconds: float = 2.0, rounds: int = 3, trace=None) -> dict:
             engine.reset()
             engine.run("kvcentric", 1.0, state)
 
-        totals = {"python": [0, 0.0], "native": [0, 0.0], "loop": [0, 0.0]}
-        for _ in range(rounds):  # alternating, each a share of the budget
-            for key, f in (("python", lambda: once("python")), ("native", lambda: once("native")), ("loop", loop)):
-                runs, elapsed = _timed(f, seconds / rounds)
-                totals[key][0] += runs
-                totals[key][1] += elapsed
-        rate = {k: runs * n / elapsed for k, (runs, elapsed) in totals.items()}
+        rate = _rates({"python": lambda: once("python"), "native": lambda: once("native"), "loop": loop}, n,
+                      seconds, rounds)
         out["presets"][name] = {"python_per_s": rate["python"], "native_per_s": rate["native"],
                                 "loop_per_s": rate["loop"], "ratio": rate["native"] / rate["python"],
                                 "loop_ratio": rate["loop"] / rate["python"]}
@@ -78,6 +90,36 @@ def run(seconds: float = 2.0, rounds: int = 3, trace=None) -> dict:
     out["target_met"] = worst >= 25.0
     print(f"target (native >= 25x the reference, both presets): {'met' if out['target_met'] else 'NOT met'} "
           f"(lowest {worst:.1f}x)")
+    out["cluster"] = run_cluster(trace, seconds, rounds)
+    return out
+
+
+def run_cluster(trace, seconds: float = 2.0, rounds: int = 3) -> dict:
+    """Decisions per second of ``cluster.simulate`` (kvcentric, early rejection) on ``trace`` on each
+    engine, per preset of :data:`PRESET_NAMES`; a preset whose cluster is not native is reported
+    with the reason."""
+    n = len(trace)
+    out = {"trace": trace.name, "requests": n, "presets": {}}
+    for name in PRESET_NAMES:
+        why = native_cluster.preset_unsupported(PRESETS[name])
+        if why is not None:
+            out["presets"][name] = {"not_native": why}
+            print(f"{name:9s} cluster    not native: {why}")
+            continue
+
+        def once(engine, name=name):
+            cluster.simulate(trace, name, EarlyRejection(), engine=engine)
+
+        rate = _rates({"python": lambda: once("python"), "native": lambda: once("native")}, n, seconds, rounds)
+        out["presets"][name] = {"python_per_s": rate["python"], "native_per_s": rate["native"],
+                                "ratio": rate["native"] / rate["python"]}
+        print(f"{name:9s} cluster    reference {rate['python']:10,.0f}/s  native {rate['native']:12,.0f}/s "
+              f"({rate['native'] / rate['python']:5.1f}x)  [kvcentric + early, {trace.name}, {n} requests]")
+    ratios = [v["ratio"] for v in out["presets"].values() if "ratio" in v]
+    out["target_met"] = bool(ratios) and min(ratios) >= 25.0 and len(ratios) == len(PRESET_NAMES)
+    print(f"cluster target (native >= 25x the reference, both presets): {'met' if out['target_met'] else 'NOT met'}"
+          f" ({', '.join(f'{r:.1f}x' for r in ratios) or 'none native'}; "
+          f"{len(PRESET_NAMES) - len(ratios)} preset(s) not native)")
     return out
 
 

@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 from mooncake_gym import _moved
 from mooncake_gym._engine import engine, warn_if_missing as _warn_if_missing
 from mooncake_gym._native import compiled
+from mooncake_gym._engine import cluster as _native_cluster  # noqa: F401  (the cluster simulator's engine= switch)
 
 _moved.install()  # the modules' paths before 0.2 still import, with a DeprecationWarning
 

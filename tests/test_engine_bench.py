@@ -25,3 +25,17 @@ def test_bench_engine_reports_both_engines_per_preset(capsys):
     assert out["target_met"] == (min(f["ratio"] for f in out["presets"].values()) >= 25.0)
     printed = capsys.readouterr().out
     assert "lecture" in printed and "mooncake" in printed and "target (native >= 25x" in printed
+
+
+@pytest.mark.skipif(not _engine.available(), reason="the native engine is not built (no C++ compiler)")
+def test_bench_engine_cluster_reports_the_native_presets_and_why_the_others_are_not(capsys):
+    spec = importlib.util.spec_from_file_location("bench_engine_under_test", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = module.run(seconds=0.01, rounds=1, trace=synthetic_trace(0, 8.0).head(50))["cluster"]
+    lecture, mooncake = out["presets"]["lecture"], out["presets"]["mooncake"]
+    assert lecture["ratio"] == lecture["native_per_s"] / lecture["python_per_s"]
+    assert "'reserve' decode model only" in mooncake["not_native"]
+    assert out["target_met"] is False  # a preset not native cannot meet it
+    printed = capsys.readouterr().out
+    assert "cluster target (native >= 25x" in printed and "not native" in printed

@@ -47,8 +47,8 @@ LAYERS = [
     ("mooncake_gym._moved", "mooncake_gym._native", "mooncake_gym._files", "mooncake_gym._engine",
      "mooncake_gym._engine_native"),  # the engine switch and the native extension (C++: imports nothing)
     ("mooncake_gym.model",),
-    # the routing simulator's bridge to the native engine, and its step-able interface on it
-    ("mooncake_gym.sim", "mooncake_gym._engine.routing", "mooncake_gym._engine.stepper"),
+    # the simulators' bridges to the native engine (routing, its step-able interface, the cluster)
+    ("mooncake_gym.sim", "mooncake_gym._engine.routing", "mooncake_gym._engine.stepper", "mooncake_gym._engine.cluster"),
     ("mooncake_gym.baselines",),
     ("mooncake_gym.analysis",),
     ("mooncake_gym.envs",),

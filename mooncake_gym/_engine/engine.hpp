@@ -425,6 +425,7 @@ class RoutingEngine {
     bool done() const { return k_ >= trace_->size(); }
     const RowLog& rows() const { return rows_; }
     const std::vector<double>& busy_s() const { return busy_s_; }
+    const std::vector<double>& busy_until() const { return busy_until_; }  // (the cluster reads it: cluster.hpp)
     const std::vector<int64_t>& requests() const { return requests_; }
     // instance i's cached block ids from least to most recently used (PrefixCache.blocks_lru_first)
     std::vector<int64_t> cache_lru_first(int64_t i) const {

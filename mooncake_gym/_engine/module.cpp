@@ -140,6 +140,8 @@ nb::tuple as_tuple(const std::vector<T>& v) {
 
 }  // namespace
 
+void bind_cluster(nb::module_& m);  // cluster.cpp
+
 NB_MODULE(_engine_native, m) {
     m.doc() = "The native engine of mooncake-gym (docs/engine.md): the prefill pool's routing simulator.";
     m.attr("FINGERPRINT") = MOONCAKE_ENGINE_FINGERPRINT;
@@ -199,6 +201,7 @@ NB_MODULE(_engine_native, m) {
         .def("__len__", &TraceColumns::size)
         .def_prop_ro("n_unique", &TraceColumns::n_unique);
 
+    bind_cluster(m);
     nb::class_<RoutingEngine>(m, "RoutingEngine")
         .def("__init__",
              [](RoutingEngine* self, std::shared_ptr<TraceColumns> t, std::vector<int64_t> cache_blocks,

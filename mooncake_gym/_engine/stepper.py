@@ -27,6 +27,15 @@ class RoutingSnapshot:
         self.engine = engine
 
 
+def routing_view(engine, output: list, blocks: list, cache_blocks: tuple) -> RoutingView:
+    """The pending request's exact ``RoutingView`` from a native ``RoutingEngine`` (``output`` and
+    ``blocks``: the trace's columns as lists, ``cache_blocks``: each instance's cache size)."""
+    (now, i, n_in, queue, queued, hits, prefills, best, best_instance, transfers, pulls, queued_tokens,
+     ks) = engine.full_view()
+    return _new_tuple(RoutingView, (now, i, n_in, output[i], blocks[i], len(cache_blocks), queue, queued, hits,
+                                    prefills, best, best_instance, transfers, pulls, queued_tokens, cache_blocks, ks, None))
+
+
 class NativeRoutingSimulator:
     """``RoutingSimulator(trace, config, cost)`` stepped on the native engine (exact view)."""
 
@@ -105,13 +114,9 @@ class NativeRoutingSimulator:
     exact_view = view
 
     def _make_view(self) -> RoutingView:
-        (now, i, n_in, queue, queued, hits, prefills, best, best_instance, transfers, pulls, queued_tokens,
-         ks) = self._engine.full_view()
         if self._output is None:
             self._output = self.trace.output_tokens.tolist()
-        return _new_tuple(RoutingView, (now, i, n_in, self._output[i], self._blocks[i], self._n, queue, queued, hits,
-                                        prefills, best, best_instance, transfers, pulls, queued_tokens,
-                                        self._cache_blocks, ks, None))
+        return routing_view(self._engine, self._output, self._blocks, self._cache_blocks)
 
     def step(self, action) -> RoutingView | None:
         if self._engine.done:

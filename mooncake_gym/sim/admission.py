@@ -184,9 +184,14 @@ class LectureAdmission:
     got a decode slot with TTFT <= SLO), ``completed`` (got a decode slot: under the reserve model
     it then completes for sure), ``rejected_at_arrival``, ``rejected_after_prefill`` and
     ``wasted_prefill_s``. They change when the simulator advances to the next arrival.
+
+    ``engine``: the cluster's (``ClusterSimulator(engine=)``); ``"python"`` by default, since this
+    class's view reads the cluster's state at every decision, which the native cluster copies out
+    of the engine (``"native"`` gives the same numbers: tests/test_engine_cluster.py).
     """
 
-    def __init__(self, trace: Trace, config: OverloadConfig | None = None, cost: CostModel | None = None):
+    def __init__(self, trace: Trace, config: OverloadConfig | None = None, cost: CostModel | None = None,
+                 engine: str | None = "python"):
         if not isinstance(trace, Trace):
             raise ValueError(f"trace: expected a mooncake_gym.model.workload.Trace, got {type(trace).__name__}")
         if config is None:
@@ -213,7 +218,7 @@ class LectureAdmission:
         if n:
             self.cluster = ClusterSimulator(trace, c.preset(self.cost), router=LeastQueue(), refuse_never_fit=False,
                                             kv_transfer=False, oracle=c.oracle, sample_period_s=c.sample_period_s,
-                                            warmup_s=c.warmup_s, load_series="lecture")
+                                            warmup_s=c.warmup_s, load_series="lecture", engine=engine)
             # each request's prefill time on any instance of the pool (all alike, none caching): the
             # prefill_s its views show, computed once by the pool's own estimate
             self._prefill_s = self.cluster.prefill.uncached_prefill_s(0)
@@ -328,7 +333,7 @@ class LectureAdmission:
             sum(used), self._pool_capacity_tokens, used, c.decode_capacity_tokens,
             queues, best, ps, finish, finish - now, c.ttft_slo_s,
             len(rej), len(waste), self._recent_waste_sum,
-            len(sim._in_prefill), len(sim._decode_of),  # requests_in_prefill, requests_in_decode
+            sim.requests_in_prefill, sim.requests_in_decode,
             self.mean_decode_s, self.mean_output_tokens, sim,
         ))
         return v
@@ -374,7 +379,7 @@ class LectureAdmission:
             outcome, ttft, starts, instance = np.zeros(0, np.int8), nan, nan, np.zeros(0, np.int64)
             decode_instance, times, prefill_load, decode_load = instance, nan, nan, nan
         else:
-            outcome = np.asarray(sim.outcome, dtype=np.int8)
+            outcome = np.array(sim.outcome, dtype=np.int8)  # (a copy: changed below)
             ttft = np.asarray(sim.ttft_s, dtype=np.float64)
             starts = np.asarray(sim.decode_start_s, dtype=np.float64)
             instance = np.asarray(sim.prefill_instance, dtype=np.int64)

@@ -62,6 +62,7 @@ from typing import Any, Callable, NamedTuple, Union, cast
 
 import numpy as np
 
+from mooncake_gym import _engine
 from mooncake_gym._native import mypyc_attr
 from mooncake_gym.model.costmodel import NODE_TIER_BANDWIDTH
 from mooncake_gym.sim.network import Network
@@ -103,6 +104,11 @@ DECODE_CHECKS = ("tbt", "kv")
 LOAD_SERIES = ("slo", "lecture")
 
 
+#: The native engine's cluster simulator (:class:`mooncake_gym._engine.cluster.NativeClusterSimulator`,
+#: a subclass of :class:`ClusterSimulator`), set when that module is imported (the package imports it).
+NATIVE: Any = None
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)  # compiled (setup.py), it can still be subclassed in Python
 class ClusterSimulator:
     """Prefill pool + decode pool of one preset; pauses at every arrival (see the module docstring).
@@ -139,13 +145,27 @@ class ClusterSimulator:
       rng=)``: ``view.routing``, the default router's choice and ``view.predicted_ttft_s`` come from
       the observed view, while every admitted request is served exactly. Its noise is drawn from a
       generator spawned from ``seed`` (``observation.observation_rng``), anew at each ``reset``.
+    - ``engine``: ``"native"`` runs the cluster in the native engine
+      (:class:`mooncake_gym._engine.cluster.NativeClusterSimulator`, the same numbers; docs/engine.md
+      says which clusters are native) and raises a ``ValueError`` saying why where it cannot;
+      ``"python"`` this class; None (default) the native engine where the cluster is native, else
+      this class. A subclass of this class is always the reference.
     """
+
+    def __new__(cls, *args, engine: str | None = None, **kwargs):
+        # engine="native" (or the default where the engine is built): the native engine's simulator,
+        # which turns into this class at construction where the cluster is not native (the default)
+        # or raises saying why (engine="native"); a subclass is always the reference
+        if cls is ClusterSimulator and NATIVE is not None and _engine.resolve(engine) == "native":
+            return object.__new__(NATIVE)
+        return object.__new__(cls)
 
     # (the arguments checked here are not typed: compiled, a type would raise TypeError before the check)
     def __init__(self, trace: Any, preset: str | ClusterPreset = "mooncake", router: Callable | None = None,
                  decode_check: Any = "tbt", refuse_never_fit: Any = True, kv_transfer: Any = True,
                  oracle: Any = False, sample_period_s: Any = 1.0, warmup_s: Any = 30.0, seed: int = 0,
-                 observation=None, predicted_output=None, tbt_headroom: Any = 0.0, load_series: Any = "slo"):
+                 observation=None, predicted_output=None, tbt_headroom: Any = 0.0, load_series: Any = "slo",
+                 engine: str | None = None):
         if not isinstance(trace, Trace):
             raise ValueError(f"trace: expected a mooncake_gym.model.workload.Trace, got {type(trace).__name__}")
         if len(trace) == 0:
@@ -205,7 +225,7 @@ class ClusterSimulator:
             self._footprint = [i + o for i, o in zip(self._input, self._output)]
         else:
             self._footprint = self._input
-        self._never_fits = ([not p.fits(i, o) for i, o in zip(self._input, self._output)] if refuse_never_fit
+        self._never_fits = ((~p.fits(trace.input_tokens, trace.output_tokens)).tolist() if refuse_never_fit
                             else [False] * len(self._input))
         self._idle_step_s = (p.tbt_s if self.reserve else
                              p.decode_cost.decode_step_s(1, int(np.mean(self._input))))
@@ -999,17 +1019,34 @@ class ClusterResult:
 
 def simulate(trace: Trace, preset: str | ClusterPreset = "mooncake", admission: Callable | None = None,
              routing: Callable | None = None, decode: Callable | None = None, seed: int = 0,
-             **options) -> ClusterResult:
+             engine: str | None = None, **options) -> ClusterResult:
     """Run one cluster over ``trace``: ``admission(view) -> bool`` (default: admit all),
     ``routing(routing_view) -> Route`` (default: the simulator's router, ``kvcentric``),
     ``decode(view) -> instance or None`` (default: the rule at the prefill's end). ``options`` go to
-    :class:`ClusterSimulator`. Each policy's ``reset(rng)`` is called first with ``seed``."""
+    :class:`ClusterSimulator`. Each policy's ``reset(rng)`` is called first with ``seed``.
+
+    ``engine``: ``"native"`` runs the whole loop in the native engine (the cluster and the policies
+    native: docs/engine.md; else a ``ValueError`` saying why), ``"python"`` this module; None
+    (default) the native engine where the run is native and this module otherwise. Both give the
+    same numbers (tests/test_engine_cluster.py)."""
     for name, pol in (("admission", admission), ("routing", routing), ("decode", decode)):
         if pol is not None and not callable(pol):
             raise ValueError(f"{name}: expected a callable policy or None, got {type(pol).__name__}")
         if pol is not None:
             reset_policy(pol, seed)
-    sim = ClusterSimulator(trace, preset, seed=seed, **options)
+    names = [policy_name(p) for p in (admission, routing, decode) if p is not None]
+    if NATIVE is not None and _engine.resolve(engine) == "native":
+        why = NATIVE.policies_unsupported(admission, routing, decode)
+        if why is None:
+            sim = ClusterSimulator(trace, preset, seed=seed, engine=engine, **options)
+            if getattr(sim, "native", False):
+                sim.run_native(admission, routing)
+                return sim.result("+".join(names) or "default")
+        elif engine == "native":
+            raise ValueError(f"engine: 'native' cannot run this: {why}; pass engine='python'")
+        else:
+            engine = "python"
+    sim = ClusterSimulator(trace, preset, seed=seed, engine=engine, **options)
     for pol in (admission, routing, decode):
         if pol is not None:
             sim.listen(pol)
@@ -1019,7 +1056,6 @@ def simulate(trace: Trace, preset: str | ClusterPreset = "mooncake", admission: 
         route = None if routing is None or not admit else routing(view.routing)
         target = None if decode is None or not admit else decode(view)
         view = sim.step(ClusterAction(admit, route, target))
-    names = [policy_name(p) for p in (admission, routing, decode) if p is not None]
     return sim.result("+".join(names) or "default")
 
 

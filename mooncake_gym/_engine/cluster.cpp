@@ -1,0 +1,189 @@
+// The binding of cluster.hpp (the reserve-decode cluster simulator) into mooncake_gym._engine_native;
+// module.cpp calls bind_cluster. The Python side that feeds it is mooncake_gym/_engine/cluster.py.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+
+#include "cluster.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+using mooncake::Admission;
+using mooncake::Pcg64;
+using mooncake::ReserveCluster;
+using mooncake::Router;
+
+namespace {
+
+template <typename T>
+T setting(const nb::dict& d, const char* name) {
+    if (!d.contains(name)) throw nb::value_error((std::string("settings: missing ") + name).c_str());
+    return nb::cast<T>(d[name]);
+}
+
+// A router from its name ("least_queue", or one of engine.hpp's policies), threshold and generator.
+Router router_from(const std::string& name, double threshold, const Pcg64& rng) {
+    Router r;
+    r.threshold = threshold;
+    r.rng = rng;
+    if (name == "least_queue") r.least_queue = true;
+    else if (name == "random") r.policy = mooncake::Policy::Random;
+    else if (name == "load") r.policy = mooncake::Policy::Load;
+    else if (name == "cache") r.policy = mooncake::Policy::Cache;
+    else if (name == "kvcentric") r.policy = mooncake::Policy::KVCentric;
+    else throw nb::value_error(("router: expected least_queue, random, load, cache or kvcentric, got " + name).c_str());
+    return r;
+}
+
+Admission admission_from(const std::string& name) {
+    if (name == "all") return Admission::All;
+    if (name == "baseline") return Admission::Baseline;
+    if (name == "early") return Admission::Early;
+    throw nb::value_error(("admission: expected all, baseline or early, got " + name).c_str());
+}
+
+template <typename T>
+nb::ndarray<nb::numpy, T, nb::ndim<1>> array(const std::vector<T>& v) {
+    T* data = new T[v.size() ? v.size() : 1];
+    if (!v.empty()) std::memcpy(data, v.data(), v.size() * sizeof(T));
+    nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<T*>(p); });
+    return nb::ndarray<nb::numpy, T, nb::ndim<1>>(data, {v.size()}, owner);
+}
+
+template <typename T>
+nb::tuple as_tuple(const std::vector<T>& v) {
+    nb::list out;
+    for (const T& x : v) out.append(x);
+    return nb::tuple(out);
+}
+
+void check_pending(const ReserveCluster& c, const char* what) {
+    if (c.done()) throw nb::index_error((std::string(what) + ": the workload is exhausted").c_str());
+}
+
+}  // namespace
+
+void bind_cluster(nb::module_& m) {
+    nb::class_<ReserveCluster>(m, "ReserveCluster",
+                               "sim/cluster.py's ClusterSimulator under the reserve decode model, one request at a "
+                               "time per prefill instance (mooncake_gym/_engine/cluster.py).")
+        .def("__init__",
+             [](ReserveCluster* self, std::shared_ptr<mooncake::TraceColumns> trace, std::vector<int64_t> output,
+                mooncake::RoutingEngine& pool, const nb::dict& d, const std::string& router, double threshold,
+                const Pcg64& rng) {
+                 mooncake::ClusterSettings s;
+                 s.n_decode = setting<int64_t>(d, "n_decode");
+                 s.capacity_tokens = setting<int64_t>(d, "capacity_tokens");
+                 s.tbt_s = setting<double>(d, "tbt_s");
+                 s.ttft_slo_s = setting<double>(d, "ttft_slo_s");
+                 s.tbt_slo_s = setting<double>(d, "tbt_slo_s");
+                 s.sample_period_s = setting<double>(d, "sample_period_s");
+                 s.lecture_loads = setting<bool>(d, "lecture_loads");
+                 s.refuse_never_fit = setting<bool>(d, "refuse_never_fit");
+                 s.compensated_sum = setting<bool>(d, "compensated_sum");
+                 s.mean_output_tokens = setting<double>(d, "mean_output_tokens");
+                 if (!(s.sample_period_s > 0)) throw nb::value_error("sample_period_s: expected > 0");
+                 try {
+                     new (self) ReserveCluster(std::move(trace), std::move(output), pool, s,
+                                               router_from(router, threshold, rng));
+                 } catch (const std::invalid_argument& e) {
+                     throw nb::value_error(e.what());
+                 }
+             },
+             "trace"_a, "output_tokens"_a, "pool"_a, "settings"_a, "router"_a, "threshold"_a, "rng"_a,
+             nb::keep_alive<1, 2>(), nb::keep_alive<1, 4>())
+        .def("reset", [](ReserveCluster& c, const Pcg64& rng) { c.reset(rng); }, "rng"_a)
+        .def_prop_ro("done", &ReserveCluster::done)
+        .def_prop_ro("index", &ReserveCluster::index)
+        .def_prop_ro("now", &ReserveCluster::now)
+        .def("router_rng", [](ReserveCluster& c) { return c.router_rng(); },
+             "A copy of the default router's generator as the run has left it.")
+        .def("default_route",
+             [](ReserveCluster& c) {
+                 check_pending(c, "default_route");
+                 const auto& d = c.default_route();
+                 return nb::make_tuple(d.instance, d.pull, d.prefill_s, d.finish);
+             },
+             "The default router's (instance, pull, prefill_s, predicted prefill finish) on the pending request.")
+        .def("decode_fields",
+             [](ReserveCluster& c, double tbt_s) {
+                 check_pending(c, "decode_fields");
+                 nb::list step, with;
+                 for (int64_t b : c.batch()) {
+                     step.append(b ? tbt_s : 0.0);
+                     with.append(tbt_s);
+                 }
+                 return nb::make_tuple(as_tuple(c.batch()), as_tuple(c.used()), nb::tuple(step), nb::tuple(with),
+                                       c.mean_decode_s());
+             },
+             "tbt_s"_a, "ClusterSimulator.decode_fields: (batch, used, step, step with the request, mean decode s).")
+        .def("admits",
+             [](ReserveCluster& c, const std::string& rule, double ttft_slo_s, double threshold) {
+                 check_pending(c, "admits");
+                 return c.admits(admission_from(rule), ttft_slo_s, threshold);
+             },
+             "rule"_a, "ttft_slo_s"_a, "threshold"_a)
+        .def("apply",
+             [](ReserveCluster& c, bool admit, int64_t inst, bool pull, int64_t decode) {
+                 check_pending(c, "apply");
+                 if (inst >= c.pool().n_instances()) throw nb::value_error("apply: prefill instance out of range");
+                 if (decode >= static_cast<int64_t>(c.used().size()))
+                     throw nb::value_error("apply: decode instance out of range");
+                 c.apply(admit, inst, pull, decode);
+             },
+             "admit"_a, "instance"_a, "pull"_a, "decode"_a,
+             "Apply the pending decision (instance < 0: the default router's route; decode < 0: the default rule).")
+        .def("run",
+             [](ReserveCluster& c, const std::string& rule, double ttft_slo_s, double threshold, nb::object routing,
+                double routing_threshold, nb::object routing_rng) {
+                 const Admission a = admission_from(rule);
+                 Router r;
+                 const bool routed = !routing.is_none();
+                 if (routed)
+                     r = router_from(nb::cast<std::string>(routing), routing_threshold, nb::cast<const Pcg64&>(routing_rng));
+                 {
+                     nb::gil_scoped_release release;
+                     c.run(a, ttft_slo_s, threshold, routed ? &r : nullptr);
+                 }
+                 return routed ? nb::cast(r.rng) : nb::none();
+             },
+             "rule"_a, "ttft_slo_s"_a, "threshold"_a, "routing"_a.none(), "routing_threshold"_a, "routing_rng"_a.none(),
+             "Every remaining decision by the native rules; returns the routing policy's generator (None without).")
+        .def("records",
+             [](const ReserveCluster& c) {
+                 return nb::make_tuple(array(c.outcome()), array(c.ttft_s()), array(c.prefill_s()),
+                                       array(c.prefill_instance()), array(c.decode_instance()),
+                                       array(c.decode_start_s()), array(c.end_s()), array(c.tbt_s()),
+                                       array(c.prefill_end_s()));
+             },
+             "(outcome, ttft_s, prefill_s, prefill_instance, decode_instance, decode_start_s, end_s, tbt_s, "
+             "prefill_end_s) arrays.")
+        .def("samples",
+             [](const ReserveCluster& c) {
+                 return nb::make_tuple(array(c.samples_t()), array(c.samples_p()), array(c.samples_d()),
+                                       array(c.samples_kv()));
+             })
+        .def("counters", &ReserveCluster::counters,
+             "(completed, completed_in_ttft_slo, admitted, rejected_at_arrival, rejected_after_prefill, "
+             "refused_too_long, granted, granted_in_ttft_slo, requests_in_prefill, requests_in_decode).")
+        .def_prop_ro("wasted_prefill_s", &ReserveCluster::wasted_prefill_s)
+        .def("wasted_log",
+             [](const ReserveCluster& c, size_t start) {
+                 nb::list out;
+                 for (size_t k = start; k < c.wasted_t().size(); ++k)
+                     out.append(nb::make_tuple(c.wasted_t()[k], c.wasted_s()[k]));
+                 return out;
+             },
+             "start"_a, "The (time, wasted prefill s) of each rejection after prefill from the start-th on.")
+        .def_prop_ro("n_wasted", [](const ReserveCluster& c) { return c.wasted_t().size(); })
+        .def("busy_until", [](ReserveCluster& c) { return c.pool().busy_until(); },
+             "Each prefill instance's busy-until time.")
+        .def("used", [](const ReserveCluster& c) { return c.used(); })
+        .def("batch", [](const ReserveCluster& c) { return c.batch(); });
+}

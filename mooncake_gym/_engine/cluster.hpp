@@ -1,0 +1,447 @@
+// The cluster simulator of mooncake_gym/sim/cluster.py (ClusterSimulator) on the native engine, for the
+// clusters whose decode pool is the `reserve` model (sim/decode.py ReservingDecodeInstance: input +
+// output reserved up front, a fixed time per token) and whose prefill pool runs one request at a time
+// (no batching, no shared NICs): the `lecture` preset and the lecture's admission problem. The prefill
+// pool is engine.hpp's RoutingEngine (FIFO instances, prefix caches, pulls), as the reference's is
+// RoutingSimulator.
+//
+// Every formula follows ClusterSimulator operation for operation, in the same order, so that the
+// records are the same doubles (tests/test_engine_cluster.py compares them decision by decision).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "engine.hpp"
+
+namespace mooncake {
+
+// The outcomes of sim/metrics.py.
+enum Outcome : int8_t { PENDING = -1, COMPLETED = 0, REJECTED_AT_ARRIVAL = 1, REJECTED_AFTER_PREFILL = 2,
+                        PREEMPTED = 3, REFUSED_TOO_LONG = 4 };
+
+// Python's builtin sum() of floats, from 0: a left-to-right loop of + (CPython <= 3.11), or, from 3.12
+// on, Neumaier's compensated sum, as bltinmodule.c makes it (`compensated`).
+inline double py_sum(const double* x, size_t n, bool compensated) {
+    if (n == 0) return 0.0;
+    if (!compensated) {
+        double s = 0.0;
+        for (size_t k = 0; k < n; ++k) s += x[k];
+        return s;
+    }
+    double s = 0.0 + x[0], c = 0.0;  // 0 + x[0]: the int start turns into the first float
+    for (size_t k = 1; k < n; ++k) {
+        const double t = s + x[k];
+        if (std::fabs(s) >= std::fabs(x[k])) c += (s - t) + x[k];
+        else c += (x[k] - t) + s;
+        s = t;
+    }
+    if (c != 0.0 && std::isfinite(c)) s += c;
+    return s;
+}
+
+// The cluster's settings (ClusterSimulator's constructor and preset), as the engine reads them.
+struct ClusterSettings {
+    int64_t n_decode = 1;
+    int64_t capacity_tokens = 0;  // per decode instance
+    double tbt_s = 0.05;          // the reserve model's time per token
+    double ttft_slo_s = 30.0, tbt_slo_s = 0.1;
+    double sample_period_s = 1.0;
+    bool lecture_loads = false;   // load_series == "lecture"
+    bool refuse_never_fit = true;
+    bool compensated_sum = false; // Python >= 3.12's sum()
+    double mean_output_tokens = 0.0;
+};
+
+// The default router of the cluster (ClusterSimulator.router) and the routing policies of simulate():
+// engine.hpp's four, or the lecture's least-queue rule (sim/policies.py LeastQueue).
+struct Router {
+    bool least_queue = false;
+    Policy policy = Policy::KVCentric;
+    double threshold = 1.0;
+    Pcg64 rng;
+};
+
+// The native admission rules (baselines/admission.py): admit all (no policy), baseline (the TTFT
+// check), early rejection (the TTFT check, then the prefill and decode loads against a threshold).
+enum class Admission { All, Baseline, Early };
+
+class ReserveCluster {
+  public:
+    // `pool` is the prefill pool (held by reference: its owner keeps it alive, and only this cluster
+    // drives it); `trace` is the pool's trace.
+    ReserveCluster(std::shared_ptr<const TraceColumns> trace, std::vector<int64_t> output, RoutingEngine& pool,
+                   ClusterSettings s, Router router)
+        : trace_ptr_(std::move(trace)), trace_(*trace_ptr_), output_(std::move(output)), pool_(pool),
+          s_(s), router_(router) {
+        const size_t n = static_cast<size_t>(trace_.size());
+        if (output_.size() != n) throw std::invalid_argument("output_tokens: expected one per request");
+        if (n == 0) throw std::invalid_argument("trace: expected at least one request");
+        if (s_.n_decode < 1) throw std::invalid_argument("n_decode: expected >= 1");
+        footprint_.resize(n);
+        never_fits_.assign(n, 0);
+        for (size_t r = 0; r < n; ++r) {
+            footprint_[r] = trace_.input_tokens[r] + output_[r];
+            if (s_.refuse_never_fit) never_fits_[r] = footprint_[r] > s_.capacity_tokens;
+        }
+        reset(router_.rng);
+    }
+
+    // ClusterSimulator.reset with the router's generator as reset_policy left it.
+    void reset(const Pcg64& rng) {
+        router_.rng = rng;
+        const size_t n = static_cast<size_t>(trace_.size());
+        pool_.reset();
+        used_.assign(static_cast<size_t>(s_.n_decode), 0);
+        batch_.assign(static_cast<size_t>(s_.n_decode), 0);
+        heap_.clear();
+        seq_ = 0;
+        i_ = 0;
+        done_ = false;
+        target_.assign(n, -1);
+        outcome_.assign(n, PENDING);
+        for (std::vector<double>* v : {&ttft_s_, &prefill_s_, &decode_start_s_, &end_s_, &tbt_s_, &prefill_end_s_})
+            v->assign(n, std::numeric_limits<double>::quiet_NaN());
+        prefill_instance_.assign(n, -1);
+        decode_instance_.assign(n, -1);
+        completed_ = completed_in_ttft_slo_ = admitted_ = 0;
+        rejected_at_arrival_ = rejected_after_prefill_ = refused_too_long_ = 0;
+        granted_ = granted_in_ttft_slo_ = 0;
+        in_prefill_ = in_decode_ = 0;
+        wasted_prefill_s_ = 0.0;
+        wasted_t_.clear();
+        wasted_s_.clear();
+        samples_t_.clear();
+        samples_p_.clear();
+        samples_d_.clear();
+        samples_kv_.clear();
+        k_sample_ = 0;
+        next_sample_ = 0.0;
+        horizon_ = trace_.arrival_s.back();
+        routed_ = false;
+        advance();
+    }
+
+    bool done() const { return done_; }
+    int64_t index() const { return i_; }
+    double now() const { return i_ < trace_.size() ? trace_.arrival_s[static_cast<size_t>(i_)] : horizon_; }
+    RoutingEngine& pool() { return pool_; }
+    const RoutingEngine& pool() const { return pool_; }
+    Pcg64& router_rng() { return router_.rng; }
+
+    // The default router's answer on the pending request (ClusterView._default), made once per decision:
+    // (instance, pull as the router gave it, prefill time on that route, predicted prefill finish).
+    struct DefaultRoute {
+        int64_t instance;
+        bool pull;
+        double prefill_s, finish;
+    };
+    const DefaultRoute& default_route() {
+        if (done_) throw std::out_of_range("default_route: the workload is exhausted");
+        if (!routed_) {
+            const auto [k, pull] = route_with(router_);
+            const size_t j = static_cast<size_t>(k);
+            const bool pulls = pull && pool_.view_best_hit_tokens() > pool_.view_hit_tokens()[j];
+            const double p = pulls ? pool_.view_transfer_s()[j] + pool_.view_pull_prefill_s()[j]
+                                   : pool_.view_prefill_s()[j];
+            route_ = DefaultRoute{k, pull, p, (now() + pool_.view_queue_s()[j]) + p};
+            routed_ = true;
+        }
+        return route_;
+    }
+
+    std::pair<int64_t, bool> route_with(Router& r) {
+        if (r.least_queue) {  // min(range(n), key=queue): the first least
+            const std::vector<double>& q = pool_.view_queue_s();
+            size_t best = 0;
+            for (size_t j = 1; j < q.size(); ++j)
+                if (q[j] < q[best]) best = j;
+            return {static_cast<int64_t>(best), false};
+        }
+        return pool_.decide(r.policy, r.threshold, r.rng);
+    }
+
+    // The decode side of the pending view (ClusterSimulator.decode_fields under the reserve model):
+    // the mean decode time (mean output x the busy instances' mean step, or tbt_s when all are idle).
+    double mean_decode_s() const {
+        steps_.clear();
+        for (size_t j = 0; j < batch_.size(); ++j)
+            if (batch_[j]) steps_.push_back(s_.tbt_s);
+        const double tbt = steps_.empty() ? s_.tbt_s
+                                          : py_sum(steps_.data(), steps_.size(), s_.compensated_sum) /
+                                                static_cast<double>(steps_.size());
+        return s_.mean_output_tokens * tbt;
+    }
+
+    // The native admission rule's answer on the pending view (baselines/admission.py).
+    bool admits(Admission a, double ttft_slo_s, double threshold) {
+        if (a == Admission::All) return true;
+        const DefaultRoute& d = default_route();
+        const double ttft = d.finish - now();
+        if (ttft > ttft_slo_s) return false;
+        if (a == Admission::Baseline) return true;
+        // decode_load_with: the least of max(KV use with this request, step with it / TBT SLO)
+        const double own = static_cast<double>(trace_.input_tokens[static_cast<size_t>(i_)]) + s_.mean_output_tokens;
+        const double cap = static_cast<double>(s_.capacity_tokens);
+        const double step = s_.tbt_s / s_.tbt_slo_s;
+        double load = 0.0;
+        for (size_t j = 0; j < used_.size(); ++j) {
+            const double kv = (static_cast<double>(used_[j]) + own) / cap;
+            const double l = kv > step ? kv : step;
+            if (j == 0 || l < load) load = l;
+        }
+        const double prefill = ttft / ttft_slo_s;
+        return (load > prefill ? load : prefill) <= threshold;
+    }
+
+    // ClusterSimulator.apply: the pending request admitted (with a route, or the default router's if
+    // inst < 0; to decode instance `decode`, or the default rule's if < 0) or rejected.
+    void apply(bool admit, int64_t inst, bool pull, int64_t decode) {
+        if (done_) throw std::out_of_range("apply: the workload is exhausted");
+        const int64_t i = i_;
+        const size_t r = static_cast<size_t>(i);
+        if (!admit) {
+            outcome_[r] = REJECTED_AT_ARRIVAL;
+            rejected_at_arrival_ += 1;
+            pool_.skip();
+        } else {
+            if (inst < 0) {
+                const DefaultRoute& d = default_route();
+                inst = d.instance;
+                pull = d.pull;
+            }
+            pool_.serve(inst, pull);
+            const Row& row = pool_.rows().back();
+            const int64_t k = static_cast<int64_t>(row.instance);
+            const double now = trace_.arrival_s[r];
+            admitted_ += 1;
+            prefill_instance_[r] = k;
+            prefill_s_[r] = row.transfer_s + row.prefill_s;
+            if (decode >= 0) target_[r] = decode;
+            const double finish = pool_.busy_until()[static_cast<size_t>(k)];
+            ttft_s_[r] = finish - now;
+            prefill_end_s_[r] = finish;
+            in_prefill_ += 1;
+            push(finish, PREFILL_DONE_EVENT, i);
+        }
+        i_ = i + 1;
+        advance();
+    }
+
+    // simulate(): every remaining decision made by the native rules (admission, then the route: the
+    // routing policy `routing`'s if given, else the default router's; the decode rule at prefill end).
+    void run(Admission a, double ttft_slo_s, double threshold, Router* routing) {
+        while (!done_) {
+            const bool admit = admits(a, ttft_slo_s, threshold);
+            if (admit && routing != nullptr) {
+                const auto [k, pull] = route_with(*routing);
+                apply(true, k, pull, -1);
+            } else {
+                apply(admit, -1, false, -1);
+            }
+        }
+    }
+
+    // records and counters (ClusterSimulator's attributes of the same names)
+    const std::vector<int8_t>& outcome() const { return outcome_; }
+    const std::vector<double>& ttft_s() const { return ttft_s_; }
+    const std::vector<double>& prefill_s() const { return prefill_s_; }
+    const std::vector<double>& decode_start_s() const { return decode_start_s_; }
+    const std::vector<double>& end_s() const { return end_s_; }
+    const std::vector<double>& tbt_s() const { return tbt_s_; }
+    const std::vector<double>& prefill_end_s() const { return prefill_end_s_; }
+    const std::vector<int64_t>& prefill_instance() const { return prefill_instance_; }
+    const std::vector<int64_t>& decode_instance() const { return decode_instance_; }
+    const std::vector<int64_t>& used() const { return used_; }
+    const std::vector<int64_t>& batch() const { return batch_; }
+    const std::vector<double>& samples_t() const { return samples_t_; }
+    const std::vector<double>& samples_p() const { return samples_p_; }
+    const std::vector<double>& samples_d() const { return samples_d_; }
+    const std::vector<double>& samples_kv() const { return samples_kv_; }
+    const std::vector<double>& wasted_t() const { return wasted_t_; }
+    const std::vector<double>& wasted_s() const { return wasted_s_; }
+    std::vector<int64_t> counters() const {
+        return {completed_, completed_in_ttft_slo_, admitted_, rejected_at_arrival_, rejected_after_prefill_,
+                refused_too_long_, granted_, granted_in_ttft_slo_, in_prefill_, in_decode_};
+    }
+    double wasted_prefill_s() const { return wasted_prefill_s_; }
+
+  private:
+    // event kinds, ordered as sim/cluster.py's at equal times
+    static constexpr int DECODE_EVENT = 0, PREFILL_DONE_EVENT = 1;
+    struct Event {
+        double t;
+        int kind;
+        int64_t seq, r;
+        bool operator>(const Event& o) const {  // heapq's tuple order (t, kind, seq)
+            if (t != o.t) return t > o.t;
+            if (kind != o.kind) return kind > o.kind;
+            return seq > o.seq;
+        }
+    };
+
+    std::shared_ptr<const TraceColumns> trace_ptr_;
+    const TraceColumns& trace_;
+    std::vector<int64_t> output_, footprint_;
+    std::vector<char> never_fits_;
+    RoutingEngine& pool_;
+    ClusterSettings s_;
+    Router router_;
+
+    std::vector<int64_t> used_, batch_;
+    std::vector<Event> heap_;
+    int64_t seq_ = 0, i_ = 0;
+    bool done_ = false;
+    std::vector<int64_t> target_;
+    std::vector<int8_t> outcome_;
+    std::vector<double> ttft_s_, prefill_s_, decode_start_s_, end_s_, tbt_s_, prefill_end_s_;
+    std::vector<int64_t> prefill_instance_, decode_instance_;
+    int64_t completed_ = 0, completed_in_ttft_slo_ = 0, admitted_ = 0, rejected_at_arrival_ = 0,
+            rejected_after_prefill_ = 0, refused_too_long_ = 0, granted_ = 0, granted_in_ttft_slo_ = 0,
+            in_prefill_ = 0, in_decode_ = 0;
+    double wasted_prefill_s_ = 0.0;
+    std::vector<double> wasted_t_, wasted_s_;
+    std::vector<double> samples_t_, samples_p_, samples_d_, samples_kv_;
+    int64_t k_sample_ = 0;
+    double next_sample_ = 0.0, horizon_ = 0.0;
+    bool routed_ = false;
+    DefaultRoute route_{};
+    mutable std::vector<double> steps_, terms_;
+
+    void push(double t, int kind, int64_t r) {
+        seq_ += 1;
+        heap_.push_back(Event{t, kind, seq_, r});
+        std::push_heap(heap_.begin(), heap_.end(), std::greater<Event>());
+    }
+
+    // ClusterSimulator._advance: events up to the next arrival needing a decision
+    void advance() {
+        routed_ = false;
+        const int64_t n = trace_.size();
+        const double inf = std::numeric_limits<double>::infinity();
+        while (i_ < n) {
+            const size_t i = static_cast<size_t>(i_);
+            const double now = trace_.arrival_s[i];
+            if (!heap_.empty() && heap_.front().t <= now) run_until(now);
+            if (never_fits_[i]) {
+                outcome_[i] = REFUSED_TOO_LONG;
+                refused_too_long_ += 1;
+                pool_.skip();
+                i_ += 1;
+                continue;
+            }
+            if (next_sample_ < now) sample_until(now);
+            return;
+        }
+        sample_until(inf);
+        run_until(inf);
+        done_ = true;
+    }
+
+    void run_until(double t) {
+        while (!heap_.empty() && heap_.front().t <= t) {
+            std::pop_heap(heap_.begin(), heap_.end(), std::greater<Event>());
+            const Event e = heap_.back();
+            heap_.pop_back();
+            if (next_sample_ < e.t) sample_until(e.t);
+            if (e.kind == DECODE_EVENT) release(e.t, e.r);
+            else prefill_done(e.t, e.r);
+        }
+    }
+
+    // ClusterSimulator._release and _ended: request r's decode ends at t
+    void release(double t, int64_t r) {
+        const size_t q = static_cast<size_t>(r);
+        const size_t j = static_cast<size_t>(decode_instance_[q]);
+        used_[j] -= footprint_[q];
+        batch_[j] -= 1;
+        in_decode_ -= 1;
+        end_s_[q] = t;
+        outcome_[q] = COMPLETED;
+        completed_ += 1;
+        if (ttft_s_[q] <= s_.ttft_slo_s) completed_in_ttft_slo_ += 1;
+        tbt_s_[q] = s_.tbt_s;
+    }
+
+    // ClusterSimulator._prefill_done under the reserve model (no KV transfer)
+    void prefill_done(double t, int64_t r) {
+        const size_t q = static_cast<size_t>(r);
+        in_prefill_ -= 1;
+        const int64_t tokens = footprint_[q];
+        int64_t target = target_[q];
+        target_[q] = -1;
+        if (target < 0) {  // the lecture's rule: the instance with the most free room (the first)
+            target = 0;
+            int64_t best_used = used_[0];
+            for (size_t j = 1; j < used_.size(); ++j)
+                if (used_[j] < best_used) {
+                    target = static_cast<int64_t>(j);
+                    best_used = used_[j];
+                }
+        }
+        if (!(used_[static_cast<size_t>(target)] + tokens <= s_.capacity_tokens)) {
+            outcome_[q] = REJECTED_AFTER_PREFILL;
+            rejected_after_prefill_ += 1;
+            const double w = prefill_s_[q];
+            wasted_prefill_s_ += w;
+            wasted_t_.push_back(t);
+            wasted_s_.push_back(w);
+            return;
+        }
+        decode_instance_[q] = target;
+        // ClusterSimulator._join: its end is known now
+        in_decode_ += 1;
+        decode_start_s_[q] = t;
+        granted_ += 1;
+        if (ttft_s_[q] <= s_.ttft_slo_s) granted_in_ttft_slo_ += 1;
+        const size_t j = static_cast<size_t>(target);
+        used_[j] += tokens;
+        batch_[j] += 1;
+        push(t + static_cast<double>(output_[q]) * s_.tbt_s, DECODE_EVENT, r);
+    }
+
+    // ClusterSimulator._sample_until
+    void sample_until(double t) {
+        double s = next_sample_;
+        const double horizon = horizon_;
+        if (s >= t || s > horizon) return;
+        const std::vector<double>& busy_until = pool_.busy_until();
+        const double n_p = static_cast<double>(busy_until.size());
+        const double n_d = static_cast<double>(used_.size());
+        const double cap = static_cast<double>(s_.capacity_tokens * s_.n_decode);
+        const double per_instance = static_cast<double>(s_.capacity_tokens);
+        while (s < t && s <= horizon) {
+            int64_t total = 0;
+            for (int64_t u : used_) total += u;
+            const double kv = static_cast<double>(total) / cap;
+            samples_t_.push_back(s);
+            if (s_.lecture_loads) {  // the share of prefill instances busy, the decode KV use
+                int64_t busy = 0;
+                for (double b : busy_until)
+                    if (b > s) busy += 1;
+                samples_p_.push_back(static_cast<double>(busy) / n_p);
+                samples_d_.push_back(kv);
+            } else {  // Mooncake §7's loads as SLO satisfaction
+                terms_.clear();
+                for (double b : busy_until)
+                    if (b > s) terms_.push_back(b - s);
+                const double queued = py_sum(terms_.data(), terms_.size(), s_.compensated_sum);
+                samples_p_.push_back(queued / (n_p * s_.ttft_slo_s));
+                terms_.clear();
+                for (size_t j = 0; j < used_.size(); ++j) {
+                    const double a = static_cast<double>(used_[j]) / per_instance;
+                    const double b = (batch_[j] ? s_.tbt_s : 0.0) / s_.tbt_slo_s;
+                    terms_.push_back(b > a ? b : a);
+                }
+                samples_d_.push_back(py_sum(terms_.data(), terms_.size(), s_.compensated_sum) / n_d);
+            }
+            samples_kv_.push_back(kv);
+            k_sample_ += 1;
+            s = static_cast<double>(k_sample_) * s_.sample_period_s;
+        }
+        next_sample_ = s <= horizon ? s : std::numeric_limits<double>::infinity();
+    }
+};
+
+}  // namespace mooncake

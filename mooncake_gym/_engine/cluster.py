@@ -1,0 +1,403 @@
+"""The cluster simulator on the native engine: :class:`NativeClusterSimulator`, what
+``ClusterSimulator(..., engine=)`` and :func:`mooncake_gym.sim.cluster.simulate` run natively.
+
+Native today (docs/engine.md): clusters whose decode pool is the ``reserve`` model (the ``lecture``
+preset: input + output reserved up front, a fixed time per token) and whose prefill instances serve
+one request at a time (no chunked batching, shared NICs or pipeline), on the exact view, with a
+native default router (``kvcentric``, ``random``, ``load``, ``cache``, or the lecture's
+``least_queue``). :meth:`NativeClusterSimulator.run_native` runs whole runs with the native admission rules
+(``baseline``, ``early``; or admit-all) and a native routing policy or the default router; the
+decode instance is the default rule's. Anything else stays on the reference, :func:`unsupported`
+and :func:`policies_unsupported` saying why.
+
+:class:`NativeClusterSimulator` is a :class:`~mooncake_gym.sim.cluster.ClusterSimulator` (its
+constructor checks the arguments and computes the workload's columns) whose state is in the engine:
+``reset``, ``view``, ``step``, ``apply``, ``done``, ``now`` and ``result`` as the reference's, with
+the same numbers (tests/test_engine_cluster.py). Its router's generator is the engine's during the
+run and is written back into ``router.rng`` by :meth:`NativeClusterSimulator.result` and
+:meth:`NativeClusterSimulator.sync_router`. The decode projections (``view.project_decode``,
+``project_decode_tokens``, ``expected_decode_tokens``) read the reference's per-request state and
+are not native: on this class they raise, naming ``engine='python'``.
+This module is in the simulator's layer (tests/test_layers.py).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from mooncake_gym._engine import native
+from mooncake_gym._engine.routing import (MAX_CACHE_CELLS, NATIVE_POLICIES, PoolStats, make_engine, native_policy, native_trace,
+                                          prefill_disagrees, rng_state, set_rng_state, store_unsupported)
+from mooncake_gym._engine.stepper import routing_view
+from mooncake_gym.model.presets import ClusterPreset, get_preset
+from mooncake_gym.sim import cluster as _cluster
+from mooncake_gym.sim.cluster import ClusterResult, ClusterSimulator
+from mooncake_gym.sim.decode import ReservingDecodeInstance
+from mooncake_gym.sim.metrics import PENDING
+from mooncake_gym.sim.policy import reset_policy
+from mooncake_gym.sim.routing import RoutingResult, RoutingSimulator
+from mooncake_gym.sim.views import ClusterView, Route
+
+#: The default routers the engine runs: engine.hpp's policies and the lecture's least-queue rule.
+NATIVE_ROUTERS = {**NATIVE_POLICIES, ("mooncake_gym.sim.policies", "LeastQueue"): "least_queue"}
+#: The admission rules the engine runs in :meth:`NativeClusterSimulator.run_native`, by exact class.
+NATIVE_ADMISSION = {
+    ("mooncake_gym.baselines.admission", "BaselineAdmission"): "baseline",
+    ("mooncake_gym.baselines.admission", "EarlyRejection"): "early",
+}
+#: Python's sum() of floats is compensated from 3.12 on; the engine's sums follow the running one's.
+COMPENSATED_SUM = sys.version_info >= (3, 12)
+_NO_RNG = (0, 0, 0, 0, False, 0)
+
+
+def _name(table: dict, policy) -> str | None:
+    t = type(policy)
+    return table.get((t.__module__, t.__qualname__))
+
+
+def _qualified(policy) -> str:
+    t = type(policy)
+    return f"{t.__module__}.{t.__qualname__}"
+
+
+def _has_pcg64(policy) -> bool:
+    rng = getattr(policy, "rng", None)
+    return isinstance(rng, np.random.Generator) and rng.bit_generator.state.get("bit_generator") == "PCG64"
+
+
+def preset_unsupported(p: ClusterPreset) -> str | None:
+    """Why the engine cannot run preset ``p``'s cluster, or None."""
+    if p.decode_model != "reserve":
+        return (f"preset {p.name!r}: the native cluster runs the 'reserve' decode model only (this preset's "
+                f"{p.decode_model!r} decode is not ported yet)")
+    if p.prefill_batching() is not None or p.shared_nics:
+        return f"preset {p.name!r}: the engines' mechanisms (prefill batching, shared NICs, pipeline) are not native"
+    return None
+
+
+def unsupported(sim: ClusterSimulator, pool: RoutingSimulator) -> str | None:
+    """Why the cluster of ``sim`` (constructed, its router reset; ``pool``: its prefill pool as the
+    reference builds it) cannot run natively, or None."""
+    if native is None:
+        return "the native engine is not built"
+    why = preset_unsupported(sim.preset)
+    if why:
+        return why
+    if not sim.observation.exact:
+        return "the native engine shows the exact view only (observation modes run in Python)"
+    why = store_unsupported(sim._routing_config)
+    if why:
+        return why
+    router = _name(NATIVE_ROUTERS, sim.router)
+    if router is None:
+        return (f"router {_qualified(sim.router)} is not native (native: "
+                f"{', '.join(sorted(set(NATIVE_ROUTERS.values())))})")
+    if router != "least_queue" and not _has_pcg64(sim.router):
+        return "the router's generator is not a numpy Generator over PCG64"
+    try:
+        for c in {c.prefill_time(): None for c in pool.costs}:
+            disagrees = prefill_disagrees(c)
+            if disagrees:
+                return disagrees
+    except ValueError as e:
+        return str(e)
+    cells = native_trace(sim.trace).n_unique * sum(b > 0 for b in sim._routing_config.instance_cache_blocks())
+    if cells > MAX_CACHE_CELLS:
+        return f"the pool's caches x the trace's distinct blocks ({cells:,}) exceed the engine's {MAX_CACHE_CELLS:,}"
+    return None
+
+
+def policies_unsupported(admission, routing, decode) -> str | None:
+    """Why :func:`mooncake_gym.sim.cluster.simulate`'s policies cannot run natively, or None."""
+    if admission is not None and _name(NATIVE_ADMISSION, admission) is None:
+        return (f"admission {_qualified(admission)} is not native (native: "
+                f"{', '.join(sorted(NATIVE_ADMISSION.values()))}, or None)")
+    if routing is not None:
+        if native_policy(routing) is None:
+            return (f"routing {_qualified(routing)} is not native (native: "
+                    f"{', '.join(sorted(set(NATIVE_POLICIES.values())))}, or None)")
+        if not _has_pcg64(routing):
+            return "the routing policy's generator is not a numpy Generator over PCG64"
+    if decode is not None:
+        return f"decode {_qualified(decode)} is not native (the decode rule at the prefill's end is)"
+    return None
+
+
+class _NativeView(ClusterView):
+    """A :class:`ClusterView` whose default route is the engine's router's (drawn once per decision)."""
+
+    __slots__ = ()
+
+    def _default(self) -> tuple:
+        if self._route is None:
+            k, pull, prefill_s, finish = self._sim._cluster.default_route()
+            self._route = (Route(k, pull), k, prefill_s, finish)
+        return self._route
+
+
+class _Busy:
+    __slots__ = ("busy_until",)
+
+    def __init__(self, busy_until: float):
+        self.busy_until = busy_until
+
+
+class _NativePool:
+    """The prefill pool of a :class:`NativeClusterSimulator` as the cluster's callers read it."""
+
+    def __init__(self, sim: "NativeClusterSimulator"):
+        self._sim = sim
+
+    @property
+    def view(self):
+        sim = self._sim
+        return None if sim.done else routing_view(sim._pool, sim._routing_output, sim._routing_blocks,
+                                                  sim._cache_blocks)
+
+    @property
+    def instances(self) -> list:
+        """The prefill instances' busy-until times, as objects with ``busy_until`` (a copy)."""
+        return [_Busy(b) for b in self._sim._cluster.busy_until()]
+
+    def uncached_prefill_s(self, i: int) -> list[float]:
+        return self._sim._routing_ref.uncached_prefill_s(i)
+
+    def result(self, policy: str = "?") -> RoutingResult:
+        sim = self._sim
+        stats = [PoolStats(b, r) for b, r in zip(sim._pool.busy_s(), sim._pool.requests())]
+        return RoutingResult(policy, sim.trace.name, sim._routing_config, sim._pool.rows(), stats,
+                             sim.preset.prefill_cost)
+
+
+def _record(index: int):
+    return property(lambda self: self._records()[index])
+
+
+def _counter(index: int):
+    return property(lambda self: self._cluster.counters()[index])
+
+
+class NativeClusterSimulator(ClusterSimulator):
+    """:class:`~mooncake_gym.sim.cluster.ClusterSimulator` with its state in the native engine (see
+    the module docstring). Made by ``ClusterSimulator(..., engine="native")`` (or the default where
+    the cluster is native); a cluster the engine cannot run turns into the reference at construction
+    (``engine=None``) or raises a ``ValueError`` saying why (``engine="native"``)."""
+
+    native = True
+    policies_unsupported = staticmethod(policies_unsupported)
+
+    def __init__(self, *args, engine=None, **kwargs):
+        self._asked = engine
+        self._cluster = None
+        super().__init__(*args, **kwargs)  # its checks and columns, then reset()
+
+    def reset(self):
+        reset_policy(self.router, self.seed)
+        if self._cluster is None:  # the first reset, from the constructor
+            pool = RoutingSimulator(self.trace, self._routing_config, self.preset.prefill_cost)
+            why = unsupported(self, pool)
+            if why is not None:
+                if self._asked == "native":
+                    raise ValueError(f"engine: 'native' cannot run this cluster: {why}; pass engine='python'")
+                self.__class__ = ClusterSimulator  # the reference, from here on
+                return ClusterSimulator.reset(self)
+            self._build(pool)
+        else:
+            self._cluster.reset(self._router_rng())
+        self._view = None
+        self._cached = None
+        self._wasted: list = []
+        return self.view
+
+    def _router_rng(self):
+        """The router's generator (as reset_policy left it) as the engine's."""
+        return native.Pcg64(rng_state(self.router.rng) if _has_pcg64(self.router) else _NO_RNG)
+
+    def _build(self, ref: RoutingSimulator) -> None:
+        p = self.preset
+        self._routing_name = _name(NATIVE_ROUTERS, self.router)
+        self._horizon = self._arrival[-1]
+        self._pool = make_engine(ref)
+        self._routing_ref = ref  # (its constant per-request prefill times: uncached_prefill_s)
+        self._routing_output, self._routing_blocks, self._cache_blocks = ref._output, ref._blocks, ref._cache_blocks
+        settings = {"n_decode": p.n_decode, "capacity_tokens": int(self.capacity_tokens), "tbt_s": float(p.tbt_s),
+                    "ttft_slo_s": float(p.ttft_slo_s), "tbt_slo_s": float(p.tbt_slo_s),
+                    "sample_period_s": self.sample_period_s, "lecture_loads": self._lecture_loads,
+                    "refuse_never_fit": self.refuse_never_fit, "compensated_sum": COMPENSATED_SUM,
+                    "mean_output_tokens": self.mean_output_tokens}
+        threshold = float(getattr(self.router, "threshold", 1.0)) if self._routing_name == "kvcentric" else 1.0
+        self._cluster = native.ReserveCluster(native_trace(self.trace), list(self._output), self._pool, settings,
+                                              self._routing_name, threshold, self._router_rng())
+
+    def sync_router(self) -> None:
+        """Write the engine's router generator back into ``router.rng`` (the draws made so far)."""
+        if self._routing_name != "least_queue":
+            set_rng_state(self.router.rng, self._cluster.router_rng().state())
+
+    # -- stepping ------------------------------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        return self._cluster.done
+
+    @property
+    def _done(self) -> bool:
+        return self._cluster.done
+
+    @property
+    def _i(self) -> int:
+        return self._cluster.index
+
+    @property
+    def now(self) -> float:
+        return self._cluster.now
+
+    @property
+    def view(self) -> ClusterView | None:
+        if self._view is None and not self._cluster.done:
+            v = _NativeView()
+            v.now, v.index, v.input_tokens = self._cluster.now, self._i, self._input[self._i]
+            v.output_tokens = self._output[v.index] if self.oracle else None
+            v.predicted_output_tokens = None if self.predicted_output is None else self.predicted_output[v.index]
+            v.routing = self.prefill.view
+            v._route = None
+            v.decode_capacity_per_instance = self.capacity_tokens
+            v.ttft_slo_s, v.tbt_slo_s = self.preset.ttft_slo_s, self.preset.tbt_slo_s
+            v.mean_output_tokens = self.mean_output_tokens
+            v.requests_in_prefill, v.requests_in_decode = self._cluster.counters()[8:10]
+            v._sim = self
+            v._decode = None
+            self._view = v
+        return self._view
+
+    def apply(self, admit: bool, route: Route | None, decode: int | None) -> None:
+        if self._cluster.done:
+            raise RuntimeError("step: the workload is exhausted; call reset()")
+        self._cluster.apply(admit, -1 if route is None else route[0], False if route is None else route[1],
+                            -1 if decode is None else decode)
+        self._view = None
+        self._cached = None
+
+    def decode_fields(self) -> tuple:
+        return self._cluster.decode_fields(self.preset.tbt_s)
+
+    def _mean_decode_s(self) -> float:
+        return self._cluster.decode_fields(self.preset.tbt_s)[4]
+
+    # -- the per-request state the decode projections read (the reference's methods run on it) -----
+    def _pending(self):
+        outcome, _, _, prefill_instance, _, decode_start = self._records()[:6]
+        waiting = outcome == PENDING
+        started = ~np.isnan(decode_start)
+        return waiting & started, waiting & ~started & (prefill_instance >= 0)
+
+    @property
+    def _decode_of(self) -> dict:
+        """Request in decode -> (join time, footprint), in the order they joined (the time, then the
+        order of their prefills' ends: of their admissions), as the reference's dict."""
+        in_decode, _ = self._pending()
+        rs = np.flatnonzero(in_decode)
+        starts = self._records()[5][rs]
+        order = rs[np.lexsort((rs, starts))].tolist()
+        start = self._records()[5]
+        footprint = self._footprint
+        return {r: (float(start[r]), footprint[r]) for r in order}
+
+    @property
+    def _in_prefill(self) -> dict:
+        """Admitted request whose prefill has not ended -> its prefill end."""
+        _, waiting = self._pending()
+        finish = self._records()[8]
+        return {r: float(finish[r]) for r in np.flatnonzero(waiting).tolist()}
+
+    @property
+    def _prefill_fifo(self) -> list:
+        """Per prefill instance, its requests' (prefill end, request) in their order (FIFO)."""
+        fifos: list = [[] for _ in range(self.preset.n_prefill)]
+        instance = self._records()[3]
+        for r, f in self._in_prefill.items():  # in request order: each instance's FIFO order
+            fifos[int(instance[r])].append((f, r))
+        return fifos
+
+    # -- the state as the reference's attributes -----------------------------------------------------
+    @property
+    def prefill(self) -> _NativePool:
+        return _NativePool(self)
+
+    @property
+    def decode(self) -> list[ReservingDecodeInstance]:
+        """The decode instances as the reference's objects (a copy of the engine's state)."""
+        out = []
+        for j, (u, b) in enumerate(zip(self._cluster.used(), self._cluster.batch())):
+            d = ReservingDecodeInstance(j, self.capacity_tokens, self.preset.tbt_s)
+            d.used, d.batch = u, b
+            out.append(d)
+        return out
+
+    def _records(self) -> tuple:
+        if self._cached is None:
+            self._cached = self._cluster.records() + self._cluster.samples()
+        return self._cached
+
+    outcome = _record(0)
+    ttft_s = _record(1)
+    prefill_s = _record(2)
+    prefill_instance = _record(3)
+    decode_instance = _record(4)
+    decode_start_s = _record(5)
+    end_s = _record(6)
+    tbt_s = max_interval_s = mean_interval_s = _record(7)
+    _samples_t = _record(9)
+    _samples_p = _record(10)
+    _samples_d = _record(11)
+    _samples_kv = _record(12)
+    completed = _counter(0)
+    completed_in_ttft_slo = _counter(1)
+    admitted = _counter(2)
+    rejected_at_arrival = _counter(3)
+    rejected_after_prefill = _counter(4)
+    refused_too_long = _counter(5)
+    granted = _counter(6)
+    granted_in_ttft_slo = _counter(7)
+    requests_in_prefill = _counter(8)
+    requests_in_decode = _counter(9)
+    preempted = 0
+
+    @property
+    def wasted_prefill_s(self) -> float:
+        return self._cluster.wasted_prefill_s
+
+    @property
+    def wasted_log(self) -> list:
+        """(time, wasted prefill s) of each rejection after prefill, as the reference's list (kept,
+        extended with the engine's new entries when read)."""
+        log = self._wasted
+        if len(log) < self._cluster.n_wasted:
+            log.extend(self._cluster.wasted_log(len(log)))
+        return log
+
+    def finish_tbt(self) -> None:
+        pass  # the reserve model knows its TBTs at once
+
+    def result(self, policy: str = "policy") -> ClusterResult:
+        self.sync_router()
+        return ClusterResult(self, policy)
+
+    def run_native(self, admission, routing) -> None:
+        """Every remaining decision by the native rules: ``admission`` (None, ``BaselineAdmission`` or
+        ``EarlyRejection``) and ``routing`` (None: the router; or a native routing policy)."""
+        rule = "all" if admission is None else _name(NATIVE_ADMISSION, admission)
+        slo = self.preset.ttft_slo_s if admission is None or admission.ttft_slo_s is None else admission.ttft_slo_s
+        threshold = float(admission.threshold) if rule == "early" else 1.0
+        r_name = None if routing is None else native_policy(routing)
+        r_threshold = float(getattr(routing, "threshold", 1.0)) if r_name == "kvcentric" else 1.0
+        r_rng = None if routing is None else native.Pcg64(rng_state(routing.rng))
+        after = self._cluster.run(rule, float(slo), threshold, r_name, r_threshold, r_rng)
+        if after is not None:
+            set_rng_state(routing.rng, after.state())
+        self._view = None
+        self._cached = None
+
+
+_cluster.NATIVE = NativeClusterSimulator  # ClusterSimulator(..., engine=) and simulate() construct it
