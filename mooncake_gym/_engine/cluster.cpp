@@ -30,13 +30,13 @@ T setting(const nb::dict& d, const char* name) {
 // A router from its name ("least_queue", or one of engine.hpp's policies), threshold and generator.
 Router router_from(const std::string& name, double threshold, const Pcg64& rng) {
     Router r;
-    r.threshold = threshold;
+    r.policy.threshold = threshold;
     r.rng = rng;
     if (name == "least_queue") r.least_queue = true;
-    else if (name == "random") r.policy = mooncake::Policy::Random;
-    else if (name == "load") r.policy = mooncake::Policy::Load;
-    else if (name == "cache") r.policy = mooncake::Policy::Cache;
-    else if (name == "kvcentric") r.policy = mooncake::Policy::KVCentric;
+    else if (name == "random") r.policy.kind = mooncake::Policy::Random;
+    else if (name == "load") r.policy.kind = mooncake::Policy::Load;
+    else if (name == "cache") r.policy.kind = mooncake::Policy::Cache;
+    else if (name == "kvcentric") r.policy.kind = mooncake::Policy::KVCentric;
     else throw nb::value_error(("router: expected least_queue, random, load, cache or kvcentric, got " + name).c_str());
     return r;
 }

@@ -58,8 +58,7 @@ struct ClusterSettings {
 // engine.hpp's four, or the lecture's least-queue rule (sim/policies.py LeastQueue).
 struct Router {
     bool least_queue = false;
-    Policy policy = Policy::KVCentric;
-    double threshold = 1.0;
+    PolicySpec policy;  // its kind and threshold (engine.hpp's four rules; no running state)
     Pcg64 rng;
 };
 
@@ -159,7 +158,7 @@ class ReserveCluster {
                 if (q[j] < q[best]) best = j;
             return {static_cast<int64_t>(best), false};
         }
-        return pool_.decide(r.policy, r.threshold, r.rng);
+        return pool_.decide(r.policy, r.rng);
     }
 
     // The decode side of the pending view (ClusterSimulator.decode_fields under the reserve model):
