@@ -154,11 +154,13 @@ def add_ratios(setting: Setting) -> Setting:
     docstring); the bound's ratio too where it has per-seed values."""
     key, goal = problems.get(setting.problem).metric_goal()
     per_seed = {name: [e[key] for e in eps] for name, eps in setting.episodes.items()}
-    rules = [r for r in setting.rows if r.get("kind") == "rule" and r["policy"] in per_seed
-             and not math.isnan(r[key])]
+    # the rules' means from their episodes (a row names a metric by its table column, which may differ)
+    means = {r["policy"]: math.fsum(per_seed[r["policy"]]) / len(per_seed[r["policy"]]) for r in setting.rows
+             if r.get("kind") == "rule" and per_seed.get(r["policy"])}
+    rules = [name for name, m in means.items() if not math.isnan(m)]
     if not rules:
         return setting
-    best = (min if goal == "min" else max)(rules, key=lambda r: r[key])["policy"]
+    best = (min if goal == "min" else max)(rules, key=means.__getitem__)
     extra = [setting.bound] if setting.bound is not None and "per_seed" in setting.bound else []
     for row in setting.rows + extra:
         values = per_seed.get(row["policy"], row.get("per_seed"))
