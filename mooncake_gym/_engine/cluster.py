@@ -28,8 +28,8 @@ import sys
 import numpy as np
 
 from mooncake_gym._engine import native
-from mooncake_gym._engine.routing import (MAX_CACHE_CELLS, NATIVE_POLICIES, PoolStats, make_engine, native_policy, native_trace,
-                                          prefill_disagrees, rng_state, set_rng_state, store_unsupported)
+from mooncake_gym._engine.routing import (NATIVE_POLICIES, PoolStats, make_engine, native_policy, native_trace,
+                                          pool_unsupported, rng_state, set_rng_state)
 from mooncake_gym._engine.stepper import routing_view
 from mooncake_gym.model.presets import ClusterPreset, get_preset
 from mooncake_gym.sim import cluster as _cluster
@@ -87,26 +87,13 @@ def unsupported(sim: ClusterSimulator, pool: RoutingSimulator) -> str | None:
         return why
     if not sim.observation.exact:
         return "the native engine shows the exact view only (observation modes run in Python)"
-    why = store_unsupported(sim._routing_config)
-    if why:
-        return why
     router = _name(NATIVE_ROUTERS, sim.router)
     if router is None:
         return (f"router {_qualified(sim.router)} is not native (native: "
                 f"{', '.join(sorted(set(NATIVE_ROUTERS.values())))})")
     if router != "least_queue" and not _has_pcg64(sim.router):
         return "the router's generator is not a numpy Generator over PCG64"
-    try:
-        for c in {c.prefill_time(): None for c in pool.costs}:
-            disagrees = prefill_disagrees(c)
-            if disagrees:
-                return disagrees
-    except ValueError as e:
-        return str(e)
-    cells = native_trace(sim.trace).n_unique * sum(b > 0 for b in sim._routing_config.instance_cache_blocks())
-    if cells > MAX_CACHE_CELLS:
-        return f"the pool's caches x the trace's distinct blocks ({cells:,}) exceed the engine's {MAX_CACHE_CELLS:,}"
-    return None
+    return pool_unsupported(sim.trace, pool.costs, sim._routing_config)
 
 
 def policies_unsupported(admission, routing, decode) -> str | None:

@@ -107,14 +107,24 @@ def unsupported(sim, policy) -> str | None:
     rng = getattr(policy, "rng", None)
     if not isinstance(rng, np.random.Generator) or rng.bit_generator.state.get("bit_generator") != "PCG64":
         return "the policy's generator is not a numpy Generator over PCG64"
+    return pool_unsupported(sim.trace, sim.costs, sim.config)
+
+
+def pool_unsupported(trace, costs, config) -> str | None:
+    """Why a prefill pool (its instances' ``costs`` and ``config``) on ``trace`` cannot run on the
+    engine: its KV store, a prefill time the engine disagrees with, or caches past the engine's
+    arrays; None if it can."""
+    why = store_unsupported(config)
+    if why:
+        return why
     try:
-        for c in sim.costs:
-            disagrees = prefill_disagrees(c.prefill_time())
+        for prefill in {c.prefill_time(): None for c in costs}:
+            disagrees = prefill_disagrees(prefill)
             if disagrees:
                 return disagrees
     except ValueError as e:
         return str(e)
-    cells = native_trace(sim.trace).n_unique * sum(b > 0 for b in sim.config.instance_cache_blocks())
+    cells = native_trace(trace).n_unique * sum(b > 0 for b in config.instance_cache_blocks())
     if cells > MAX_CACHE_CELLS:
         return f"the pool's caches x the trace's distinct blocks ({cells:,}) exceed the engine's {MAX_CACHE_CELLS:,}"
     return None
