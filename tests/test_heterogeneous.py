@@ -101,7 +101,7 @@ def test_env_with_a_heterogeneous_pool():
     assert obs.shape == (5 * 4 + 2,) and env.action_space.n == 8 and info["action_mask"].shape == (8,)
     v = env.unwrapped.decision_view()
     assert v.prefill_s[0] == v.prefill_s[1] < v.prefill_s[2] == v.prefill_s[3]
-    assert [i.cache.capacity_blocks for i in env.unwrapped.sim.instances] == [100, 100, 50, 50]
+    assert list(env.unwrapped.config.instance_cache_blocks()) == [100, 100, 50, 50]
     with pytest.raises(ValueError, match="n_instances"):
         gym.make("mooncake_gym/PrefillRouting-v0", instances="2xH800", n_instances=8)
     env.unwrapped.render_mode = "ansi"

@@ -12,6 +12,7 @@ from mooncake_gym._engine import routing as _native_routing
 from mooncake_gym._engine.stepper import NativeRoutingSimulator
 from mooncake_gym.model.costmodel import CostModel
 from mooncake_gym.sim.observation import as_observation
+from mooncake_gym.sim.policy import feedback_of
 from mooncake_gym.sim.routing import RoutingConfig, RoutingSimulator, RoutingView, check_route
 from mooncake_gym.envs.common import INTEGER_TYPES, in_space, PicturedEnv, WorkloadSpec, as_float32, check, check_render_mode
 from mooncake_gym.envs.features import PER_INSTANCE_FEATURES, QUEUE_CAP_SLO, TIME_UNIT_S, routing_features
@@ -328,6 +329,21 @@ class PrefillRoutingEnv(PicturedEnv):
             self.sim = RoutingSimulator(trace, self.config, self.cost, self.observation, rng)
         self._last_info: dict = {}
         return self._observe(), {"requests": len(trace), "rate_per_s": trace.rate, "action_mask": self._mask()}
+
+    def listen(self, policy) -> None:
+        """Tell ``policy`` each request's measured TTFT at its prefill's end (the feedback channel,
+        :mod:`mooncake_gym.sim.policy`), from this episode on; call it after ``reset`` and before the
+        first step. The engine has no feedback channel: an episode begun on it continues on the
+        reference, which gives the same episode."""
+        if feedback_of(policy) is None or self.sim is None:
+            return
+        if self._core is not None:
+            view = self.sim.view
+            if view is not None and view.index != 0:
+                raise RuntimeError("listen: call it after reset, before the episode's first step")
+            self._core = None
+            self.sim = RoutingSimulator(self.sim.trace, self.config, self.cost, self.observation, None)
+        self.sim.listen(policy)
 
     def _end_info(self) -> dict:
         """What the last step's info adds when the episode ends (the vector env's interface)."""

@@ -36,9 +36,10 @@ class ViewPolicy:
 
     def reset(self, env: gym.Env, seed: int | None) -> None:
         reset_policy(self.policy, seed)
-        sim = getattr(env.unwrapped, "sim", None)  # the episode's simulator, new at each env reset
-        if sim is not None and hasattr(sim, "listen"):
-            sim.listen(self.policy)  # the feedback channel, if the policy has one (sim/policy.py)
+        # the feedback channel, if the policy has one (sim/policy.py): the env's, else its episode's simulator's
+        listen = getattr(env.unwrapped, "listen", None) or getattr(getattr(env.unwrapped, "sim", None), "listen", None)
+        if listen is not None:
+            listen(self.policy)
 
     def act(self, env: gym.Env, obs) -> int:
         base = env.unwrapped

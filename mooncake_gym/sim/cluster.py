@@ -160,6 +160,10 @@ class ClusterSimulator:
             return object.__new__(NATIVE)
         return object.__new__(cls)
 
+    def __getnewargs_ex__(self):
+        # pickle and copy make the object with __new__ alone: the reference stays the reference
+        return (), {"engine": "python"}
+
     # (the arguments checked here are not typed: compiled, a type would raise TypeError before the check)
     def __init__(self, trace: Any, preset: str | ClusterPreset = "mooncake", router: Callable | None = None,
                  decode_check: Any = "tbt", refuse_never_fit: Any = True, kv_transfer: Any = True,
