@@ -48,6 +48,13 @@ are ~7 % of cycles, CPython's object machinery ~74 % (dict lookups of the prefix
 request-keyed dicts ~10 %, tuple and float allocation, heap-tuple comparisons, GC ~5 %), which
 mypyc leaves as it is. The 20,000/s target is met compiled (with margin) and borderline in pure
 Python.
+
+Issue 24's budget (2026-12-03): the faithful cluster's engine mechanisms (prefill batching, shared
+NICs, preemption; ``presets.ENGINE``) may cost at most 1.5x against the same preset without them
+(``presets.NO_ENGINE``), in the same run. Three runs on the 2-core machine while CI ran on it (load
+2): 1.51x, 1.18x, 1.10x (4,435-5,015 against 4,885-7,239 decisions/s): within the budget but for the
+noisiest run. The prefill-only routing simulator now runs on the native engine (about 560,000
+decisions/s), so the cluster's ratio to it no longer measures the Python code.
 """
 
 from __future__ import annotations
@@ -58,6 +65,7 @@ from pathlib import Path
 from mooncake_gym.sim import cluster as conductor
 from mooncake_gym.sim import routing
 from mooncake_gym.baselines import make_policy
+from mooncake_gym.model.presets import NO_ENGINE, get_preset
 from mooncake_gym.model.workload import read_trace, synthetic_trace
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "synthetic_trace.jsonl"
@@ -79,13 +87,22 @@ def run(seconds: float = 2.0) -> dict:
     prefill_only = _rate(lambda: routing.simulate(trace, make_policy("routing", "kvcentric")), n, seconds)
     cluster = _rate(lambda: conductor.simulate(trace, "mooncake", routing=make_policy("routing", "kvcentric")),
                     n, seconds)
+    # the faithful cluster's engine mechanisms off (presets.NO_ENGINE), in the same run: issue 24's budget
+    # is a fall of at most 1.5x from them
+    plain = get_preset("mooncake").with_(**NO_ENGINE)
+    mechanisms_off = _rate(lambda: conductor.simulate(trace, plain, routing=make_policy("routing", "kvcentric")),
+                           n, seconds)
     overload, _ = conductor.overload_workload(synthetic_trace(0, 4.0), 2.0, 3000, seed=1, preset="mooncake-overload")
     admission = _rate(lambda: conductor.simulate(overload, "mooncake-overload",
                                                  admission=make_policy("admission", "early")), len(overload), seconds)
-    print(f"routing simulator (prefill only)   {prefill_only:10,.0f} decisions/s  ({trace.name}, {n} requests)")
+    print(f"routing simulator (prefill only)   {prefill_only:10,.0f} decisions/s  ({trace.name}, {n} requests; "
+          f"the native engine where it is built)")
     print(f"cluster simulator, mooncake        {cluster:10,.0f} decisions/s  ({cluster / prefill_only:.2f}x the above)")
+    print(f"cluster simulator, mechanisms off  {mechanisms_off:10,.0f} decisions/s  (mooncake with presets.NO_ENGINE: "
+          f"the mechanisms cost {mechanisms_off / cluster:.2f}x, budget 1.5x)")
     print(f"cluster simulator, admission early {admission:10,.0f} decisions/s  (mooncake-overload, load 2)")
     return {"prefill_only_per_s": prefill_only, "cluster_per_s": cluster, "ratio": cluster / prefill_only,
+            "mechanisms_off_per_s": mechanisms_off, "mechanisms_cost": mechanisms_off / cluster,
             "admission_per_s": admission}
 
 
