@@ -95,9 +95,6 @@ def unsupported(sim, policy) -> str | None:
     """Why ``policy`` on the routing simulator ``sim`` cannot run natively, or None if it can."""
     if native is None:
         return "the native engine is not built"
-    store = store_unsupported(sim.config)
-    if store:
-        return store
     if not sim.observation.exact:
         return "the native engine shows the exact view only (observation modes run in Python)"
     if native_policy(policy) is None:
