@@ -1,4 +1,4 @@
-// The binding of cluster.hpp (the reserve-decode cluster simulator) into mooncake_gym._engine_native;
+// The binding of cluster.hpp (the cluster simulator: reserve or batching decode) into mooncake_gym._engine_native;
 // module.cpp calls bind_cluster. The Python side that feeds it is mooncake_gym/_engine/cluster.py.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
@@ -11,20 +11,52 @@
 #include <cstring>
 
 #include "cluster.hpp"
+#include "fields.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
 using mooncake::Admission;
 using mooncake::Pcg64;
-using mooncake::ReserveCluster;
+using mooncake::Cluster;
 using mooncake::Router;
 
 namespace {
 
 template <typename T>
 T setting(const nb::dict& d, const char* name) {
-    if (!d.contains(name)) throw nb::value_error((std::string("settings: missing ") + name).c_str());
-    return nb::cast<T>(d[name]);
+    return mooncake::dict_field<T>(d, name, "settings");
+}
+
+// The batching decode pool's spec: the step's constants (CostModel.component_coefficients), the
+// recompute's prefill time, the swap's link, the limits and the preemption mode.
+mooncake::DecodeStep decode_step_from(const nb::dict& co) {
+    mooncake::DecodeStep st;
+    st.weights_s = setting<double>(co, "weights_s");
+    st.linear_token_s = setting<double>(co, "linear_token_s");
+    st.attention_pair_s = setting<double>(co, "attention_pair_s");
+    st.kv_token_s = setting<double>(co, "kv_token_s");
+    st.elementwise_token_s = setting<double>(co, "elementwise_token_s");
+    st.allreduce_fixed_s = setting<double>(co, "allreduce_fixed_s");
+    st.allreduce_token_s = setting<double>(co, "allreduce_token_s");
+    st.overhead_s = setting<double>(co, "overhead_s");
+    return st;
+}
+
+mooncake::DecodeSpec decode_from(const nb::dict& d) {
+    mooncake::DecodeSpec spec;
+    spec.step = decode_step_from(setting<nb::dict>(d, "step"));
+    spec.recompute = mooncake::prefill_from(setting<nb::dict>(d, "recompute"));
+    spec.kv_bytes_per_token = setting<int64_t>(d, "kv_bytes_per_token");
+    spec.dram_bandwidth = setting<double>(d, "dram_bandwidth");
+    spec.capacity_tokens = setting<int64_t>(d, "capacity_tokens");
+    spec.max_running = setting<int64_t>(d, "max_running");
+    spec.tbt_slo_s = setting<double>(d, "tbt_slo_s");
+    const std::string mode = setting<std::string>(d, "preemption");
+    if (mode == "abort") spec.preemption = mooncake::Preemption::Abort;
+    else if (mode == "recompute") spec.preemption = mooncake::Preemption::Recompute;
+    else if (mode == "swap") spec.preemption = mooncake::Preemption::Swap;
+    else throw nb::value_error(("preemption: expected abort, recompute or swap, got " + mode).c_str());
+    return spec;
 }
 
 // A router from its name ("least_queue", or one of engine.hpp's policies), threshold and generator.
@@ -63,18 +95,23 @@ nb::tuple as_tuple(const std::vector<T>& v) {
     return nb::tuple(out);
 }
 
-void check_pending(const ReserveCluster& c, const char* what) {
+void check_pending(const Cluster& c, const char* what) {
     if (c.done()) throw nb::index_error((std::string(what) + ": the workload is exhausted").c_str());
 }
 
 }  // namespace
 
 void bind_cluster(nb::module_& m) {
-    nb::class_<ReserveCluster>(m, "ReserveCluster",
-                               "sim/cluster.py's ClusterSimulator under the reserve decode model, one request at a "
-                               "time per prefill instance (mooncake_gym/_engine/cluster.py).")
+    m.def("decode_step_coefficients",
+          [](const nb::dict& step, int64_t batch) {
+              return decode_step_from(step)(batch);
+          },
+          "step"_a, "batch"_a, "CostModel.decode_step_coefficients(batch) from the step's constants, in the engine.");
+    nb::class_<Cluster>(m, "Cluster",
+                               "sim/cluster.py's ClusterSimulator, one request at a time per prefill instance, reserve "
+                        "or batching decode (mooncake_gym/_engine/cluster.py).")
         .def("__init__",
-             [](ReserveCluster* self, std::shared_ptr<mooncake::TraceColumns> trace, std::vector<int64_t> output,
+             [](Cluster* self, std::shared_ptr<mooncake::TraceColumns> trace, std::vector<int64_t> output,
                 mooncake::RoutingEngine& pool, const nb::dict& d, const std::string& router, double threshold,
                 const Pcg64& rng) {
                  mooncake::ClusterSettings s;
@@ -88,9 +125,21 @@ void bind_cluster(nb::module_& m) {
                  s.refuse_never_fit = setting<bool>(d, "refuse_never_fit");
                  s.compensated_sum = setting<bool>(d, "compensated_sum");
                  s.mean_output_tokens = setting<double>(d, "mean_output_tokens");
+                 s.batching = setting<bool>(d, "batching");
+                 if (s.batching) {
+                     s.check_tbt = setting<bool>(d, "check_tbt");
+                     s.kv_transfer = setting<bool>(d, "kv_transfer");
+                     s.decode = decode_from(setting<nb::dict>(d, "decode"));
+                     s.idle_step_s = setting<double>(d, "idle_step_s");
+                     s.kv_bytes_per_token = setting<int64_t>(d, "kv_bytes_per_token");
+                     s.rdma_bandwidth = setting<double>(d, "rdma_bandwidth");
+                     s.transfer_latency_s = setting<double>(d, "transfer_latency_s");
+                     s.n_layers = setting<int64_t>(d, "n_layers");
+                     if (s.n_layers < 1) throw nb::value_error("n_layers: expected >= 1");
+                 }
                  if (!(s.sample_period_s > 0)) throw nb::value_error("sample_period_s: expected > 0");
                  try {
-                     new (self) ReserveCluster(std::move(trace), std::move(output), pool, s,
+                     new (self) Cluster(std::move(trace), std::move(output), pool, s,
                                                router_from(router, threshold, rng));
                  } catch (const std::invalid_argument& e) {
                      throw nb::value_error(e.what());
@@ -98,39 +147,49 @@ void bind_cluster(nb::module_& m) {
              },
              "trace"_a, "output_tokens"_a, "pool"_a, "settings"_a, "router"_a, "threshold"_a, "rng"_a,
              nb::keep_alive<1, 2>(), nb::keep_alive<1, 4>())
-        .def("reset", [](ReserveCluster& c, const Pcg64& rng) { c.reset(rng); }, "rng"_a)
-        .def_prop_ro("done", &ReserveCluster::done)
-        .def_prop_ro("index", &ReserveCluster::index)
-        .def_prop_ro("now", &ReserveCluster::now)
-        .def("router_rng", [](ReserveCluster& c) { return c.router_rng(); },
+        .def("reset", [](Cluster& c, const Pcg64& rng) { c.reset(rng); }, "rng"_a)
+        .def_prop_ro("done", &Cluster::done)
+        .def_prop_ro("index", &Cluster::index)
+        .def_prop_ro("now", &Cluster::now)
+        .def("router_rng", [](Cluster& c) { return c.router_rng(); },
              "A copy of the default router's generator as the run has left it.")
         .def("default_route",
-             [](ReserveCluster& c) {
+             [](Cluster& c) {
                  check_pending(c, "default_route");
                  const auto& d = c.default_route();
                  return nb::make_tuple(d.instance, d.pull, d.prefill_s, d.finish);
              },
              "The default router's (instance, pull, prefill_s, predicted prefill finish) on the pending request.")
         .def("decode_fields",
-             [](ReserveCluster& c, double tbt_s) {
+             [](Cluster& c, double tbt_s) {
                  check_pending(c, "decode_fields");
-                 nb::list step, with;
-                 for (int64_t b : c.batch()) {
-                     step.append(b ? tbt_s : 0.0);
-                     with.append(tbt_s);
+                 nb::list batch, used, step, with;
+                 if (c.decoders().empty()) {
+                     for (int64_t b : c.batch()) {
+                         step.append(b ? tbt_s : 0.0);
+                         with.append(tbt_s);
+                     }
+                     return nb::make_tuple(as_tuple(c.batch()), as_tuple(c.used()), nb::tuple(step), nb::tuple(with),
+                                           c.mean_decode_s());
                  }
-                 return nb::make_tuple(as_tuple(c.batch()), as_tuple(c.used()), nb::tuple(step), nb::tuple(with),
+                 for (const auto& l : c.decode_loads()) {
+                     batch.append(l.batch);
+                     used.append(l.used);
+                     step.append(l.step);
+                     with.append(l.step_with);
+                 }
+                 return nb::make_tuple(nb::tuple(batch), nb::tuple(used), nb::tuple(step), nb::tuple(with),
                                        c.mean_decode_s());
              },
              "tbt_s"_a, "ClusterSimulator.decode_fields: (batch, used, step, step with the request, mean decode s).")
         .def("admits",
-             [](ReserveCluster& c, const std::string& rule, double ttft_slo_s, double threshold) {
+             [](Cluster& c, const std::string& rule, double ttft_slo_s, double threshold) {
                  check_pending(c, "admits");
                  return c.admits(admission_from(rule), ttft_slo_s, threshold);
              },
              "rule"_a, "ttft_slo_s"_a, "threshold"_a)
         .def("apply",
-             [](ReserveCluster& c, bool admit, int64_t inst, bool pull, int64_t decode) {
+             [](Cluster& c, bool admit, int64_t inst, bool pull, int64_t decode) {
                  check_pending(c, "apply");
                  if (inst >= c.pool().n_instances()) throw nb::value_error("apply: prefill instance out of range");
                  if (decode >= static_cast<int64_t>(c.used().size()))
@@ -140,7 +199,7 @@ void bind_cluster(nb::module_& m) {
              "admit"_a, "instance"_a, "pull"_a, "decode"_a,
              "Apply the pending decision (instance < 0: the default router's route; decode < 0: the default rule).")
         .def("run",
-             [](ReserveCluster& c, const std::string& rule, double ttft_slo_s, double threshold, nb::object routing,
+             [](Cluster& c, const std::string& rule, double ttft_slo_s, double threshold, nb::object routing,
                 double routing_threshold, nb::object routing_rng) {
                  const Admission a = admission_from(rule);
                  Router r;
@@ -156,34 +215,77 @@ void bind_cluster(nb::module_& m) {
              "rule"_a, "ttft_slo_s"_a, "threshold"_a, "routing"_a.none(), "routing_threshold"_a, "routing_rng"_a.none(),
              "Every remaining decision by the native rules; returns the routing policy's generator (None without).")
         .def("records",
-             [](const ReserveCluster& c) {
+             [](const Cluster& c) {
                  return nb::make_tuple(array(c.outcome()), array(c.ttft_s()), array(c.prefill_s()),
                                        array(c.prefill_instance()), array(c.decode_instance()),
                                        array(c.decode_start_s()), array(c.end_s()), array(c.tbt_s()),
-                                       array(c.prefill_end_s()));
+                                       array(c.prefill_end_s()), array(c.max_interval_s()), array(c.mean_interval_s()));
              },
              "(outcome, ttft_s, prefill_s, prefill_instance, decode_instance, decode_start_s, end_s, tbt_s, "
-             "prefill_end_s) arrays.")
+             "prefill_end_s, max_interval_s, mean_interval_s) arrays.")
         .def("samples",
-             [](const ReserveCluster& c) {
+             [](const Cluster& c) {
                  return nb::make_tuple(array(c.samples_t()), array(c.samples_p()), array(c.samples_d()),
                                        array(c.samples_kv()));
              })
-        .def("counters", &ReserveCluster::counters,
+        .def("counters", &Cluster::counters,
              "(completed, completed_in_ttft_slo, admitted, rejected_at_arrival, rejected_after_prefill, "
-             "refused_too_long, granted, granted_in_ttft_slo, requests_in_prefill, requests_in_decode).")
-        .def_prop_ro("wasted_prefill_s", &ReserveCluster::wasted_prefill_s)
+             "refused_too_long, granted, granted_in_ttft_slo, requests_in_prefill, requests_in_decode, preempted).")
+        .def_prop_ro("wasted_prefill_s", &Cluster::wasted_prefill_s)
         .def("wasted_log",
-             [](const ReserveCluster& c, size_t start) {
+             [](const Cluster& c, size_t start) {
                  nb::list out;
                  for (size_t k = start; k < c.wasted_t().size(); ++k)
                      out.append(nb::make_tuple(c.wasted_t()[k], c.wasted_s()[k]));
                  return out;
              },
              "start"_a, "The (time, wasted prefill s) of each rejection after prefill from the start-th on.")
-        .def_prop_ro("n_wasted", [](const ReserveCluster& c) { return c.wasted_t().size(); })
-        .def("busy_until", [](ReserveCluster& c) { return c.pool().busy_until(); },
+        .def_prop_ro("n_wasted", [](const Cluster& c) { return c.wasted_t().size(); })
+        .def("busy_until", [](Cluster& c) { return c.pool().busy_until(); },
              "Each prefill instance's busy-until time.")
-        .def("used", [](const ReserveCluster& c) { return c.used(); })
-        .def("batch", [](const ReserveCluster& c) { return c.batch(); });
+        .def("used", [](const Cluster& c) { return c.used(); })
+        .def("batch", [](const Cluster& c) { return c.batch(); })
+        .def("decoder_state",
+             [](const Cluster& c, size_t j) {
+                 if (j >= c.decoders().size()) throw nb::index_error("decoder_state: no such batching decode instance");
+                 const mooncake::BatchingDecode& d = c.decoders()[j];
+                 nb::dict out;
+                 out["batch"] = d.batch();
+                 out["pending_tokens"] = d.pending_tokens();
+                 out["pending_requests"] = d.pending_requests();
+                 out["t0"] = d.t0();
+                 out["it0"] = d.it0();
+                 out["k_base"] = d.k_base();
+                 out["version"] = d.version();
+                 out["next_event_s"] = d.next_event_s();
+                 out["busy_s"] = d.busy_s();
+                 out["preemptions"] = d.preemptions();
+                 out["preemption_stall_s"] = d.preemption_stall_s();
+                 out["recomputed_tokens"] = d.recomputed_tokens();
+                 out["n_finished"] = d.finished().size();
+                 return out;
+             },
+             "j"_a, "Batching decode instance j's state (BatchingDecodeInstance's attributes of the same names).")
+        .def("token_intervals",
+             [](const Cluster& c, size_t j, size_t start) {
+                 if (j >= c.decoders().size()) throw nb::index_error("token_intervals: no such batching decode instance");
+                 std::vector<int64_t> req, offsets;
+                 std::vector<double> intervals;
+                 c.decoders()[j].token_intervals(start, req, offsets, intervals);
+                 return nb::make_tuple(array(req), array(offsets), array(intervals));
+             },
+             "j"_a, "start"_a,
+             "BatchingDecodeInstance.token_intervals(finished[start:]): (requests, offsets, intervals) arrays.")
+        .def("set_tbt",
+             [](Cluster& c, const std::vector<int64_t>& req, const std::vector<double>& tbt, const std::vector<double>& top,
+                const std::vector<double>& mean) {
+                 const size_t n = c.outcome().size();
+                 if (tbt.size() != req.size() || top.size() != req.size() || mean.size() != req.size())
+                     throw nb::value_error("set_tbt: expected one tbt, max and mean per request");
+                 for (size_t k = 0; k < req.size(); ++k) {
+                     if (req[k] < 0 || static_cast<size_t>(req[k]) >= n) throw nb::value_error("set_tbt: request out of range");
+                     c.set_tbt(req[k], tbt[k], top[k], mean[k]);
+                 }
+             },
+             "requests"_a, "tbt"_a, "max"_a, "mean"_a, "The TBT, slowest and mean interval of finished requests.");
 }

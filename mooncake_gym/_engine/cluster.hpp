@@ -1,9 +1,10 @@
 // The cluster simulator of mooncake_gym/sim/cluster.py (ClusterSimulator) on the native engine, for the
-// clusters whose decode pool is the `reserve` model (sim/decode.py ReservingDecodeInstance: input +
-// output reserved up front, a fixed time per token) and whose prefill pool runs one request at a time
-// (no batching, no shared NICs): the `lecture` preset and the lecture's admission problem. The prefill
-// pool is engine.hpp's RoutingEngine (FIFO instances, prefix caches, pulls), as the reference's is
-// RoutingSimulator.
+// clusters whose prefill pool runs one request at a time (no batching, no shared NICs) and whose decode
+// pool is either the `reserve` model (sim/decode.py ReservingDecodeInstance: input + output reserved up
+// front, a fixed time per token; the `lecture` preset and the lecture's admission problem) or continuous
+// batching (decode.hpp's BatchingDecode: the realistic presets' decode, with the KV copy's tail after
+// the prefill, the fastest accepting instance, preemption). The prefill pool is engine.hpp's
+// RoutingEngine (FIFO instances, prefix caches, pulls), as the reference's is RoutingSimulator.
 //
 // Every formula follows ClusterSimulator operation for operation, in the same order, so that the
 // records are the same doubles (tests/test_engine_cluster.py compares them decision by decision).
@@ -13,6 +14,7 @@
 #include <cmath>
 #include <limits>
 
+#include "decode.hpp"
 #include "engine.hpp"
 
 namespace mooncake {
@@ -52,6 +54,16 @@ struct ClusterSettings {
     bool refuse_never_fit = true;
     bool compensated_sum = false; // Python >= 3.12's sum()
     double mean_output_tokens = 0.0;
+    // continuous batching (decode_model "batching")
+    bool batching = false;
+    bool check_tbt = true;        // decode_check == "tbt"
+    bool kv_transfer = true;
+    DecodeSpec decode;            // the decode instances' cost model and limits
+    double idle_step_s = 0.0;     // ClusterSimulator._idle_step_s
+    // the prompt's KV copy to decode (the prefill cost model's CostModel.transfer_s)
+    int64_t kv_bytes_per_token = 0;
+    double rdma_bandwidth = 1.0, transfer_latency_s = 0.0;
+    int64_t n_layers = 1;
 };
 
 // The default router of the cluster (ClusterSimulator.router) and the routing policies of simulate():
@@ -66,12 +78,12 @@ struct Router {
 // check), early rejection (the TTFT check, then the prefill and decode loads against a threshold).
 enum class Admission { All, Baseline, Early };
 
-class ReserveCluster {
+class Cluster {
   public:
     // `pool` is the prefill pool (held by reference: its owner keeps it alive, and only this cluster
     // drives it); `trace` is the pool's trace.
-    ReserveCluster(std::shared_ptr<const TraceColumns> trace, std::vector<int64_t> output, RoutingEngine& pool,
-                   ClusterSettings s, Router router)
+    Cluster(std::shared_ptr<const TraceColumns> trace, std::vector<int64_t> output, RoutingEngine& pool,
+            ClusterSettings s, Router router)
         : trace_ptr_(std::move(trace)), trace_(*trace_ptr_), output_(std::move(output)), pool_(pool),
           s_(s), router_(router) {
         const size_t n = static_cast<size_t>(trace_.size());
@@ -80,9 +92,10 @@ class ReserveCluster {
         if (s_.n_decode < 1) throw std::invalid_argument("n_decode: expected >= 1");
         footprint_.resize(n);
         never_fits_.assign(n, 0);
-        for (size_t r = 0; r < n; ++r) {
-            footprint_[r] = trace_.input_tokens[r] + output_[r];
-            if (s_.refuse_never_fit) never_fits_[r] = footprint_[r] > s_.capacity_tokens;
+        for (size_t r = 0; r < n; ++r) {  // the reservation (reserve), or the prompt (batching: it grows)
+            const int64_t whole = trace_.input_tokens[r] + output_[r];
+            footprint_[r] = s_.batching ? trace_.input_tokens[r] : whole;
+            if (s_.refuse_never_fit) never_fits_[r] = whole > s_.capacity_tokens;
         }
         reset(router_.rng);
     }
@@ -94,18 +107,23 @@ class ReserveCluster {
         pool_.reset();
         used_.assign(static_cast<size_t>(s_.n_decode), 0);
         batch_.assign(static_cast<size_t>(s_.n_decode), 0);
+        decoders_.clear();
+        if (s_.batching)
+            for (int64_t j = 0; j < s_.n_decode; ++j) decoders_.emplace_back(j, &s_.decode);
+        reserved_.assign(n, 0);
         heap_.clear();
         seq_ = 0;
         i_ = 0;
         done_ = false;
         target_.assign(n, -1);
         outcome_.assign(n, PENDING);
-        for (std::vector<double>* v : {&ttft_s_, &prefill_s_, &decode_start_s_, &end_s_, &tbt_s_, &prefill_end_s_})
+        for (std::vector<double>* v : {&ttft_s_, &prefill_s_, &decode_start_s_, &end_s_, &tbt_s_, &prefill_end_s_,
+                                       &max_interval_s_, &mean_interval_s_})
             v->assign(n, std::numeric_limits<double>::quiet_NaN());
         prefill_instance_.assign(n, -1);
         decode_instance_.assign(n, -1);
         completed_ = completed_in_ttft_slo_ = admitted_ = 0;
-        rejected_at_arrival_ = rejected_after_prefill_ = refused_too_long_ = 0;
+        rejected_at_arrival_ = rejected_after_prefill_ = refused_too_long_ = preempted_ = 0;
         granted_ = granted_in_ttft_slo_ = 0;
         in_prefill_ = in_decode_ = 0;
         wasted_prefill_s_ = 0.0;
@@ -165,12 +183,31 @@ class ReserveCluster {
     // the mean decode time (mean output x the busy instances' mean step, or tbt_s when all are idle).
     double mean_decode_s() const {
         steps_.clear();
-        for (size_t j = 0; j < batch_.size(); ++j)
-            if (batch_[j]) steps_.push_back(s_.tbt_s);
-        const double tbt = steps_.empty() ? s_.tbt_s
+        if (s_.batching) {
+            const double t = now();
+            for (const BatchingDecode& d : decoders_) {
+                const double x = d.step_s(t);
+                if (x > 0) steps_.push_back(x);
+            }
+        } else {
+            for (size_t j = 0; j < batch_.size(); ++j)
+                if (batch_[j]) steps_.push_back(s_.tbt_s);
+        }
+        const double idle = s_.batching ? s_.idle_step_s : s_.tbt_s;
+        const double tbt = steps_.empty() ? idle
                                           : py_sum(steps_.data(), steps_.size(), s_.compensated_sum) /
                                                 static_cast<double>(steps_.size());
         return s_.mean_output_tokens * tbt;
+    }
+
+    // The decode side of the pending view under batching: each instance's load (BatchingDecodeInstance.load)
+    // at now for the pending request's prompt.
+    std::vector<BatchingDecode::Load> decode_loads() const {
+        std::vector<BatchingDecode::Load> out;
+        const double t = now();
+        const int64_t tokens = footprint_[static_cast<size_t>(i_)];
+        for (const BatchingDecode& d : decoders_) out.push_back(d.load(t, tokens));
+        return out;
     }
 
     // The native admission rule's answer on the pending view (baselines/admission.py).
@@ -183,10 +220,17 @@ class ReserveCluster {
         // decode_load_with: the least of max(KV use with this request, step with it / TBT SLO)
         const double own = static_cast<double>(trace_.input_tokens[static_cast<size_t>(i_)]) + s_.mean_output_tokens;
         const double cap = static_cast<double>(s_.capacity_tokens);
-        const double step = s_.tbt_s / s_.tbt_slo_s;
         double load = 0.0;
+        const double t = now();
+        const int64_t tokens = footprint_[static_cast<size_t>(i_)];
         for (size_t j = 0; j < used_.size(); ++j) {
-            const double kv = (static_cast<double>(used_[j]) + own) / cap;
+            double used = static_cast<double>(used_[j]), step = s_.tbt_s / s_.tbt_slo_s;
+            if (s_.batching) {
+                const BatchingDecode::Load d = decoders_[j].load(t, tokens);
+                used = static_cast<double>(d.used);
+                step = d.step_with / s_.tbt_slo_s;
+            }
+            const double kv = (used + own) / cap;
             const double l = kv > step ? kv : step;
             if (j == 0 || l < load) load = l;
         }
@@ -249,6 +293,16 @@ class ReserveCluster {
     const std::vector<double>& decode_start_s() const { return decode_start_s_; }
     const std::vector<double>& end_s() const { return end_s_; }
     const std::vector<double>& tbt_s() const { return tbt_s_; }
+    const std::vector<double>& max_interval_s() const { return max_interval_s_; }
+    const std::vector<double>& mean_interval_s() const { return mean_interval_s_; }
+    const std::vector<BatchingDecode>& decoders() const { return decoders_; }
+    // ClusterSimulator.finish_tbt's assignment: the TBT of request r from its token intervals
+    void set_tbt(int64_t r, double tbt, double top, double mean) {
+        const size_t q = static_cast<size_t>(r);
+        tbt_s_[q] = tbt;
+        max_interval_s_[q] = top;
+        mean_interval_s_[q] = mean;
+    }
     const std::vector<double>& prefill_end_s() const { return prefill_end_s_; }
     const std::vector<int64_t>& prefill_instance() const { return prefill_instance_; }
     const std::vector<int64_t>& decode_instance() const { return decode_instance_; }
@@ -262,17 +316,18 @@ class ReserveCluster {
     const std::vector<double>& wasted_s() const { return wasted_s_; }
     std::vector<int64_t> counters() const {
         return {completed_, completed_in_ttft_slo_, admitted_, rejected_at_arrival_, rejected_after_prefill_,
-                refused_too_long_, granted_, granted_in_ttft_slo_, in_prefill_, in_decode_};
+                refused_too_long_, granted_, granted_in_ttft_slo_, in_prefill_, in_decode_, preempted_};
     }
     double wasted_prefill_s() const { return wasted_prefill_s_; }
 
   private:
     // event kinds, ordered as sim/cluster.py's at equal times
-    static constexpr int DECODE_EVENT = 0, PREFILL_DONE_EVENT = 1;
+    static constexpr int DECODE_EVENT = 0, PREFILL_DONE_EVENT = 1, JOIN_EVENT = 2;
     struct Event {
         double t;
         int kind;
-        int64_t seq, r;
+        int64_t seq, r;  // the request (reserve decode, prefill done, join), or the decode instance (batching)
+        int64_t j;       // the decode instance (join), or the instance's version (batching decode)
         bool operator>(const Event& o) const {  // heapq's tuple order (t, kind, seq)
             if (t != o.t) return t > o.t;
             if (kind != o.kind) return kind > o.kind;
@@ -294,11 +349,15 @@ class ReserveCluster {
     bool done_ = false;
     std::vector<int64_t> target_;
     std::vector<int8_t> outcome_;
-    std::vector<double> ttft_s_, prefill_s_, decode_start_s_, end_s_, tbt_s_, prefill_end_s_;
+    std::vector<double> ttft_s_, prefill_s_, decode_start_s_, end_s_, tbt_s_, prefill_end_s_, max_interval_s_,
+        mean_interval_s_;
+    std::vector<BatchingDecode> decoders_;
+    std::vector<int64_t> reserved_;  // per request: the KV tokens its decode instance holds for its copy
+    std::vector<Completion> ended_;
     std::vector<int64_t> prefill_instance_, decode_instance_;
     int64_t completed_ = 0, completed_in_ttft_slo_ = 0, admitted_ = 0, rejected_at_arrival_ = 0,
             rejected_after_prefill_ = 0, refused_too_long_ = 0, granted_ = 0, granted_in_ttft_slo_ = 0,
-            in_prefill_ = 0, in_decode_ = 0;
+            in_prefill_ = 0, in_decode_ = 0, preempted_ = 0;
     double wasted_prefill_s_ = 0.0;
     std::vector<double> wasted_t_, wasted_s_;
     std::vector<double> samples_t_, samples_p_, samples_d_, samples_kv_;
@@ -307,10 +366,11 @@ class ReserveCluster {
     bool routed_ = false;
     DefaultRoute route_{};
     mutable std::vector<double> steps_, terms_;
+    std::vector<BatchingDecode::Load> loads_;
 
-    void push(double t, int kind, int64_t r) {
+    void push(double t, int kind, int64_t r, int64_t j = 0) {
         seq_ += 1;
-        heap_.push_back(Event{t, kind, seq_, r});
+        heap_.push_back(Event{t, kind, seq_, r, j});
         std::push_heap(heap_.begin(), heap_.end(), std::greater<Event>());
     }
 
@@ -344,8 +404,23 @@ class ReserveCluster {
             const Event e = heap_.back();
             heap_.pop_back();
             if (next_sample_ < e.t) sample_until(e.t);
-            if (e.kind == DECODE_EVENT) release(e.t, e.r);
-            else prefill_done(e.t, e.r);
+            if (e.kind == DECODE_EVENT) {
+                if (!s_.batching) {
+                    release(e.t, e.r);
+                    continue;
+                }
+                BatchingDecode& d = decoders_[static_cast<size_t>(e.r)];
+                if (d.version() == e.j) {
+                    ended_.clear();
+                    d.on_event(ended_);
+                    if (!ended_.empty()) ended(ended_);
+                    schedule(d);
+                }
+            } else if (e.kind == PREFILL_DONE_EVENT) {
+                prefill_done(e.t, e.r);
+            } else {
+                join(e.r, e.j, e.t);
+            }
         }
     }
 
@@ -360,7 +435,7 @@ class ReserveCluster {
         outcome_[q] = COMPLETED;
         completed_ += 1;
         if (ttft_s_[q] <= s_.ttft_slo_s) completed_in_ttft_slo_ += 1;
-        tbt_s_[q] = s_.tbt_s;
+        tbt_s_[q] = max_interval_s_[q] = mean_interval_s_[q] = s_.tbt_s;
     }
 
     // ClusterSimulator._prefill_done under the reserve model (no KV transfer)
@@ -370,6 +445,10 @@ class ReserveCluster {
         const int64_t tokens = footprint_[q];
         int64_t target = target_[q];
         target_[q] = -1;
+        if (s_.batching) {
+            prefill_done_batching(t, r, tokens, target);
+            return;
+        }
         if (target < 0) {  // the lecture's rule: the instance with the most free room (the first)
             target = 0;
             int64_t best_used = used_[0];
@@ -380,12 +459,7 @@ class ReserveCluster {
                 }
         }
         if (!(used_[static_cast<size_t>(target)] + tokens <= s_.capacity_tokens)) {
-            outcome_[q] = REJECTED_AFTER_PREFILL;
-            rejected_after_prefill_ += 1;
-            const double w = prefill_s_[q];
-            wasted_prefill_s_ += w;
-            wasted_t_.push_back(t);
-            wasted_s_.push_back(w);
+            reject_after_prefill(t, q);
             return;
         }
         decode_instance_[q] = target;
@@ -400,6 +474,88 @@ class ReserveCluster {
         push(t + static_cast<double>(output_[q]) * s_.tbt_s, DECODE_EVENT, r);
     }
 
+    void reject_after_prefill(double t, size_t q) {
+        outcome_[q] = REJECTED_AFTER_PREFILL;
+        rejected_after_prefill_ += 1;
+        const double w = prefill_s_[q];
+        wasted_prefill_s_ += w;
+        wasted_t_.push_back(t);
+        wasted_s_.push_back(w);
+    }
+
+    void schedule(const BatchingDecode& d) {
+        if (d.next_event_s() < std::numeric_limits<double>::infinity())
+            push(d.next_event_s(), DECODE_EVENT, d_index(d), d.version());
+    }
+    int64_t d_index(const BatchingDecode& d) const { return static_cast<int64_t>(&d - decoders_.data()); }
+
+    // ClusterSimulator._prefill_done under batching: the fastest accepting instance (or the action's, if it
+    // accepts), then the KV copy's tail before the request joins
+    void prefill_done_batching(double t, int64_t r, int64_t tokens, int64_t target) {
+        const size_t q = static_cast<size_t>(r);
+        if (target < 0)
+            target = fastest_accepting(decoders_, tokens, t, s_.check_tbt, s_.decode.capacity_tokens,
+                                       s_.decode.max_running, s_.decode.tbt_slo_s);
+        else if (!decoders_[static_cast<size_t>(target)].accepts(tokens, t, s_.check_tbt))
+            target = -1;
+        if (target < 0) {
+            reject_after_prefill(t, q);
+            return;
+        }
+        decode_instance_[q] = target;
+        if (s_.kv_transfer) {
+            decoders_[static_cast<size_t>(target)].reserve(tokens);
+            reserved_[q] = tokens;
+            push(t + transfer_tail_s(tokens, prefill_s_[q]), JOIN_EVENT, r, target);
+        } else {
+            join(r, target, t);
+        }
+    }
+
+    // ClusterSimulator._transfer_tail_s: the last layer's share of the copy, plus what outlasts the prefill
+    double transfer_tail_s(int64_t tokens, double prefill_s) const {
+        const double copy = tokens <= 0 ? 0.0
+                                        : static_cast<double>(tokens * s_.kv_bytes_per_token) / s_.rdma_bandwidth +
+                                              s_.transfer_latency_s;
+        return (copy > prefill_s ? copy - prefill_s : 0.0) + copy / static_cast<double>(s_.n_layers);
+    }
+
+    // ClusterSimulator._join under batching: request r's KV is on decode instance j at t
+    void join(int64_t r, int64_t j, double t) {
+        const size_t q = static_cast<size_t>(r);
+        in_decode_ += 1;
+        decode_start_s_[q] = t;
+        granted_ += 1;
+        const double ttft = ttft_s_[q];
+        if (ttft <= s_.ttft_slo_s) granted_in_ttft_slo_ += 1;
+        BatchingDecode& d = decoders_[static_cast<size_t>(j)];
+        const int64_t reserved = reserved_[q];
+        reserved_[q] = 0;
+        ended_.clear();
+        d.join(r, t, footprint_[q], output_[q], trace_.arrival_s[q] + ttft, reserved, ended_);
+        if (!ended_.empty()) ended(ended_);
+        schedule(d);
+    }
+
+    // ClusterSimulator._ended
+    void ended(const std::vector<Completion>& completions) {
+        for (const Completion& c : completions) {
+            const size_t q = static_cast<size_t>(c.r);
+            in_decode_ -= 1;
+            end_s_[q] = c.end_s;
+            if (c.preempted) {
+                outcome_[q] = PREEMPTED;
+                preempted_ += 1;
+                wasted_prefill_s_ += prefill_s_[q];
+                continue;
+            }
+            outcome_[q] = COMPLETED;
+            completed_ += 1;
+            if (ttft_s_[q] <= s_.ttft_slo_s) completed_in_ttft_slo_ += 1;
+            if (!std::isnan(c.tbt)) tbt_s_[q] = max_interval_s_[q] = mean_interval_s_[q] = c.tbt;
+        }
+    }
+
     // ClusterSimulator._sample_until
     void sample_until(double t) {
         double s = next_sample_;
@@ -411,8 +567,15 @@ class ReserveCluster {
         const double cap = static_cast<double>(s_.capacity_tokens * s_.n_decode);
         const double per_instance = static_cast<double>(s_.capacity_tokens);
         while (s < t && s <= horizon) {
+            if (s_.batching) {  // each instance's (batch, used, step) at s
+                loads_.clear();
+                for (const BatchingDecode& d : decoders_) loads_.push_back(d.load(s, 0));
+            }
             int64_t total = 0;
-            for (int64_t u : used_) total += u;
+            if (s_.batching)
+                for (const BatchingDecode::Load& l : loads_) total += l.used;
+            else
+                for (int64_t u : used_) total += u;
             const double kv = static_cast<double>(total) / cap;
             samples_t_.push_back(s);
             if (s_.lecture_loads) {  // the share of prefill instances busy, the decode KV use
@@ -429,8 +592,8 @@ class ReserveCluster {
                 samples_p_.push_back(queued / (n_p * s_.ttft_slo_s));
                 terms_.clear();
                 for (size_t j = 0; j < used_.size(); ++j) {
-                    const double a = static_cast<double>(used_[j]) / per_instance;
-                    const double b = (batch_[j] ? s_.tbt_s : 0.0) / s_.tbt_slo_s;
+                    const double a = static_cast<double>(s_.batching ? loads_[j].used : used_[j]) / per_instance;
+                    const double b = (s_.batching ? loads_[j].step : (batch_[j] ? s_.tbt_s : 0.0)) / s_.tbt_slo_s;
                     terms_.push_back(b > a ? b : a);
                 }
                 samples_d_.push_back(py_sum(terms_.data(), terms_.size(), s_.compensated_sum) / n_d);

@@ -1,9 +1,12 @@
 """The cluster simulator on the native engine: :class:`NativeClusterSimulator`, what
 ``ClusterSimulator(..., engine=)`` and :func:`mooncake_gym.sim.cluster.simulate` run natively.
 
-Native today (docs/engine.md): clusters whose decode pool is the ``reserve`` model (the ``lecture``
-preset: input + output reserved up front, a fixed time per token) and whose prefill instances serve
-one request at a time (no chunked batching, shared NICs or pipeline), on the exact view, with a
+Native today (docs/engine.md): clusters whose prefill instances serve one request at a time (no
+chunked batching, shared NICs or pipeline) and whose decode pool is the ``reserve`` model (the
+``lecture`` preset: input + output reserved up front, a fixed time per token) or continuous batching
+(the realistic presets' decode with ``presets.NO_ENGINE``'s prefill: the cost model's step time, the
+KV copy's tail, the fastest accepting instance, preemption by abort, recompute or swap; each
+request's TBT from its token intervals by the reference's ``tail_means``), on the exact view, with a
 native default router (``kvcentric``, ``random``, ``load``, ``cache``, or the lecture's
 ``least_queue``). :meth:`NativeClusterSimulator.run_native` runs whole runs with the native admission rules
 (``baseline``, ``early``; or admit-all) and a native routing policy or the default router; the
@@ -29,12 +32,14 @@ import numpy as np
 
 from mooncake_gym._engine import native
 from mooncake_gym._engine.routing import (NATIVE_POLICIES, PoolStats, make_engine, native_policy, native_trace,
-                                          pool_unsupported, rng_state, set_rng_state)
+                                          pool_unsupported, prefill_disagrees, prefill_fields, rng_state,
+                                          set_rng_state)
 from mooncake_gym._engine.stepper import routing_view
 from mooncake_gym.model.presets import ClusterPreset, get_preset
 from mooncake_gym.sim import cluster as _cluster
 from mooncake_gym.sim.cluster import ClusterResult, ClusterSimulator
-from mooncake_gym.sim.decode import ReservingDecodeInstance
+from mooncake_gym.model.costmodel import NODE_TIER_BANDWIDTH
+from mooncake_gym.sim.decode import BatchingDecodeInstance, ReservingDecodeInstance, tail_means
 from mooncake_gym.sim.metrics import PENDING
 from mooncake_gym.sim.policy import reset_policy
 from mooncake_gym.sim.routing import RoutingResult, RoutingSimulator
@@ -67,14 +72,37 @@ def _has_pcg64(policy) -> bool:
     return isinstance(rng, np.random.Generator) and rng.bit_generator.state.get("bit_generator") == "PCG64"
 
 
+#: The constants of CostModel.decode_step_coefficients the engine reads (CostModel.component_coefficients).
+DECODE_STEP_FIELDS = ("weights_s", "linear_token_s", "attention_pair_s", "kv_token_s", "elementwise_token_s",
+                      "allreduce_fixed_s", "allreduce_token_s", "overhead_s")
+#: Batch sizes at which the engine's decode step is checked against the cost model's before a run.
+DECODE_PROBES = (0, 1, 2, 7, 64, 256, 4097)
+
+
 def preset_unsupported(p: ClusterPreset) -> str | None:
     """Why the engine cannot run preset ``p``'s cluster, or None."""
-    if p.decode_model != "reserve":
-        return (f"preset {p.name!r}: the native cluster runs the 'reserve' decode model only (this preset's "
-                f"{p.decode_model!r} decode is not ported yet)")
-    if p.prefill_batching() is not None or p.shared_nics:
-        return f"preset {p.name!r}: the engines' mechanisms (prefill batching, shared NICs, pipeline) are not native"
+    if p.prefill_token_budget:
+        return (f"preset {p.name!r}: prefill_token_budget={p.prefill_token_budget} (chunked prefill batching) is "
+                f"not native; presets.NO_ENGINE's prefill (0) is")
+    if p.shared_nics:
+        return f"preset {p.name!r}: shared_nics=True (KV copies sharing the NICs) is not native"
+    if p.decode_model == "batching":
+        co = p.decode_cost.component_coefficients
+        if set(co) != set(DECODE_STEP_FIELDS) or any(type(co[k]) is not float for k in DECODE_STEP_FIELDS):
+            return f"preset {p.name!r}: decode_cost's step has constants the engine does not know: {sorted(co)}"
+        step = decode_step(p)
+        for b in DECODE_PROBES:
+            if native.decode_step_coefficients(step, b) != p.decode_cost.decode_step_coefficients(b):
+                return (f"preset {p.name!r}: the native decode step disagrees with decode_cost."
+                        f"decode_step_coefficients({b}): port the cost model's change to decode.hpp")
+        return prefill_disagrees(p.decode_cost.prefill_time())
     return None
+
+
+def decode_step(p: ClusterPreset) -> dict:
+    """The decode cost model's step constants as the engine reads them."""
+    co = p.decode_cost.component_coefficients
+    return {k: co[k] for k in DECODE_STEP_FIELDS}
 
 
 def unsupported(sim: ClusterSimulator, pool: RoutingSimulator) -> str | None:
@@ -196,6 +224,7 @@ class NativeClusterSimulator(ClusterSimulator):
         self._view = None
         self._cached = None
         self._wasted: list = []
+        self._tbt_done: dict = {}
         return self.view
 
     def _router_rng(self):
@@ -213,9 +242,20 @@ class NativeClusterSimulator(ClusterSimulator):
                     "ttft_slo_s": float(p.ttft_slo_s), "tbt_slo_s": float(p.tbt_slo_s),
                     "sample_period_s": self.sample_period_s, "lecture_loads": self._lecture_loads,
                     "refuse_never_fit": self.refuse_never_fit, "compensated_sum": COMPENSATED_SUM,
-                    "mean_output_tokens": self.mean_output_tokens}
+                    "mean_output_tokens": self.mean_output_tokens, "batching": not self.reserve}
+        if not self.reserve:  # the instances as ClusterSimulator.reset builds them, and the KV copy's cost
+            d, c = p.decode_cost, p.prefill_cost
+            settings.update(check_tbt=self.check_tbt, kv_transfer=self.kv_transfer, idle_step_s=float(self._idle_step_s),
+                            kv_bytes_per_token=int(c.model.kv_bytes_per_token),
+                            rdma_bandwidth=float(NODE_TIER_BANDWIDTH["rdma"]),
+                            transfer_latency_s=float(c.transfer_latency_s), n_layers=int(c.model.n_layers),
+                            decode={"step": decode_step(p), "recompute": prefill_fields(d.prefill_time()),
+                                    "kv_bytes_per_token": int(d.model.kv_bytes_per_token),
+                                    "dram_bandwidth": float(d.instance.tier_bandwidth("dram")),
+                                    "capacity_tokens": int(self.capacity_tokens), "max_running": int(p.max_running_cap),
+                                    "tbt_slo_s": p.tbt_slo_s * (1 - self.tbt_headroom), "preemption": p.preemption})
         threshold = float(getattr(self.router, "threshold", 1.0)) if self._routing_name == "kvcentric" else 1.0
-        self._cluster = native.ReserveCluster(native_trace(self.trace), list(self._output), self._pool, settings,
+        self._cluster = native.Cluster(native_trace(self.trace), list(self._output), self._pool, settings,
                                               self._routing_name, threshold, self._router_rng())
 
     def sync_router(self) -> None:
@@ -313,12 +353,23 @@ class NativeClusterSimulator(ClusterSimulator):
         return _NativePool(self)
 
     @property
-    def decode(self) -> list[ReservingDecodeInstance]:
-        """The decode instances as the reference's objects (a copy of the engine's state)."""
-        out = []
-        for j, (u, b) in enumerate(zip(self._cluster.used(), self._cluster.batch())):
-            d = ReservingDecodeInstance(j, self.capacity_tokens, self.preset.tbt_s)
-            d.used, d.batch = u, b
+    def decode(self) -> list:
+        """The decode instances as the reference's objects (a copy of the engine's state: what a
+        projection or the result reads of them)."""
+        p = self.preset
+        out: list = []
+        if self.reserve:
+            for j, (u, b) in enumerate(zip(self._cluster.used(), self._cluster.batch())):
+                d = ReservingDecodeInstance(j, self.capacity_tokens, p.tbt_s)
+                d.used, d.batch = u, b
+                out.append(d)
+            return out
+        for j in range(p.n_decode):
+            d = BatchingDecodeInstance(j, p.decode_cost, self.capacity_tokens, p.tbt_slo_s * (1 - self.tbt_headroom),
+                                       p.max_running_cap, p.preemption)
+            for k, v in self._cluster.decoder_state(j).items():
+                if k != "n_finished":
+                    setattr(d, k, v)
             out.append(d)
         return out
 
@@ -334,11 +385,13 @@ class NativeClusterSimulator(ClusterSimulator):
     decode_instance = _record(4)
     decode_start_s = _record(5)
     end_s = _record(6)
-    tbt_s = max_interval_s = mean_interval_s = _record(7)
-    _samples_t = _record(9)
-    _samples_p = _record(10)
-    _samples_d = _record(11)
-    _samples_kv = _record(12)
+    tbt_s = _record(7)
+    max_interval_s = _record(9)
+    mean_interval_s = _record(10)
+    _samples_t = _record(11)
+    _samples_p = _record(12)
+    _samples_d = _record(13)
+    _samples_kv = _record(14)
     completed = _counter(0)
     completed_in_ttft_slo = _counter(1)
     admitted = _counter(2)
@@ -349,7 +402,7 @@ class NativeClusterSimulator(ClusterSimulator):
     granted_in_ttft_slo = _counter(7)
     requests_in_prefill = _counter(8)
     requests_in_decode = _counter(9)
-    preempted = 0
+    preempted = _counter(10)
 
     @property
     def wasted_prefill_s(self) -> float:
@@ -365,7 +418,21 @@ class NativeClusterSimulator(ClusterSimulator):
         return log
 
     def finish_tbt(self) -> None:
-        pass  # the reserve model knows its TBTs at once
+        """ClusterSimulator.finish_tbt: the TBT of each request finished since the last call, from the
+        engine's token intervals by the reference's :func:`tail_means` (the reserve model knows its
+        TBTs at once)."""
+        if self.reserve:
+            return
+        for j in range(self.preset.n_decode):
+            done = self._tbt_done.get(j, 0)
+            n = self._cluster.decoder_state(j)["n_finished"]
+            if n == done:
+                continue
+            req, offsets, intervals = self._cluster.token_intervals(j, done)
+            tbt, top, mean = tail_means(offsets, intervals)
+            self._cluster.set_tbt(req.tolist(), tbt.tolist(), top.tolist(), mean.tolist())
+            self._tbt_done[j] = n
+        self._cached = None
 
     def result(self, policy: str = "policy") -> ClusterResult:
         self.sync_router()

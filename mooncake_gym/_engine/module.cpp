@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "engine.hpp"
+#include "fields.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -40,32 +41,10 @@ std::vector<T> to_vector(const A& a) {
 
 template <typename T>
 T field(const nb::dict& d, const char* name) {
-    if (!d.contains(name)) throw nb::value_error((std::string("prefill: missing field ") + name).c_str());
-    return nb::cast<T>(d[name]);
+    return mooncake::dict_field<T>(d, name, "prefill");
 }
 
-mooncake::PrefillTime prefill_from(const nb::dict& d) {
-    mooncake::PrefillTime p;
-    p.n_layers = field<int64_t>(d, "n_layers");
-    p.linear = field<double>(d, "linear");
-    p.attention = field<double>(d, "attention");
-    p.flops = field<double>(d, "flops");
-    p.kv_bytes = field<int64_t>(d, "kv_bytes");
-    p.bandwidth = field<double>(d, "bandwidth");
-    p.loads = field<bool>(d, "loads");
-    p.overlap = field<bool>(d, "overlap");
-    p.overhead_s = field<double>(d, "overhead_s");
-    p.realistic = field<bool>(d, "realistic");
-    p.chunk = field<int64_t>(d, "chunk");
-    p.weights_s = field<double>(d, "weights_s");
-    p.step_fixed_s = field<double>(d, "step_fixed_s");
-    p.ar_token_s = field<double>(d, "ar_token_s");
-    p.attention_efficiency = field<double>(d, "attention_efficiency");
-    p.kv_token_s = field<double>(d, "kv_token_s");
-    p.elementwise_token_s = field<double>(d, "elementwise_token_s");
-    if (p.n_layers < 1 || p.chunk < 1) throw nb::value_error("prefill: n_layers and chunk must be >= 1");
-    return p;
-}
+using mooncake::prefill_from;
 
 Policy policy_from(const std::string& name) {
     if (name == "random") return Policy::Random;
