@@ -131,6 +131,15 @@ class NativeRoutingSimulator:
     def serve(self, i: int, pull: bool) -> None:
         self._engine.serve(i, pull)
 
+    def decide(self, spec, rng) -> tuple[int, bool]:
+        """The native policy ``spec``'s answer (instance, pull) on the pending view, drawing its ties
+        from ``rng`` (an engine ``Pcg64``); the policy's running state goes on in ``spec``."""
+        return self._engine.decide(spec, rng)
+
+    def last_ttft_s(self) -> float:
+        """The last dispatched request's TTFT (``last["ttft_s"]`` without making the dict)."""
+        return self._engine.last_row()[3]
+
     def skip(self) -> RoutingView | None:
         self.pass_over()
         return self.view
