@@ -67,13 +67,39 @@ def test_rollout_leaves_the_greedy_choice_for_the_provably_better_one(sim):
     assert total < totals[0, 0, 0] - 0.2
 
 
-def test_horizon_zero_is_the_greedy_choice_by_the_requests_own_ttft():
+def test_horizon_zero_over_kvcentric_is_kvcentric_and_over_any_base_the_greedy_choice():
+    # H=0: a trial is the request's own TTFT, so the rollout is greedy on it; kvcentric's choice on
+    # this pool (its estimate is the exact TTFT), relsplit's answer only breaks ties
     sim = RoutingSimulator(TRACE, POOL)
-    sim.step(0)
-    route, costs = rollout_route(sim, KVCentric(), horizon=0)
-    view = sim.view
-    own = [q + p for q, p in zip(view.queue_s, view.prefill_s)]
-    assert costs == pytest.approx([own[0], own[1]], abs=1e-12) and route == (0, False)
+    while sim.view is not None:
+        view = sim.view
+        own = [q + p for q, p in zip(view.queue_s, view.prefill_s)]
+        greedy = KVCentric()(view)
+        route, costs = rollout_route(sim, KVCentric(), horizon=0)
+        assert route == greedy and costs[0] == pytest.approx(own[greedy.instance], abs=1e-12)
+        assert rollout_route(sim, make_policy("routing", "relsplit"), horizon=0)[0] == greedy
+        sim.step(route)
+    prefill = [[c.prefill_s(n, 0) for n in LENGTHS] for c in sim.costs]
+    assert sim.result("h0").metrics["mean_ttft_s"] * 3 == pytest.approx(fifo_total((0, 0, 0), prefill), abs=1e-12)
+
+
+@pytest.mark.parametrize("engine", ["python"] + (["native"] if _engine.available() else []))
+def test_horizon_zero_over_kvcentric_gives_kvcentric_episodes_with_a_prefix_cache(engine):
+    kw = dict(episode_requests=60, n_instances=4, rate=12, engine=engine)
+    env = "mooncake_gym/PrefillRouting-v0"
+    base = evaluate(env, make_policy("routing", "kvcentric"), [1, 2], **kw)
+    assert evaluate(env, RolloutPolicy(make_policy("routing", "kvcentric"), 0), [1, 2], **kw) == base
+
+
+def test_same_seed_same_numbers_on_both_engines_with_a_random_base():
+    # the base's own draws (random: every decision; kvcentric: ties) are replayed alike in every trial
+    kw = dict(episode_requests=60, n_instances=4, rate=12)
+    env = "mooncake_gym/PrefillRouting-v0"
+    runs = [evaluate(env, RolloutPolicy(make_policy("routing", "random"), 8), [1, 2], engine=e, **kw)
+            for e in ["python", "python"] + (["native"] if _engine.available() else [])]
+    assert all(r == runs[0] for r in runs)
+    rnd = evaluate(env, make_policy("routing", "random"), [1, 2], engine="python", **kw)
+    assert all(ro["mean_ttft_s"] < 0.7 * r["mean_ttft_s"] for ro, r in zip(runs[0], rnd))
 
 
 def test_trials_try_each_instance_with_the_pull_that_pays_and_the_base_answer_first():
