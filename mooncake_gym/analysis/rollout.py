@@ -5,8 +5,11 @@ At each decision the rollout policy tries every instance on a copy of the simula
 rule route the next ``horizon`` requests after it, and keeps the instance whose trial has the
 smallest sum of TTFTs (the request's own and those ``horizon`` requests'); the base rule's own
 answer is one of the trials and wins ties, so a decision leaves the base rule only for a strictly
-better trial. Each instance is tried with the pull that shortens the request's own service there
-(``transfer_s + pull_prefill_s < prefill_s``); the base rule's answer keeps its own pull.
+better trial. With ``horizon=0`` a trial is the request's own TTFT, so the rollout is the greedy
+choice whatever the base (kvcentric's, where Algorithm 1's estimate is the exact TTFT; the base's
+answer then only breaks ties). Each instance is tried with the pull that shortens the request's
+own service there (``transfer_s + pull_prefill_s < prefill_s``); the base rule's answer keeps its
+own pull.
 
 Since a prefill instance serves in FIFO order and deterministically, a trial's TTFTs are exact
 (the requests that arrive after the last one of the trial are not counted: a truncated horizon).
