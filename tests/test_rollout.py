@@ -8,6 +8,7 @@ import pytest
 
 from helpers import trace_of
 from mooncake_gym import _engine
+from mooncake_gym._engine.routing import native_policy
 from mooncake_gym._engine.stepper import NativeRoutingSimulator
 from mooncake_gym.analysis.rollout import rollout_route, trials
 from mooncake_gym.baselines import make_policy
@@ -100,6 +101,16 @@ def test_same_seed_same_numbers_on_both_engines_with_a_random_base():
     assert all(r == runs[0] for r in runs)
     rnd = evaluate(env, make_policy("routing", "random"), [1, 2], engine="python", **kw)
     assert all(ro["mean_ttft_s"] < 0.7 * r["mean_ttft_s"] for ro, r in zip(runs[0], rnd))
+
+
+def test_a_base_rule_without_a_native_twin_runs_its_trials_in_python_on_either_engine():
+    kw = dict(episode_requests=40, n_instances=4, rate=12)
+    env = "mooncake_gym/PrefillRouting-v0"
+    assert native_policy(make_policy("routing", "preble")) is None
+    runs = [evaluate(env, RolloutPolicy(make_policy("routing", "preble"), 4), [1], engine=e, **kw)
+            for e in ["python"] + (["native"] if _engine.available() else [])]
+    assert all(r == runs[0] for r in runs)
+    assert runs[0][0]["mean_ttft_s"] < evaluate(env, make_policy("routing", "preble"), [1], **kw)[0]["mean_ttft_s"]
 
 
 def test_trials_try_each_instance_with_the_pull_that_pays_and_the_base_answer_first():

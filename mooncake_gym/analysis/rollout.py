@@ -77,7 +77,7 @@ def _trial_native(sim, route, spec_of, rng_of, horizon: int) -> float:
 
 def _trial_python(sim, route, base, horizon: int) -> float:
     rule = copy.deepcopy(base)  # its running state (generator, scales) as it is at the decision
-    n = len(sim.instances)
+    n = sim.view.n_instances
     view = sim.dispatch(*route)
     total = sim.last["ttft_s"]
     for _ in range(horizon):
