@@ -581,9 +581,11 @@ def main(argv=None) -> int:
     who = g.add_mutually_exclusive_group(required=True)
     who.add_argument("--policy", help="module:function or path/file.py:function, a policy(view) -> action, run in a "
                                       "child process with time and memory limits (mooncake_gym.course.sandbox)")
-    who.add_argument("--agent", help="an agent zip with its JSON card (mooncake-gym train's; loaded without unpickling)")
+    who.add_argument("--agent", help="an agent zip with its JSON card (mooncake-gym train's; loaded without unpickling), "
+                                     "or an RLlib checkpoint folder (with --unsafe-pickle; the ray extra)")
     g.add_argument("--unsafe-pickle", action="store_true",
-                   help="allow an --agent zip without a card (unpickled by SB3's load: it CAN RUN CODE; trusted files only)")
+                   help="allow an --agent zip without a card (unpickled by SB3's load) or an RLlib checkpoint (pickled): "
+                        "it CAN RUN CODE; trusted files only")
     g.add_argument("--seeds", required=True, help="comma-separated episode seeds, e.g. 101,202 (keep them hidden)")
     g.add_argument("--env-kwarg", action="append", default=[], metavar="KEY=VALUE",
                    help="an environment argument (repeatable), e.g. rate=12 or waste_penalty=0.5")
