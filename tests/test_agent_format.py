@@ -413,10 +413,17 @@ def test_an_agents_wrappers_are_built_before_any_episode(tmp_path, capsys):
     agents.load_agent("ppo_admission_v1").check_wrappers()  # the shipped card's build
 
 
-HAS_RAY = importlib.util.find_spec("ray") is not None
+def _has_ray() -> bool:
+    from mooncake_gym.agents.rllib_checkpoint import require_ray
+
+    try:
+        require_ray()
+        return True
+    except ValueError:
+        return False
 
 
-@pytest.mark.skipif(HAS_RAY, reason="the error without the ray extra (tests/test_ray.py evaluates a checkpoint)")
+@pytest.mark.skipif(_has_ray(), reason="the error without the ray extra (tests/test_ray.py evaluates a checkpoint)")
 @pytest.mark.parametrize("command", ["compare", "lab grade"])
 def test_an_rllib_checkpoint_without_ray_is_one_line_naming_the_option_and_the_extra(command, tmp_path, capsys):
     from mooncake_gym.course import lab
