@@ -30,9 +30,10 @@ OPTIONS = (
     TRACE_FORMAT,
     opt("--speed", type=float, default=None, limit="speed", help="replay speed of --trace (default 1)"),
     opt("--agent", default=None, only=(_LECTURE, "the shipped and --agent agents act on the v0 environments"),
-        help="also evaluate this agent of your own (a zip with its JSON card; loaded without unpickling)"),
+        help="also evaluate this agent of your own (a zip with its JSON card, loaded without unpickling; or an "
+             "RLlib checkpoint folder, with --unsafe-pickle and the ray extra)"),
     opt("--unsafe-pickle", action="store_true",
-        help="allow --agent without a card (unpickled by SB3's load) and let its card's wrapper modules be "
+        help="allow --agent without a card (unpickled by SB3's load) or an RLlib checkpoint (pickled) and let its card's wrapper modules be "
              "imported: BOTH CAN RUN CODE (trusted files only)"),
     opt("--threads", type=int, default=1, limit="threads",
         help="torch threads for the agents' forward passes (default 1)"),
