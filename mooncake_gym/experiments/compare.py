@@ -16,12 +16,14 @@ import math
 from dataclasses import dataclass, field
 
 from mooncake_gym.agents import available, card, load_agent
-from mooncake_gym.analysis.rollout import rollout_name
+from mooncake_gym.analysis.rollout import DEFAULT_HORIZON, check_horizon, rollout_name
+from mooncake_gym.baselines import ROUTING_POLICIES
 from mooncake_gym.evaluation import problems
-from mooncake_gym.evaluation.episodes import check_model_fits, evaluate, ModelPolicy
+from mooncake_gym.evaluation.episodes import check_model_fits, evaluate, ModelPolicy, RolloutPolicy
 from mooncake_gym.evaluation.scenarios import get_scenario, SCENARIOS
 from mooncake_gym.evaluation.statistics import iqm_ci95, mean_ci95, paired_ratio_ci95
 from mooncake_gym.reporting import tables as report
+from mooncake_gym.sim.observation import as_observation
 from mooncake_gym.reporting.plots import compare_plots
 
 #: Evaluation seeds start here: training uses seeds below 1,000 and the callback 10,000 + seed, so
@@ -293,9 +295,6 @@ def agents_fitting(setting: Setting, agents: dict) -> dict:
 def parse_rollout(text: str) -> tuple[str, int]:
     """``BASE[:H]`` of ``--rollout``: a routing baseline and the look-ahead (default
     :data:`~mooncake_gym.analysis.rollout.DEFAULT_HORIZON`)."""
-    from mooncake_gym.analysis.rollout import DEFAULT_HORIZON, check_horizon
-    from mooncake_gym.baselines import ROUTING_POLICIES
-
     base, sep, h = str(text).partition(":")
     if base not in ROUTING_POLICIES:
         raise ValueError(f"--rollout: expected BASE[:H] with BASE a routing baseline ({', '.join(sorted(ROUTING_POLICIES))}), "
@@ -312,9 +311,6 @@ def rollout_policies(setting: Setting, rollouts, tuned: list) -> dict:
     of a routing scenario's setting on the exact observation (the trials need the simulator's
     snapshots and its true state): each over BASE with the knobs of its tuned document if one is
     given (``tuned``), else its defaults. Elsewhere none."""
-    from mooncake_gym.evaluation.episodes import RolloutPolicy
-    from mooncake_gym.sim.observation import as_observation
-
     if not rollouts or setting.problem != "routing" or not as_observation(setting.env_kwargs.get("observation")).exact:
         return {}
     out = {}
