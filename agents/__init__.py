@@ -7,7 +7,8 @@ versions, evaluation results and the zip's sha256. :func:`load_agent` never unpi
 the policy from the card and reads the weights as tensors only. The sha256 of each shipped zip
 and card is recorded here, in the package's code, so a tampered zip or card is refused
 (:class:`AgentIntegrityError`). A user's own file is loaded the same way from its card; one
-without a card is loaded only with ``trusted=True``, by unpickling it (which can run code).
+without a card is loaded only with ``trusted=True``, by unpickling it (which can run code), and so
+is an RLlib checkpoint folder (:mod:`mooncake_gym.agents.rllib_checkpoint`; the ``ray`` extra).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 
 from mooncake_gym.agents.agentfile import Agent, AgentFormatError, load, save_agent, sha256_of
+from mooncake_gym.agents.rllib_checkpoint import is_checkpoint, load_checkpoint
 
 __all__ = ["Agent", "AgentFormatError", "AgentIntegrityError", "SHIPPED", "SHIPPED_SHA256", "agent_dir", "available",
            "card", "load_agent", "load_user_agent", "save_agent"]
@@ -73,7 +75,8 @@ def load_agent(name_or_path: str | os.PathLike, trusted: bool = False, device: s
     """Load a shipped agent by name (zip and card checked against :data:`SHIPPED_SHA256`), or a
     user's zip with a card beside it; without unpickling. ``trusted=True`` also allows loading a
     zip without a card by unpickling it (SB3's ``load``: it can run code) and importing wrapper
-    modules the card names. ``device`` must be 'cpu' (the envs run on the CPU)."""
+    modules the card names, and loading an RLlib checkpoint folder (RLlib pickles it; needs the
+    ``ray`` extra). ``device`` must be 'cpu' (the envs run on the CPU)."""
     if device != "cpu":
         raise ValueError(f"device: agents are loaded on the CPU, got {device!r}")
     name = str(name_or_path)
@@ -89,15 +92,20 @@ def load_agent(name_or_path: str | os.PathLike, trusted: bool = False, device: s
                     f"agent: {path} does not match the sha256 recorded for it in mooncake_gym.agents "
                     f"({actual[:16]}... != {expected[:16]}...); refusing to load a changed shipped agent")
         return load(d / f"{name}.zip", card=card(name))
+    if is_checkpoint(name):
+        return load_checkpoint(name, trusted=trusted)
     return load(name, trusted=trusted)
 
 
 def load_user_agent(path: str | os.PathLike, trusted: bool = False) -> Agent:
     """A user's agent for a run (``compare --agent``, ``lab grade --agent``): :func:`load_agent`, its
     wrappers built once on its own environment before any episode (:meth:`Agent.check_wrappers`),
-    and a note on stderr if it was unpickled."""
-    agent = load_agent(path, trusted=trusted)
+    and a note on stderr if it was unpickled (an RLlib checkpoint folder always is)."""
+    if is_checkpoint(path):  # its errors name the option
+        agent = load_checkpoint(path, trusted=trusted, what="--agent")
+    else:
+        agent = load_agent(path, trusted=trusted)
     agent.check_wrappers()
-    if agent.source == "pickle":
+    if agent.source in ("pickle", "rllib"):
         print(f"note: {path} was unpickled (--unsafe-pickle): loading it could run code", file=sys.stderr)
     return agent

@@ -304,7 +304,7 @@ class Agent:
         self.wrappers = list(wrappers)
         self.obs_norm = obs_norm
         self.card = card or {}
-        self.source = source          # 'weights' (no unpickling), 'pickle' (SB3's load) or 'model' (in memory)
+        self.source = source          # 'weights' (no unpickling), 'pickle' (SB3's load), 'rllib' (a checkpoint) or 'model'
         self.trusted = trusted
         net = getattr(policy, "policy", policy)
         self.recurrent = hasattr(net, "lstm_hidden_state_shape")

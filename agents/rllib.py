@@ -16,6 +16,8 @@ in its own venv: ``make test-ray``, ``docs/scale-out.md``).
   ``goodput`` and ``wasted_prefill_s``. They appear in each training result under ``env_runners``.
 - :func:`train_rllib` trains RLlib's PPO on a local Ray instance or on the cluster at ``address``
   with the hyperparameters of ``agents/hyperparams.yml`` translated to RLlib's names.
+
+Its checkpoints are evaluated as agents by :mod:`mooncake_gym.agents.rllib_checkpoint`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import functools
 import os
 
+from mooncake_gym.agents.rllib_checkpoint import require_ray  # noqa: F401  (also this module's: tune and train use it)
 from mooncake_gym.agents.train import ENV_IDS, load_hyperparams
 
 #: The end-of-episode metrics the callback reports, per problem (of :data:`ENV_IDS`, the problems
@@ -32,17 +35,6 @@ DOMAIN_METRICS = {"routing": ("mean_ttft_s", "hit_ratio"),
 #: RLlib PPO settings :func:`train_rllib` accepts in ``overrides`` (RLlib's names).
 OVERRIDABLE = ("lr", "gamma", "lambda_", "entropy_coeff", "clip_param", "train_batch_size_per_learner",
                "minibatch_size", "num_epochs", "fcnet_hiddens")
-
-
-def require_ray(what: str = "--backend rllib") -> None:
-    """``ValueError`` naming ``what`` and the extra to install, unless Ray RLlib and Tune import."""
-    try:
-        import ray  # noqa: F401
-        import ray.tune  # noqa: F401
-        from ray.rllib.algorithms.ppo import PPOConfig  # noqa: F401
-    except ImportError:
-        raise ValueError(f"{what}: Ray RLlib and Tune are not installed; pip install 'mooncake-gym[ray]' "
-                         "(in its own venv: it installs gymnasium 1.2; see docs/scale-out.md)") from None
 
 
 def init_ray(address: str | None = None) -> None:

@@ -411,3 +411,34 @@ def test_an_agents_wrappers_are_built_before_any_episode(tmp_path, capsys):
     assert main(["compare", "--preset", "lecture", "--env", "admission", "--agent", str(path), "--seeds", "1", "--json"]) == 2
     assert "growth: expected True or False" in capsys.readouterr().err
     agents.load_agent("ppo_admission_v1").check_wrappers()  # the shipped card's build
+
+
+def _has_ray() -> bool:
+    from mooncake_gym.agents.rllib_checkpoint import require_ray
+
+    try:
+        require_ray()
+        return True
+    except ValueError:
+        return False
+
+
+@pytest.mark.skipif(_has_ray(), reason="the error without the ray extra (tests/test_ray.py evaluates a checkpoint)")
+@pytest.mark.parametrize("command", ["compare", "lab grade"])
+def test_an_rllib_checkpoint_without_ray_is_one_line_naming_the_option_and_the_extra(command, tmp_path, capsys):
+    from mooncake_gym.course import lab
+
+    (tmp_path / "rllib_checkpoint.json").write_text("{}")  # what marks a checkpoint folder; nothing else is read
+    argv = ["--agent", str(tmp_path), "--unsafe-pickle", "--seeds", "1"]
+    if command == "compare":
+        assert main(["compare", "--preset", "lecture", "--env", "routing", *argv]) == 2
+    else:
+        with pytest.raises(SystemExit) as refused:
+            lab.main(["grade", "--env", "routing", *argv])
+        assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"--agent: {tmp_path} is an RLlib checkpoint: Ray RLlib and Tune are not installed; " \
+           "pip install 'mooncake-gym[ray]'" in err
+    with pytest.raises(ValueError, match=f"^agent: {tmp_path} is an RLlib checkpoint: Ray RLlib"):
+        agents.load_agent(tmp_path, trusted=True)  # the Python API (evaluate's agents) names its argument

@@ -351,3 +351,41 @@ def test_relsplit_sends_a_long_prompt_to_the_first_instances_by_hand():
         short, long_ = routing.simulate(trace, SizeSplit(None), config, seed=0, engine=engine).prefill_s[[0, 2]]
         res = routing.simulate(trace, SizeSplit((short + long_) / 2, 1), config, seed=0, engine=engine)
         assert res.instance[2] == 0
+
+
+# --- the synthetic generator's block ids: the engine's (synthetic.hpp) against the numpy reference ---
+def test_synthetic_block_ids_native_equal_the_reference():
+    from mooncake_gym.model import workload as w
+
+    # by hand: prompt 0 of 2 blocks; request 0 shares 3 blocks of session 0, request 1 2 of session 1
+    args = (np.array([1536, 1536]), np.array([3, 2]), np.array([2]), np.array([0, 0]), np.array([0, 1]), 512, 4096)
+    for starts, ids in (w._block_ids(*args), w._block_ids_reference(*args)):
+        assert starts.tolist() == [0, 3, 6] and ids.tolist() == [0, 1, 2, 0, 1, 3]
+    captured = []
+    original = w._block_ids
+
+    def spy(*a):
+        captured.append(a)
+        return original(*a)
+
+    w._block_ids = spy
+    try:
+        for s in range(12):
+            w.synthetic_trace(np.random.default_rng(s), 0.5 + s, duration_s=None if s % 2 else 40.0,
+                              n_requests=200 if s % 2 else None)
+    finally:
+        w._block_ids = original
+    assert len(captured) == 12
+    for a in captured:
+        (s1, i1), (s2, i2) = original(*a), w._block_ids_reference(*a)
+        assert s1.tolist() == s2.tolist() and i1.tolist() == i2.tolist()
+
+
+def test_generated_trace_block_ids_made_on_first_read():
+    from mooncake_gym.model.workload import synthetic_trace
+
+    t = synthetic_trace(3, 2.0, duration_s=None, n_requests=50)
+    starts, ids = t.flat_blocks
+    assert t.block_ids == [tuple(ids[a:e].tolist()) for a, e in zip(starts[:-1], starts[1:])]
+    t.block_ids = [()] * 50  # a replaced column drops the flat one
+    assert t.flat_blocks is None and t.block_ids == [()] * 50

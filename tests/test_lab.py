@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from mooncake_gym.course import lab
+from mooncake_gym.course.sandbox import landlock_abi
 
 LAB = Path(__file__).resolve().parents[1] / "docs" / "lab"
 NOTEBOOKS = sorted(LAB.glob("[0-9][0-9]_*.py"))
@@ -138,6 +139,11 @@ def test_grade_runs_a_submission_next_to_the_baselines(tmp_path, capsys):
         assert re.search(rf"^{name}\s.*n/a$", out, re.M)  # another workload than the rubric's: no score
     assert "episode_requests=200; 2 hidden seeds" in out
     assert "no score: the rubric's thresholds were measured on the default workload" in out
+    # what confined the child's file system, as the sandbox found the kernel
+    abi = landlock_abi()
+    assert out.splitlines()[-1] == ("student ran in the sandbox; its file system confined by: " +
+                                    (f"landlock ABI {abi}" if abi >= 1 else "none (no Landlock here: it could read "
+                                                                            "what the grader's user can read)"))
     policy = lab.load_policy(f"{path}:route")
     setting, scores = lab.grade("routing", [5, 6], policy=policy, env_kwargs={"episode_requests": 200})
     # the submission is Algorithm 1, reseeded like the baseline: the same episodes, the same numbers

@@ -52,7 +52,8 @@ LAYERS = [
     ("mooncake_gym.baselines",),
     ("mooncake_gym.analysis",),
     ("mooncake_gym.envs",),
-    ("mooncake_gym.agents.agentfile", "mooncake_gym.agents"),  # the agent file format and the shipped agents
+    # the agent file format, RLlib checkpoints as agents, and the shipped agents
+    ("mooncake_gym.agents.agentfile", "mooncake_gym.agents.rllib_checkpoint", "mooncake_gym.agents"),
     ("mooncake_gym.evaluation",),
     ("mooncake_gym.agents.train", "mooncake_gym.agents.warmstart", "mooncake_gym.agents.warmstart_admission",
      "mooncake_gym.agents.rllib"),

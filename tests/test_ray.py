@@ -78,3 +78,81 @@ def test_train_backend_rllib_on_the_command_line(tmp_path, capsys):
     assert lines[0].startswith("iteration   1  env steps     2048  episode_return_mean")
     assert "mean_ttft_s" in lines[0] and "hit_ratio" in lines[0]
     assert lines[-1] == f"RLlib checkpoint: {out}" and (out / "rllib_checkpoint.json").is_file()
+
+
+# --- an RLlib checkpoint as an agent: evaluate, compare --agent, lab grade --agent ----------------
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A tiny routing checkpoint: one 200-step iteration on 50-request episodes."""
+    out = tmp_path_factory.mktemp("rllib") / "ckpt"
+    train_rllib("routing", 1, env_kwargs=EPISODE, overrides=SMALL, out=out)
+    return out
+
+
+def _by_hand(out, env_id, seed, **env_kwargs):
+    """One episode with the module's arg-max action, the module called directly (not through Agent)."""
+    import gymnasium as gym
+    from ray.rllib.core.rl_module.rl_module import RLModule
+
+    module = RLModule.from_checkpoint(str(out / "learner_group" / "learner" / "rl_module" / "default_policy"))
+    env = gym.make(env_id, **env_kwargs)
+    obs, _ = env.reset(seed=seed)
+    while True:
+        with torch.no_grad():
+            logits = module.forward_inference({"obs": torch.as_tensor(obs[None])})["action_dist_inputs"]
+        obs, _, terminated, truncated, info = env.step(int(logits.argmax()))
+        if terminated or truncated:
+            return info["metrics"]
+
+
+def test_an_rllib_checkpoint_is_evaluated_like_an_agent_file(checkpoint):
+    from mooncake_gym.agents import load_agent
+    from mooncake_gym.agents.agentfile import AgentFormatError
+    from mooncake_gym.evaluation import evaluate
+
+    with pytest.raises(AgentFormatError, match="is an RLlib checkpoint, which loads only by unpickling .*--unsafe-pickle"):
+        load_agent(checkpoint)
+    agent = load_agent(checkpoint, trusted=True)
+    assert agent.env_id == "mooncake_gym/PrefillRouting-v0" and agent.source == "rllib"
+    assert agent.card["env_kwargs"] == {"rate_range": [2.0, 12.0], "episode_requests": 50}  # hyperparams.yml's + EPISODE
+    episodes = evaluate("mooncake_gym/PrefillRouting-v0", agent, seeds=[5, 6], episode_requests=50)
+    for seed, metrics in zip([5, 6], episodes):
+        hand = _by_hand(checkpoint, "mooncake_gym/PrefillRouting-v0", seed, episode_requests=50)
+        assert metrics["mean_ttft_s"] == hand["mean_ttft_s"] and metrics["hit_ratio"] == hand["hit_ratio"]
+        assert metrics["steps"] == 50
+
+
+def test_compare_agent_takes_an_rllib_checkpoint(checkpoint, capsys):
+    import json
+
+    from mooncake_gym.agents import load_agent
+    from mooncake_gym.cli import main
+    from mooncake_gym.evaluation import evaluate
+
+    argv = ["compare", "--preset", "lecture", "--agent", str(checkpoint), "--unsafe-pickle", "--seeds", "1"]
+    assert main([*argv, "--env", "admission"]) == 2  # a routing agent
+    assert "--agent: the agent solves routing, but --env is admission" in capsys.readouterr().err
+    assert main([*argv, "--env", "routing", "--rates", "8", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (setting,) = doc["settings"]
+    row = next(r for r in setting["rows"] if r["policy"] == "user_agent")
+    assert {"ppo_routing", "kvcentric"} <= {r["policy"] for r in setting["rows"]}  # beside the shipped agents
+    (episode,) = evaluate(setting["env_id"], load_agent(checkpoint, trusted=True), doc["seeds"], **setting["env_kwargs"])
+    assert doc["seeds"] == [1_000_000] and row["mean_ttft_s"] == episode["mean_ttft_s"]
+
+
+def test_lab_grade_agent_takes_an_rllib_checkpoint(checkpoint, capsys):
+    import json
+
+    from mooncake_gym.agents import load_agent
+    from mooncake_gym.course import lab
+    from mooncake_gym.evaluation import evaluate
+
+    assert lab.main(["grade", "--env", "routing", "--agent", str(checkpoint), "--unsafe-pickle", "--seeds", "3",
+                     "--env-kwarg", "episode_requests=100", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (episode,) = evaluate("mooncake_gym/PrefillRouting-v0", load_agent(checkpoint, trusted=True), [3],
+                          **{**lab.GRADE_KWARGS["routing"], "episode_requests": 100})
+    assert doc["seeds"] == [3] and doc["scores"]["submission"]["mean_ttft_s"] == episode["mean_ttft_s"]
+    assert doc["scores"]["submission"]["score"] is None  # --env-kwarg changed the rubric's workload

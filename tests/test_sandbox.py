@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mooncake_gym.course import lab
-from mooncake_gym.course.sandbox import Limits, SandboxedPolicy, SubmissionFailed, encode_view
+from mooncake_gym.course.sandbox import Limits, SandboxedPolicy, SubmissionFailed, encode_view, landlock_abi
 from mooncake_gym.sim.routing import RoutingSimulator
 from mooncake_gym.model.workload import synthetic_trace
 
@@ -84,11 +84,11 @@ def test_limits_are_checked():
         Limits(memory_mb=1.5)
 
 
-@pytest.mark.parametrize("source, reason", [
-    ("import sys\nsys.exit(0)\ndef route(view):\n    return 0\n", r"called sys.exit\(0\)"),
-    ("def route(view):\n    return 'instance 0'\n", "its answer is not an action"),
+@pytest.mark.parametrize("source, reason, started", [
+    ("import sys\nsys.exit(0)\ndef route(view):\n    return 0\n", r"called sys.exit\(0\)", False),
+    ("def route(view):\n    return 'instance 0'\n", "its answer is not an action", True),
 ])
-def test_the_grader_reports_a_failing_submission_and_exits_0(tmp_path, capsys, source, reason):
+def test_the_grader_reports_a_failing_submission_and_exits_0(tmp_path, capsys, source, reason, started):
     path = tmp_path / "bad.py"
     path.write_text(source)
     code = lab.main(["grade", "--env", "routing", "--policy", f"{path}:route", "--seeds", "5",
@@ -97,6 +97,10 @@ def test_the_grader_reports_a_failing_submission_and_exits_0(tmp_path, capsys, s
     doc = json.loads(capsys.readouterr().out)
     assert doc["scores"]["submission"]["score"] == 0.0
     assert re.search(reason, doc["scores"]["submission"]["failure"])
+    # what confined a child that got as far as acting (one that failed on import never said)
+    abi = landlock_abi()
+    assert doc["scores"]["submission"].get("confinement") == (
+        (f"landlock ABI {abi}" if abi >= 1 else "none") if started else None)
     assert "kvcentric" in doc["scores"] and all(r["policy"] != "submission" for r in doc["rows"])
 
 

@@ -97,10 +97,37 @@ struct TraceColumns {
         for (size_t k = 1; k < block_start.size(); ++k)
             if (block_start[k] < block_start[k - 1]) throw std::invalid_argument("block_start: not sorted");
         if (n_ids >= (size_t(1) << 31)) throw std::invalid_argument("block_ids: at most 2**31 - 1 blocks");
-        std::unordered_map<int64_t, int32_t> dense;
-        dense.reserve(n_ids / 2 + 16);
         blocks.resize(n_ids);
         seen.assign(arrival_s.size() + 1, 0);
+        if (!map_dense(ids, n_ids)) map_hashed(ids, n_ids);
+    }
+    int64_t size() const { return static_cast<int64_t>(arrival_s.size()); }
+    int64_t n_unique() const { return static_cast<int64_t>(unique_ids.size()); }
+
+  private:
+    // ids numbered 0, 1, 2, ... in order of first appearance already (the synthetic generator's):
+    // each is its own dense index, no hashing. False (and nothing kept) at the first id that is not.
+    bool map_dense(const int64_t* ids, size_t n_ids) {
+        int64_t next = 0;
+        size_t k = 0;
+        for (size_t j = 0; j < n_ids; ++j) {
+            while (static_cast<int64_t>(j) >= block_start[k + 1]) seen[++k] = static_cast<int32_t>(next);
+            const int64_t b = ids[j];
+            if (b < 0 || b > next) {
+                std::fill(seen.begin(), seen.end(), 0);
+                return false;
+            }
+            if (b == next) ++next;
+            blocks[j] = static_cast<int32_t>(b);
+        }
+        while (k < arrival_s.size()) seen[++k] = static_cast<int32_t>(next);
+        unique_ids.resize(static_cast<size_t>(next));
+        for (int64_t b = 0; b < next; ++b) unique_ids[static_cast<size_t>(b)] = b;
+        return true;
+    }
+    void map_hashed(const int64_t* ids, size_t n_ids) {
+        std::unordered_map<int64_t, int32_t> dense;
+        dense.reserve(n_ids / 2 + 16);
         size_t k = 0;
         for (size_t j = 0; j < n_ids; ++j) {
             while (static_cast<int64_t>(j) >= block_start[k + 1]) seen[++k] = static_cast<int32_t>(unique_ids.size());
@@ -110,8 +137,6 @@ struct TraceColumns {
         }
         while (k < arrival_s.size()) seen[++k] = static_cast<int32_t>(unique_ids.size());
     }
-    int64_t size() const { return static_cast<int64_t>(arrival_s.size()); }
-    int64_t n_unique() const { return static_cast<int64_t>(unique_ids.size()); }
 };
 
 // --- the prefix caches (sim/prefixcache.py, LRU) -----------------------------------------------

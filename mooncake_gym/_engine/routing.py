@@ -16,6 +16,7 @@ than PCG64 is not native: :func:`unsupported` says why. This module is in the si
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import numpy as np
@@ -127,7 +128,8 @@ def pool_unsupported(trace, costs, config) -> str | None:
     return None
 
 
-#: The engine's copies of the last few traces' columns: {id(trace.block_ids): (block_ids, native trace)}.
+#: The engine's copies of the last few traces' columns: {id(blocks): (blocks, native trace)}, blocks being
+#: the trace's ``flat_blocks`` where it has them, else its ``block_ids``.
 #: Each entry holds the block list it was made from, so the id cannot be reused while it is kept;
 #: an entry is used only for that very list (a trace's columns are not changed after it is made).
 _TRACES: dict[int, tuple] = {}
@@ -139,12 +141,17 @@ MAX_CACHE_CELLS = 1 << 26
 def native_trace(trace):
     """The engine's columns of ``trace`` (flat block ids, mapped to dense indices in C++), made once
     per trace and kept for the next runs on it (tune, compare and the benchmarks rerun one trace)."""
-    blocks = trace.block_ids
+    flat = trace.flat_blocks
+    blocks = trace.block_ids if flat is None else flat
     hit = _TRACES.get(id(blocks))
-    if hit is not None and hit[0] is blocks and len(hit[1]) == len(blocks):
+    if hit is not None and hit[0] is blocks and len(hit[1]) == len(trace):
         return hit[1]
-    columns = native.Trace.from_blocks(np.ascontiguousarray(trace.arrival_s, dtype=np.float64),
-                                       np.ascontiguousarray(trace.input_tokens, dtype=np.int64), blocks)
+    arrival = np.ascontiguousarray(trace.arrival_s, dtype=np.float64)
+    inputs = np.ascontiguousarray(trace.input_tokens, dtype=np.int64)
+    if flat is None:
+        columns = native.Trace.from_blocks(arrival, inputs, blocks)
+    else:  # the generator's flat column (no tuples made)
+        columns = native.Trace(arrival, inputs, flat[0], flat[1])
     if len(_TRACES) >= _TRACES_KEPT:
         _TRACES.pop(next(iter(_TRACES)))
     _TRACES[id(blocks)] = (blocks, columns)
@@ -154,13 +161,22 @@ def native_trace(trace):
 def make_engine(sim):
     """A native ``RoutingEngine`` over ``sim``'s trace, pool and cost models (a
     :class:`~mooncake_gym.sim.routing.RoutingSimulator`, whose constructor checked them)."""
+    group, prefill, pool = _pool_setup(tuple(sim.costs))
+    return native.RoutingEngine(native_trace(sim.trace), list(sim.config.instance_cache_blocks()), group, prefill, pool)
+
+
+@functools.lru_cache(maxsize=32)
+def _pool_setup(costs: tuple) -> tuple[list, list, dict]:
+    """The engine's view of a pool's instance cost models (an environment's every episode, a
+    tune's every run): each instance's kind, each kind's prefill fields, the pool's block size and
+    RDMA transfer (the cost models are frozen: the same for the same models)."""
     kinds: dict = {}
-    group = [kinds.setdefault(c, len(kinds)) for c in sim.costs]  # as PrefixEstimates groups them
+    group = [kinds.setdefault(c, len(kinds)) for c in costs]  # as PrefixEstimates groups them
     prefill = [prefill_fields(c.prefill_time()) for c in kinds]
-    c0 = sim.costs[0]
+    c0 = costs[0]
     pool = {"block_tokens": int(c0.block_tokens), "kv_bytes_per_token": int(c0.model.kv_bytes_per_token),
             "rdma_bandwidth": float(NODE_TIER_BANDWIDTH["rdma"]), "transfer_latency_s": float(c0.transfer_latency_s)}
-    return native.RoutingEngine(native_trace(sim.trace), list(sim.config.instance_cache_blocks()), group, prefill, pool)
+    return group, prefill, pool
 
 
 def _split(x: int) -> tuple[int, int]:

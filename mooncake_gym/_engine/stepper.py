@@ -55,10 +55,9 @@ class NativeRoutingSimulator:
         self.observation = as_observation(None)
         self._cache_blocks = config.instance_cache_blocks()
         self._n = len(self._cache_blocks)
-        self._output = None  # the trace's output lengths as a list, made for the first view
-        self._blocks = trace.block_ids
+        self._output = None  # the trace's output lengths and block ids as lists, made for the first view
         self._engine = make_engine(self)
-        self.reset()
+        self._restart()
 
     # -- snapshots and pickling ----------------------------------------------------------------------
     def snapshot(self) -> "RoutingSnapshot":
@@ -94,10 +93,13 @@ class NativeRoutingSimulator:
         self._built_at = -1
 
     def reset(self) -> RoutingView | None:
+        self._restart()
+        return self.view
+
+    def _restart(self) -> None:
         self._engine.reset()
         self._built_at = -1  # the request the view was made for (the engine may be stepped by an env core)
         self._view: RoutingView | None = None
-        return self.view
 
     @property
     def done(self) -> bool:
@@ -116,6 +118,7 @@ class NativeRoutingSimulator:
     def _make_view(self) -> RoutingView:
         if self._output is None:
             self._output = self.trace.output_tokens.tolist()
+            self._blocks = self.trace.block_ids
         return routing_view(self._engine, self._output, self._blocks, self._cache_blocks)
 
     def step(self, action) -> RoutingView | None:
@@ -130,6 +133,15 @@ class NativeRoutingSimulator:
 
     def serve(self, i: int, pull: bool) -> None:
         self._engine.serve(i, pull)
+
+    def decide(self, spec, rng) -> tuple[int, bool]:
+        """The native policy ``spec``'s answer (instance, pull) on the pending view, drawing its ties
+        from ``rng`` (an engine ``Pcg64``); the policy's running state goes on in ``spec``."""
+        return self._engine.decide(spec, rng)
+
+    def last_ttft_s(self) -> float:
+        """The last dispatched request's TTFT (``last["ttft_s"]`` without making the dict)."""
+        return self._engine.last_row()[3]
 
     def skip(self) -> RoutingView | None:
         self.pass_over()

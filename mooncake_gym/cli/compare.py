@@ -30,9 +30,10 @@ OPTIONS = (
     TRACE_FORMAT,
     opt("--speed", type=float, default=None, limit="speed", help="replay speed of --trace (default 1)"),
     opt("--agent", default=None, only=(_LECTURE, "the shipped and --agent agents act on the v0 environments"),
-        help="also evaluate this agent of your own (a zip with its JSON card; loaded without unpickling)"),
+        help="also evaluate this agent of your own (a zip with its JSON card, loaded without unpickling; or an "
+             "RLlib checkpoint folder, with --unsafe-pickle and the ray extra)"),
     opt("--unsafe-pickle", action="store_true",
-        help="allow --agent without a card (unpickled by SB3's load) and let its card's wrapper modules be "
+        help="allow --agent without a card (unpickled by SB3's load) or an RLlib checkpoint (pickled) and let its card's wrapper modules be "
              "imported: BOTH CAN RUN CODE (trusted files only)"),
     opt("--threads", type=int, default=1, limit="threads",
         help="torch threads for the agents' forward passes (default 1)"),
@@ -46,6 +47,10 @@ OPTIONS = (
     opt("--scenario", default=None, metavar="NAME[,NAME...]|all",
         help="compare on named benchmark scenarios instead (docs/scenarios.md); --trace gives the trace of "
              "those that need one, the others are skipped with the reason"),
+    opt("--rollout", action="append", default=None, metavar="BASE[:H]",
+        help="with --scenario: also the rollout reference over baseline BASE (its --tuned knobs if given) with "
+             "a look-ahead of H requests (default 128), a non-deployable reference row (repeatable; "
+             "routing scenarios with the exact observation)"),
     opt("--json", action="store_true", group="format", help="print one JSON document"),
     opt("--markdown", action="store_true", group="format", help="print Markdown tables"),
     preset_opt("the baselines on mooncake_gym/PrefillRouting-v1 and OverloadAdmission-v1, "
@@ -57,6 +62,7 @@ RULES = (
     NoEffect(("env",), lambda a: a.scenario and a.env != "all", "with --scenario: each scenario names its problem"),
     NoEffect(("preset",), lambda a: a.scenario and a.preset != PRESET_DEFAULT,
              "with --scenario: each scenario names its cluster"),
+    NoEffect(("rollout",), lambda a: not a.scenario, "without --scenario: the rollout rows are scenarios' rows"),
     NoEffect(("speed",), lambda a: not a.trace, "without --trace: it is the replay speed of a trace"),
     NoEffect(("agent_env",), lambda a: not a.agent, "without --agent"),
     NoEffect(("rates",), lambda a: a.env == "admission" or a.trace,
@@ -74,6 +80,7 @@ def check(args) -> None:
         for name in args.scenario.split(","):
             get_scenario(name.strip())  # an unknown name is named before any work
     args.speed = 1.0 if args.speed is None else args.speed
+    args.rollouts = [cmp.parse_rollout(r) for r in args.rollout or ()]
 
 
 def _agents_and_tuned(args):
@@ -99,7 +106,7 @@ def _run_scenarios(args, agents, tuned) -> int:
     names = "all" if args.scenario == "all" else [n.strip() for n in args.scenario.split(",") if n.strip()]
     settings, skipped = cmp.compare_scenarios(names, seeds=args.seeds, trace=args.trace, agents=agents, tuned=tuned,
                                               progress=not (args.json or args.no_progress), threads=args.threads,
-                                              seed_base=args.seed_base)
+                                              seed_base=args.seed_base, rollouts=args.rollouts)
     if args.json:
         doc = cmp.settings_json(settings, args.seeds, args.seed_base)
         for s, out in zip(settings, doc["settings"]):

@@ -492,7 +492,8 @@ def grade(env: str, seeds, policy=None, agent=None, env_kwargs: dict | None = No
     ``path/file.py:function``, run in a child process within ``limits``
     (:class:`~mooncake_gym.course.sandbox.SandboxedPolicy`). A submission that fails (an error, a
     time or memory limit, a crash) gets no row; its score is 0 and ``scores[name]["failure"]`` says
-    why."""
+    why. A sandboxed submission's ``scores[name]["confinement"]`` says what confined its file system
+    (:attr:`~mooncake_gym.course.sandbox.SandboxedPolicy.confinement`: ``"landlock ABI N"`` or ``"none"``)."""
     from mooncake_gym.experiments.compare import Setting, policies_for, run_setting
     from mooncake_gym.evaluation import problems
     from mooncake_gym.evaluation.episodes import ModelPolicy, ViewPolicy
@@ -535,6 +536,8 @@ def grade(env: str, seeds, policy=None, agent=None, env_kwargs: dict | None = No
                      "score": rubric.score(value) if scored else None}
     if failure is not None:
         scores[name] = {"return": float("nan"), rubric.metric: float("nan"), "score": 0.0, "failure": failure}
+    if isinstance(submission, SandboxedPolicy):
+        scores[name]["confinement"] = submission.confinement
     return setting, scores
 
 
@@ -554,6 +557,11 @@ def format_grade(setting, scores: dict) -> str:
                   f"({rubric.reference}'s), 0 at {rubric.zero:.4g} ({rubric.floor}'s), linear in between"]
     if any(s["score"] is None for s in scores.values()):
         lines.append("no score: the rubric's thresholds were measured on the default workload, not with --env-kwarg")
+    for n, s in scores.items():
+        if "confinement" in s:
+            unconfined = " (no Landlock here: it could read what the grader's user can read)"
+            lines.append(f"{n} ran in the sandbox; its file system confined by: {s['confinement']}"
+                         + (unconfined if s["confinement"] == "none" else ""))
     return "\n".join(lines)
 
 
@@ -581,9 +589,11 @@ def main(argv=None) -> int:
     who = g.add_mutually_exclusive_group(required=True)
     who.add_argument("--policy", help="module:function or path/file.py:function, a policy(view) -> action, run in a "
                                       "child process with time and memory limits (mooncake_gym.course.sandbox)")
-    who.add_argument("--agent", help="an agent zip with its JSON card (mooncake-gym train's; loaded without unpickling)")
+    who.add_argument("--agent", help="an agent zip with its JSON card (mooncake-gym train's; loaded without unpickling), "
+                                     "or an RLlib checkpoint folder (with --unsafe-pickle; the ray extra)")
     g.add_argument("--unsafe-pickle", action="store_true",
-                   help="allow an --agent zip without a card (unpickled by SB3's load: it CAN RUN CODE; trusted files only)")
+                   help="allow an --agent zip without a card (unpickled by SB3's load) or an RLlib checkpoint (pickled): "
+                        "it CAN RUN CODE; trusted files only")
     g.add_argument("--seeds", required=True, help="comma-separated episode seeds, e.g. 101,202 (keep them hidden)")
     g.add_argument("--env-kwarg", action="append", default=[], metavar="KEY=VALUE",
                    help="an environment argument (repeatable), e.g. rate=12 or waste_penalty=0.5")

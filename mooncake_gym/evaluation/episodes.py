@@ -24,6 +24,7 @@ import gymnasium as gym
 import numpy as np
 
 from mooncake_gym.agents.agentfile import as_agent
+from mooncake_gym.analysis.rollout import DEFAULT_HORIZON, check_base, check_horizon, rollout_name, rollout_route
 from mooncake_gym.sim.policy import policy_name, reset_policy
 
 
@@ -44,6 +45,29 @@ class ViewPolicy:
     def act(self, env: gym.Env, obs) -> int:
         base = env.unwrapped
         return base.encode_action(self.policy(base.decision_view()))
+
+
+class RolloutPolicy(ViewPolicy):
+    """Adapter: the rollout reference (:mod:`mooncake_gym.analysis.rollout`) over the baseline
+    ``policy`` with look-ahead ``horizon``, acting on an env with snapshots (``PrefillRouting-v0``):
+    its trials run on the env's simulator, which each decision leaves as it found it. A
+    reference row, not a deployable router (it reads the trace's future requests)."""
+
+    kind = "reference"
+
+    def __init__(self, policy: Callable, horizon: int = DEFAULT_HORIZON, name: str | None = None):
+        check_base(policy)
+        self.horizon = check_horizon(horizon)
+        super().__init__(policy, name or rollout_name(policy_name(policy), self.horizon))
+
+    def act(self, env: gym.Env, obs) -> int:
+        base = env.unwrapped
+        sim = getattr(base, "sim", None)
+        if not hasattr(sim, "snapshot"):
+            raise ValueError(f"rollout: {env.spec.id if env.spec else type(base).__name__}'s simulator has no "
+                             "snapshot(); the rollout reference needs one (PrefillRouting-v0)")
+        route, _ = rollout_route(sim, self.policy, self.horizon)
+        return base.encode_action(route)
 
 
 class ModelPolicy:

@@ -16,11 +16,14 @@ import math
 from dataclasses import dataclass, field
 
 from mooncake_gym.agents import available, card, load_agent
+from mooncake_gym.analysis.rollout import DEFAULT_HORIZON, check_horizon, rollout_name
+from mooncake_gym.baselines import ROUTING_POLICIES
 from mooncake_gym.evaluation import problems
-from mooncake_gym.evaluation.episodes import check_model_fits, evaluate, ModelPolicy
+from mooncake_gym.evaluation.episodes import check_model_fits, evaluate, ModelPolicy, RolloutPolicy
 from mooncake_gym.evaluation.scenarios import get_scenario, SCENARIOS
 from mooncake_gym.evaluation.statistics import iqm_ci95, mean_ci95, paired_ratio_ci95
 from mooncake_gym.reporting import tables as report
+from mooncake_gym.sim.observation import as_observation
 from mooncake_gym.reporting.plots import compare_plots
 
 #: Evaluation seeds start here: training uses seeds below 1,000 and the callback 10,000 + seed, so
@@ -142,7 +145,7 @@ def run_setting(setting: Setting, policies: dict, seeds, keep_results: bool = Fa
             m, ci = mean_ci95([r[key] for r in rows])
             row[key] = m
             row[f"{key}_ci95"] = ci
-        row["kind"] = "agent" if isinstance(policy, ModelPolicy) else "rule"
+        row["kind"] = getattr(policy, "kind", None) or ("agent" if isinstance(policy, ModelPolicy) else "rule")
         setting.rows.append(row)
         if progress is not None:
             progress.update(1)
@@ -289,12 +292,43 @@ def agents_fitting(setting: Setting, agents: dict) -> dict:
     return out
 
 
+def parse_rollout(text: str) -> tuple[str, int]:
+    """``BASE[:H]`` of ``--rollout``: a routing baseline and the look-ahead (default
+    :data:`~mooncake_gym.analysis.rollout.DEFAULT_HORIZON`)."""
+    base, sep, h = str(text).partition(":")
+    if base not in ROUTING_POLICIES:
+        raise ValueError(f"--rollout: expected BASE[:H] with BASE a routing baseline ({', '.join(sorted(ROUTING_POLICIES))}), "
+                         f"got {text!r}")
+    try:
+        horizon = check_horizon(int(h)) if sep else DEFAULT_HORIZON
+    except ValueError:
+        raise ValueError(f"--rollout: expected BASE[:H] with H an integer in [0, 10000], got {text!r}") from None
+    return base, horizon
+
+
+def rollout_policies(setting: Setting, rollouts, tuned: list) -> dict:
+    """The rollout reference rows (``--rollout BASE[:H]``: :class:`~mooncake_gym.evaluation.episodes.RolloutPolicy`)
+    of a routing scenario's setting on the exact observation (the trials need the simulator's
+    snapshots and its true state): each over BASE with the knobs of its tuned document if one is
+    given (``tuned``), else its defaults. Elsewhere none."""
+    if not rollouts or setting.problem != "routing" or not as_observation(setting.env_kwargs.get("observation")).exact:
+        return {}
+    out = {}
+    for base, horizon in rollouts:
+        doc = next((d for d in tuned if d["env"] == setting.problem and d["policy"] == base), None)
+        rule = problems.get(setting.problem).policy(base, **(doc["knobs"] if doc else {})).policy
+        policy = RolloutPolicy(rule, horizon, rollout_name(tuned_name(doc) if doc else base, horizon))
+        out[policy.name] = policy
+    return out
+
+
 def compare_scenarios(names="all", seeds: int = DEFAULT_SEEDS, trace=None, agents: dict | None = None,
                       tuned: list | None = None, progress: bool = True, threads: int | None = 1,
-                      seed_base: int = COMPARE_SEED_BASE) -> tuple[list[Setting], list[str]]:
+                      seed_base: int = COMPARE_SEED_BASE, rollouts=()) -> tuple[list[Setting], list[str]]:
     """``compare --scenario``: every baseline at its defaults, the tuned baselines (``tuned``: the
-    results of ``tune`` for this problem, on this scenario or on no scenario), the agents that fit
-    and the bound, on each scenario of ``names`` ("all" or a list of names). A scenario whose
+    results of ``tune`` for this problem, on this scenario or on no scenario), the agents that fit,
+    the rollout references (``rollouts``: ``[(base, horizon)]``, :func:`rollout_policies`) and the
+    bound, on each scenario of ``names`` ("all" or a list of names). A scenario whose
     ``requires`` are not given (``trace``) is skipped: returns ``(settings, skipped)``, ``skipped``
     holding one reason per skipped scenario."""
     seed_list = seed_range(seeds, seed_base)
@@ -315,7 +349,8 @@ def compare_scenarios(names="all", seeds: int = DEFAULT_SEEDS, trace=None, agent
         s = scenario_setting(sc, **own)
         s.trace = sc.trace_check(own.get("trace"))
         docs = [d for d in tuned or [] if d.get("scenario") in (None, sc.name)]
-        plan.append((s, with_tuned(policies_for(s.problem, agents_fitting(s, agents), sc.name), s.problem, docs)))
+        plan.append((s, {**with_tuned(policies_for(s.problem, agents_fitting(s, agents), sc.name), s.problem, docs),
+                         **rollout_policies(s, rollouts, docs)}))
     run_plan(plan, seed_list, progress, threads)
     return [s for s, _ in plan], skipped
 

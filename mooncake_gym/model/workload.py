@@ -20,6 +20,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
+from mooncake_gym import _engine
 from mooncake_gym._files import check_input_file, write_atomic
 from mooncake_gym.model.costmodel import BLOCK_TOKENS
 from mooncake_gym.model.limits import LIMITS, MAX_ID, MAX_INPUT_TOKENS, MAX_SYNTHETIC_SESSIONS, check, check_bound, check_range
@@ -61,8 +62,8 @@ class Trace:
     (int64), ``session_ids`` (int64, -1 where unknown) and ``block_ids`` (a list of tuples of int).
     """
 
-    __slots__ = ("arrival_s", "input_tokens", "output_tokens", "block_ids", "session_ids", "name", "renamed_blocks",
-                 "prefix_ids")
+    __slots__ = ("arrival_s", "input_tokens", "output_tokens", "_blocks", "_flat", "session_ids", "name",
+                 "renamed_blocks", "prefix_ids")
 
     def __init__(self, arrival_s, input_tokens, output_tokens, block_ids, session_ids=None, name="trace",
                  prefix_ids: str = "trace"):
@@ -103,13 +104,38 @@ class Trace:
         )
 
     def _set(self, arrival_s, input_tokens, output_tokens, block_ids, session_ids, name, renamed_blocks=0,
-             prefix_ids="trace"):
+             prefix_ids="trace", flat=None):
         for column in (arrival_s, input_tokens, output_tokens, session_ids):
             column.flags.writeable = False  # validated once: the columns cannot be changed afterwards
         self.arrival_s, self.input_tokens, self.output_tokens = arrival_s, input_tokens, output_tokens
-        self.block_ids, self.session_ids, self.name = block_ids, session_ids, name
+        if flat is not None:
+            for column in flat:
+                column.flags.writeable = False
+        self._blocks, self._flat = block_ids, flat
+        self.session_ids, self.name = session_ids, name
         self.renamed_blocks = renamed_blocks
         self.prefix_ids = prefix_ids
+
+    @property
+    def block_ids(self) -> list[tuple[int, ...]]:
+        """Each request's block ids, a tuple per request. A generated trace keeps them as one flat
+        column (:attr:`flat_blocks`) and makes the tuples when they are first read."""
+        if self._blocks is None:
+            starts, ids = self._flat
+            flat = ids.tolist()
+            self._blocks = [tuple(flat[a:e]) for a, e in zip(starts[:-1].tolist(), starts[1:].tolist())]
+        return self._blocks
+
+    @block_ids.setter
+    def block_ids(self, value) -> None:
+        self._blocks, self._flat = value, None
+
+    @property
+    def flat_blocks(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(starts, ids)``, int64: request k's block ids are ``ids[starts[k]:starts[k + 1]]``, where
+        the trace was made with them so (the synthetic generator: the engine reads them without the
+        tuples); None otherwise."""
+        return self._flat
 
     @classmethod
     def from_requests(cls, requests: Iterable[Request], name: str = "trace") -> "Trace":
@@ -811,24 +837,37 @@ def synthetic_trace(
         raise ValueError(f"rate: at {rate:g} sessions/s the trace would span {arrival[-1]:.3g} s, more than "
                          f"the limit of {LIMITS['arrival_s'].hi:g} s; raise the rate or ask for fewer requests")
     prompt, shared = prompt[order], shared[order]
-    block_ids = _block_ids(total, np.minimum(shared, total) // block_tokens, prompt_blocks, prompt, session,
-                           block_tokens, c.input_max)
+    flat = _block_ids(total, np.minimum(shared, total) // block_tokens, prompt_blocks, prompt, session,
+                      block_tokens, c.input_max)
     out_trace = Trace.__new__(Trace)  # the columns are built valid: no re-conversion
-    out_trace._set(arrival, total, out, block_ids, session,
+    out_trace._set(arrival, total, out, None, session,
                    f"synthetic(rate={rate:g}, seed={seed if isinstance(seed, (int, np.integer)) else 'rng'}"
                    + ("" if process is None else f", bursty {process.burst_ratio:g}x {process.burst_s:g}s/"
-                                                 f"{process.calm_s:g}s") + ")")
+                                                 f"{process.calm_s:g}s") + ")", flat=flat)
     return out_trace
 
 
-def _block_ids(total, full_shared, prompt_blocks, prompt, session, block_tokens, input_max) -> list[tuple]:
-    """Each request's block ids, numbered in order of first appearance.
+def _block_ids(total, full_shared, prompt_blocks, prompt, session, block_tokens, input_max
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Each request's block ids, numbered in order of first appearance, as a flat column
+    ``(starts, ids)`` (:attr:`Trace.flat_blocks`).
 
     Block j of a request is, for ``j < full_shared``, block j of its session's shared stream: the
     system prompt's own block while ``j`` is inside the prompt (shared by every session with that
     prompt), else the session's block j. The rest (the question, the partial last block) are the
-    request's own. Raw ids are made unique per role and then renumbered.
+    request's own. Raw ids are made unique per role and then renumbered. The native engine makes
+    the same ids (integer arithmetic only: ``_engine/synthetic.hpp``) where it is built; this
+    function's numpy body is the reference (:func:`_block_ids_reference`).
     """
+    if _engine.native is not None:
+        return _engine.native.synthetic_block_ids(*(np.ascontiguousarray(x, dtype=np.int64) for x in (
+            total, full_shared, prompt_blocks, prompt, session)), int(block_tokens))
+    return _block_ids_reference(total, full_shared, prompt_blocks, prompt, session, block_tokens, input_max)
+
+
+def _block_ids_reference(total, full_shared, prompt_blocks, prompt, session, block_tokens, input_max
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_block_ids` in numpy."""
     n_blocks = -(-total // block_tokens)
     ends = np.cumsum(n_blocks)
     starts = ends - n_blocks
@@ -845,8 +884,7 @@ def _block_ids(total, full_shared, prompt_blocks, prompt, session, block_tokens,
     _, first_index, inverse = np.unique(raw, return_index=True, return_inverse=True)
     rank = np.empty(len(first_index), np.int64)
     rank[np.argsort(first_index, kind="stable")] = np.arange(len(first_index))
-    flat = rank[inverse].tolist()
-    return [tuple(flat[a:e]) for a, e in zip(starts.tolist(), ends.tolist())]
+    return np.concatenate(([0], ends)).astype(np.int64), rank[inverse].reshape(-1).astype(np.int64)
 
 
 def resample_iid(trace: Trace, n_requests: int, rate: float, seed: int | np.random.Generator = 0,

@@ -1,0 +1,127 @@
+"""A look-ahead reference for prefill routing: Bertsekas' rollout over a base rule.
+
+At each decision the rollout policy tries every instance on a copy of the simulator's state
+(``snapshot()`` / ``restore()``: native on the engine, a deep copy on the reference), lets the base
+rule route the next ``horizon`` requests after it, and keeps the instance whose trial has the
+smallest sum of TTFTs (the request's own and those ``horizon`` requests'); the base rule's own
+answer is one of the trials and wins ties, so a decision leaves the base rule only for a strictly
+better trial. With ``horizon=0`` a trial is the request's own TTFT, so the rollout is the greedy
+choice whatever the base (kvcentric's, where Algorithm 1's estimate is the exact TTFT; the base's
+answer then only breaks ties). Each instance is tried with the pull that shortens the request's
+own service there (``transfer_s + pull_prefill_s < prefill_s``); the base rule's answer keeps its
+own pull.
+
+Since a prefill instance serves in FIFO order and deterministically, a trial's TTFTs are exact
+(the requests that arrive after the last one of the trial are not counted: a truncated horizon).
+This is a reference, not a deployable router: it reads the future requests (their arrival times,
+lengths and prefixes) from the trace. By the rollout's cost improvement property (Bertsekas,
+"Rollout, Policy Iteration, and Distributed Reinforcement Learning", 2020, §2.1), with an
+infinite horizon it is never worse than its base rule; with a finite one it usually is better,
+not provably so. ``compare --rollout BASE[:H]`` shows it as a ``reference`` row.
+
+Runs on :class:`~mooncake_gym.sim.routing.RoutingSimulator` and its native twin
+(:class:`~mooncake_gym._engine.stepper.NativeRoutingSimulator`, where a native base rule's trials
+run in the engine: ``decide``); same numbers on both (tests/test_rollout.py).
+"""
+
+from __future__ import annotations
+
+import copy
+
+from mooncake_gym._engine.routing import native_policy, policy_spec, rng_state
+from mooncake_gym.sim.policy import feedback_of, policy_name
+from mooncake_gym.sim.views import Route, check_route
+
+#: The look-ahead of the reference row by default: requests routed by the base rule after a trial.
+DEFAULT_HORIZON = 128
+
+
+def check_horizon(horizon) -> int:
+    if isinstance(horizon, bool) or not isinstance(horizon, int) or not 0 <= horizon <= 10_000:
+        raise ValueError(f"horizon: expected an integer in [0, 10000], got {horizon!r}")
+    return horizon
+
+
+def check_base(base) -> None:
+    """A base rule must be a routing rule without the feedback channel (a trial cannot wait for
+    measurements)."""
+    if not callable(base):
+        raise ValueError(f"base: expected a routing rule (a callable on the view), got {type(base).__name__}")
+    if feedback_of(base) is not None:
+        raise ValueError(f"base: {policy_name(base)} learns from feedback (observe); a rollout's trials cannot "
+                         "deliver it: choose a rule without it")
+
+
+def trials(view, base_route: tuple[int, bool]) -> list[tuple[int, bool]]:
+    """The actions a decision tries: the base rule's answer first, then every instance with the
+    pull that shortens the request's own service there."""
+    out = [base_route]
+    for i in range(view.n_instances):
+        pull = view.transfer_s[i] + view.pull_prefill_s[i] < view.prefill_s[i]
+        if (i, pull) != base_route:
+            out.append((i, pull))
+    return out
+
+
+def _trial_native(sim, route, spec_of, rng_of, horizon: int) -> float:
+    sim.serve(*route)
+    total = sim.last_ttft_s()
+    spec, rng = spec_of(), rng_of()
+    for _ in range(horizon):
+        if sim.done:
+            break
+        sim.serve(*sim.decide(spec, rng))
+        total += sim.last_ttft_s()
+    return total
+
+
+def _trial_python(sim, route, base, horizon: int) -> float:
+    rule = copy.deepcopy(base)  # its running state (generator, scales) as it is at the decision
+    n = sim.view.n_instances
+    view = sim.dispatch(*route)
+    total = sim.last["ttft_s"]
+    for _ in range(horizon):
+        if view is None:
+            break
+        view = sim.dispatch(*check_route(rule(view), n))
+        total += sim.last["ttft_s"]
+    return total
+
+
+def rollout_route(sim, base, horizon: int = DEFAULT_HORIZON, snapshot=None) -> tuple[Route, list[float]]:
+    """The rollout's answer at ``sim``'s pending decision, and each trial's TTFT sum (in the order
+    of :func:`trials`). ``base`` sees the pending view once (its state advances as if it routed
+    this request); ``sim`` is left in the state of ``snapshot`` (default: the state it is in)."""
+    view = sim.view
+    if view is None:
+        raise RuntimeError("rollout: the trace is exhausted")
+    first = check_route(base(view), view.n_instances)
+    tried = trials(view, first)
+    snap = sim.snapshot() if snapshot is None else snapshot
+    native = hasattr(sim, "decide") and native_policy(base) is not None
+    if native:
+        from mooncake_gym._engine import native as _native
+        state = rng_state(base.rng)  # (the native rules draw their ties from it: each trial the same draws)
+
+        def spec_of():
+            return policy_spec(base)
+
+        def rng_of():
+            return _native.Pcg64(state)
+    costs = []
+    try:
+        for route in tried:
+            sim.restore(snap)
+            costs.append(_trial_native(sim, route, spec_of, rng_of, horizon) if native
+                         else _trial_python(sim, route, base, horizon))
+    finally:
+        sim.restore(snap)
+    best = min(range(len(tried)), key=lambda k: (costs[k], k))  # ties: the earliest (the base's answer)
+    i, pull = tried[best]
+    return Route(i, pull), costs
+
+
+def rollout_name(base_name: str, horizon: int) -> str:
+    """The table row of the rollout over ``base_name`` with ``horizon``."""
+    return f"rollout H={horizon} over {base_name} (reference)"
+

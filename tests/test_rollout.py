@@ -1,0 +1,160 @@
+"""The rollout reference (mooncake_gym.analysis.rollout): exact trial costs on a hand-made workload
+where Algorithm 1's greedy choice is provably worse, on both engines, through the env and compare."""
+
+import itertools
+import math
+
+import pytest
+
+from helpers import trace_of
+from mooncake_gym import _engine
+from mooncake_gym._engine.routing import native_policy
+from mooncake_gym._engine.stepper import NativeRoutingSimulator
+from mooncake_gym.analysis.rollout import rollout_route, trials
+from mooncake_gym.baselines import make_policy
+from mooncake_gym.evaluation.episodes import RolloutPolicy, evaluate
+from mooncake_gym.experiments import compare as cmp
+from mooncake_gym.sim.policies import KVCentric
+from mooncake_gym.sim.routing import RoutingConfig, RoutingSimulator
+
+# One H800 and one A800 instance, no prefix cache: a 32k prompt at 0 s, a 16k one at 0.4 s, a 32k one
+# at 0.76 s. Greedy (kvcentric) puts the 16k prompt behind the first on the fast H800 (it ends
+# sooner there than alone on the A800), so the last 32k prompt waits for both; sending the 16k
+# prompt to the A800 keeps the H800 for the last one, which is the best of all 8 assignments.
+POOL = RoutingConfig(cache_blocks=0, instances="1xH800+1xA800")
+ARRIVALS = (0.0, 0.4, 0.76)
+LENGTHS = (32768, 16384, 32768)
+TRACE = trace_of(*[(a, n, 10) for a, n in zip(ARRIVALS, LENGTHS)])
+
+
+def fifo_total(assignment, prefill) -> float:
+    """The sum of TTFTs of routing request k to instance assignment[k], each instance FIFO."""
+    free, total = [0.0, 0.0], 0.0
+    for k, (arrival, i) in enumerate(zip(ARRIVALS, assignment)):
+        free[i] = max(free[i], arrival) + prefill[i][k]
+        total += free[i] - arrival
+    return total
+
+
+def simulators():
+    out = [RoutingSimulator(TRACE, POOL)]
+    if _engine.available():
+        out.append(NativeRoutingSimulator(TRACE, POOL))
+    return out
+
+
+@pytest.mark.parametrize("sim", simulators(), ids=lambda s: type(s).__name__)
+def test_rollout_leaves_the_greedy_choice_for_the_provably_better_one(sim):
+    prefill = [[c.prefill_s(n, 0) for n in LENGTHS] for c in sim.costs]
+    totals = {a: fifo_total(a, prefill) for a in itertools.product((0, 1), repeat=3)}
+    base = KVCentric()
+    # first decision: the H800 (the base's answer), its trial the base's whole episode
+    route, costs = rollout_route(sim, base, horizon=5)
+    assert route == (0, False)
+    assert costs == pytest.approx([totals[0, 0, 0], totals[1, 0, 0]], abs=1e-12)
+    sim.step(route)
+    # second decision: greedy says the H800 again; the rollout's trials (the TTFTs from this request
+    # on: the totals less the first request's) say the A800
+    assert base(sim.view).instance == 0
+    route, costs = rollout_route(sim, base, horizon=5)
+    first = prefill[0][0]
+    assert costs == pytest.approx([totals[0, 0, 0] - first, totals[0, 1, 0] - first], abs=1e-12)
+    assert route == (1, False)
+    assert sim.view.index == 1  # the trials left the simulator where it was
+    sim.step(route)
+    sim.step(rollout_route(sim, base, horizon=5)[0])
+    total = sim.result("rollout").metrics["mean_ttft_s"] * 3
+    assert total == pytest.approx(min(totals.values()), abs=1e-12)
+    assert total < totals[0, 0, 0] - 0.2
+
+
+def test_horizon_zero_over_kvcentric_is_kvcentric_and_over_any_base_the_greedy_choice():
+    # H=0: a trial is the request's own TTFT, so the rollout is greedy on it; kvcentric's choice on
+    # this pool (its estimate is the exact TTFT), relsplit's answer only breaks ties
+    sim = RoutingSimulator(TRACE, POOL)
+    while sim.view is not None:
+        view = sim.view
+        own = [q + p for q, p in zip(view.queue_s, view.prefill_s)]
+        greedy = KVCentric()(view)
+        route, costs = rollout_route(sim, KVCentric(), horizon=0)
+        assert route == greedy and costs[0] == pytest.approx(own[greedy.instance], abs=1e-12)
+        assert rollout_route(sim, make_policy("routing", "relsplit"), horizon=0)[0] == greedy
+        sim.step(route)
+    prefill = [[c.prefill_s(n, 0) for n in LENGTHS] for c in sim.costs]
+    assert sim.result("h0").metrics["mean_ttft_s"] * 3 == pytest.approx(fifo_total((0, 0, 0), prefill), abs=1e-12)
+
+
+@pytest.mark.parametrize("engine", ["python"] + (["native"] if _engine.available() else []))
+def test_horizon_zero_over_kvcentric_gives_kvcentric_episodes_with_a_prefix_cache(engine):
+    kw = dict(episode_requests=60, n_instances=4, rate=12, engine=engine)
+    env = "mooncake_gym/PrefillRouting-v0"
+    base = evaluate(env, make_policy("routing", "kvcentric"), [1, 2], **kw)
+    assert evaluate(env, RolloutPolicy(make_policy("routing", "kvcentric"), 0), [1, 2], **kw) == base
+
+
+def test_same_seed_same_numbers_on_both_engines_with_a_random_base():
+    # the base's own draws (random: every decision; kvcentric: ties) are replayed alike in every trial
+    kw = dict(episode_requests=60, n_instances=4, rate=12)
+    env = "mooncake_gym/PrefillRouting-v0"
+    runs = [evaluate(env, RolloutPolicy(make_policy("routing", "random"), 8), [1, 2], engine=e, **kw)
+            for e in ["python", "python"] + (["native"] if _engine.available() else [])]
+    assert all(r == runs[0] for r in runs)
+    rnd = evaluate(env, make_policy("routing", "random"), [1, 2], engine="python", **kw)
+    assert all(ro["mean_ttft_s"] < 0.7 * r["mean_ttft_s"] for ro, r in zip(runs[0], rnd))
+
+
+def test_a_base_rule_without_a_native_twin_runs_its_trials_in_python_on_either_engine():
+    kw = dict(episode_requests=40, n_instances=4, rate=12)
+    env = "mooncake_gym/PrefillRouting-v0"
+    assert native_policy(make_policy("routing", "preble")) is None
+    runs = [evaluate(env, RolloutPolicy(make_policy("routing", "preble"), 4), [1], engine=e, **kw)
+            for e in ["python"] + (["native"] if _engine.available() else [])]
+    assert all(r == runs[0] for r in runs)
+    assert runs[0][0]["mean_ttft_s"] < evaluate(env, make_policy("routing", "preble"), [1], **kw)[0]["mean_ttft_s"]
+
+
+def test_trials_try_each_instance_with_the_pull_that_pays_and_the_base_answer_first():
+    sim = RoutingSimulator(TRACE, POOL)
+    assert trials(sim.view, (1, False)) == [(1, False), (0, False)]
+
+
+def test_rollout_through_the_env_on_both_engines_gives_the_best_assignment():
+    engines = ["python"] + (["native"] if _engine.available() else [])
+    prefill = [[c.prefill_s(n, 0) for n in LENGTHS] for c in RoutingSimulator(TRACE, POOL).costs]
+    best = min(fifo_total(a, prefill) for a in itertools.product((0, 1), repeat=3))
+    for engine in engines:
+        kw = dict(trace=TRACE, cache_blocks=0, instances="1xH800+1xA800", engine=engine)
+        ro = evaluate("mooncake_gym/PrefillRouting-v0", RolloutPolicy(make_policy("routing", "kvcentric"), 4), [0], **kw)
+        base = evaluate("mooncake_gym/PrefillRouting-v0", make_policy("routing", "kvcentric"), [0], **kw)
+        assert ro[0]["mean_ttft_s"] * 3 == pytest.approx(best, abs=1e-12)
+        assert base[0]["mean_ttft_s"] * 3 == pytest.approx(fifo_total((0, 0, 0), prefill), abs=1e-12)
+
+
+def test_rollout_refuses_a_feedback_rule_and_a_bad_horizon():
+    with pytest.raises(ValueError, match="base: lbgr learns from feedback"):
+        RolloutPolicy(make_policy("routing", "lbgr"))
+    with pytest.raises(ValueError, match=r"horizon: expected an integer in \[0, 10000\]"):
+        RolloutPolicy(make_policy("routing", "kvcentric"), -1)
+
+
+def test_compare_rollout_rows_take_the_tuned_knobs_and_are_references():
+    assert cmp.parse_rollout("relsplit:64") == ("relsplit", 64)
+    assert cmp.parse_rollout("kvcentric") == ("kvcentric", 128)
+    for bad in ("nosuch:4", "kvcentric:x", "kvcentric:-2"):
+        with pytest.raises(ValueError, match="--rollout: expected BASE"):
+            cmp.parse_rollout(bad)
+    setting = cmp.Setting("routing", "tiny", "mooncake_gym/PrefillRouting-v0",
+                          dict(trace=TRACE, cache_blocks=0, instances="1xH800+1xA800"), scenario="tiny")
+    tuned = [{"policy": "kvcentric", "env": "routing", "knobs": {"threshold": 2.0}, "scenario": "tiny"}]
+    (name, policy), = cmp.rollout_policies(setting, [("kvcentric", 4)], tuned).items()
+    assert name == "rollout H=4 over kvcentric (tuned on tiny) (reference)"
+    assert policy.policy.threshold == 2.0 and policy.horizon == 4
+    cmp.run_setting(setting, {"kvcentric": cmp.problems.get("routing").policy("kvcentric"), name: policy}, [0])
+    cmp.add_ratios(setting)
+    rows = {r["policy"]: r for r in setting.rows}
+    assert rows[name]["kind"] == "reference" and rows["kvcentric"]["kind"] == "rule"
+    assert rows[name]["best_rule"] == "kvcentric"  # a reference is never the best rule
+    assert rows[name]["ratio_to_best_rule"] < 1.0
+    scraped = cmp.Setting("routing", "s", "mooncake_gym/PrefillRouting-v0", {"observation": "scraped"})
+    assert cmp.rollout_policies(scraped, [("kvcentric", 4)], []) == {}
+    assert not math.isnan(rows[name]["mean_ttft_s"])
