@@ -35,7 +35,7 @@ def test_bench_engine_cluster_reports_the_native_presets_and_why_the_others_are_
     out = module.run(seconds=0.01, rounds=1, trace=synthetic_trace(0, 8.0).head(50))["cluster"]
     lecture, mooncake = out["presets"]["lecture"], out["presets"]["mooncake"]
     assert lecture["ratio"] == lecture["native_per_s"] / lecture["python_per_s"]
-    assert "'reserve' decode model only" in mooncake["not_native"]
+    assert "prefill_token_budget=8192 (chunked prefill batching) is not native" in mooncake["not_native"]
     assert out["target_met"] is False  # a preset not native cannot meet it
     printed = capsys.readouterr().out
     assert "cluster target (native >= 25x" in printed and "not native" in printed

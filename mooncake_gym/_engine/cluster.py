@@ -314,10 +314,11 @@ class NativeClusterSimulator(ClusterSimulator):
 
     # -- the per-request state the decode projections read (the reference's methods run on it) -----
     def _pending(self):
-        outcome, _, _, prefill_instance, _, decode_start = self._records()[:6]
+        outcome, _, _, prefill_instance, decode_instance, decode_start = self._records()[:6]
         waiting = outcome == PENDING
         started = ~np.isnan(decode_start)
-        return waiting & started, waiting & ~started & (prefill_instance >= 0)
+        # in prefill: admitted, not yet given a decode instance (its KV copy, after the prefill's end, is neither)
+        return waiting & started, waiting & ~started & (prefill_instance >= 0) & (decode_instance < 0)
 
     @property
     def _decode_of(self) -> dict:
