@@ -72,8 +72,10 @@ def demonstrations(env_kwargs: dict, teacher, seeds, wrappers, gamma: float, env
     return np.asarray(obs_all, np.float32), np.asarray(act_all, np.int64), np.concatenate(ret_all).astype(np.float32)
 
 
-def clone(model, obs, actions, returns, epochs: int = 10, batch: int = 512, lr: float = 1e-3, seed: int = 0) -> dict:
-    """Fit ``model``'s policy to ``actions`` (cross-entropy) and its value to ``returns``; returns
+def clone(model, obs, actions, returns, epochs: int = 10, batch: int = 512, lr: float = 1e-3, seed: int = 0,
+          policy_coef: float = 1.0, value_coef: float = 0.5) -> dict:
+    """Fit ``model``'s policy to ``actions`` (cross-entropy, weight ``policy_coef``) and its value to
+    ``returns`` (squared error, weight ``value_coef``; 0 leaves the value network alone); returns
     the last epoch's mean losses and the share of the teacher's actions the policy's argmax takes."""
     import torch
 
@@ -91,7 +93,7 @@ def clone(model, obs, actions, returns, epochs: int = 10, batch: int = 512, lr: 
             loss_pi = -log_prob.mean()
             loss_v = torch.nn.functional.mse_loss(values.flatten(), g[idx])
             opt.zero_grad()
-            (loss_pi + 0.5 * loss_v).backward()
+            (policy_coef * loss_pi + value_coef * loss_v).backward()
             torch.nn.utils.clip_grad_norm_(policy.parameters(), 0.5)
             opt.step()
             pl.append(loss_pi.item())
