@@ -36,10 +36,10 @@ from pathlib import Path
 import numpy as np
 
 from mooncake_gym._files import write_atomic
-from mooncake_gym.agents.agentfile import as_agent, save_agent, sha256_of, wrapper_spec
+from mooncake_gym.agents.agentfile import as_agent, load, save_agent, sha256_of, wrapper_spec
 from mooncake_gym.agents.train import library_versions
-from mooncake_gym.agents.warmstart import _wrapped, clone, mean_metric
-from mooncake_gym.analysis.rollout import DEFAULT_HORIZON, check_horizon, rollout_route
+from mooncake_gym.agents.warmstart import _wrapped, clone, mean_metric, warm_start_ppo
+from mooncake_gym.analysis.rollout import DEFAULT_HORIZON, check_horizon, best_trial, rollout_trials
 from mooncake_gym.envs.wrappers import RoutingRelativeFeatures
 from mooncake_gym.evaluation import problems
 from mooncake_gym.evaluation.episodes import evaluate
@@ -54,32 +54,50 @@ def label_episode(env, base, horizon: int, seed: int, student=None):
     """One episode of ``env`` (the agent's wrappers on a routing env with snapshots), seeded
     ``seed``: per decision the observation and the rollout's env action over ``base`` with
     ``horizon``. The rollout acts unless ``student`` (an :class:`~mooncake_gym.agents.Agent`) is
-    given; then the student acts and its states are labelled. Returns (observations, actions, the
-    episode's mean TTFT, the share of decisions where the actor agreed with the rollout)."""
+    given; then the student acts and its states are labelled. Returns (observations, actions, each
+    decision's trial cost per env action (s; inf where not tried), the episode's mean TTFT, the
+    share of decisions where the actor agreed with the rollout)."""
     obs, _ = env.reset(seed=int(seed))
     reset_policy(base, int(seed))
     u = env.unwrapped
-    o_all, a_all, agree, done, info = [], [], 0, False, {}
+    n_actions = int(u.action_space.n)
+    o_all, a_all, c_all, agree, done, info = [], [], [], 0, False, {}
     while not done:
-        route, _ = rollout_route(u.sim, base, horizon)
-        label = u.encode_action(route)
+        tried, costs = rollout_trials(u.sim, base, horizon)
+        label = u.encode_action(tried[best_trial(costs)])
+        row = np.full(n_actions, np.inf)
+        for route, c in zip(tried, costs):
+            a = u.encode_action(route)
+            row[a] = min(row[a], c)
+        c_all.append(row)
         act = label if student is None else int(student.predict(obs, deterministic=True)[0])
         o_all.append(obs)
         a_all.append(label)
         agree += act == label
         obs, _, term, trunc, info = env.step(act)
         done = term or trunc
-    return (np.asarray(o_all, np.float32), np.asarray(a_all, np.int64), float(info["metrics"]["mean_ttft_s"]),
-            agree / max(1, len(a_all)))
+    return (np.asarray(o_all, np.float32), np.asarray(a_all, np.int64), np.asarray(c_all),
+            float(info["metrics"]["mean_ttft_s"]), agree / max(1, len(a_all)))
+
+
+def soft_targets(costs: np.ndarray, tau: float) -> np.ndarray:
+    """Per decision a distribution over the env actions from the trials' TTFT sums ``costs`` (inf
+    where not tried): ``exp(-(cost - best) / tau)``, normalised (a trial ``tau`` seconds of TTFT
+    worse than the best weighs 1/e of it)."""
+    w = np.exp(-(costs - costs.min(axis=1, keepdims=True)) / tau)
+    return (w / w.sum(axis=1, keepdims=True)).astype(np.float32)
 
 
 def expert_iteration(scenario: str, out, base, horizon: int = DEFAULT_HORIZON, rounds: int = 3, episodes: int = 4,
                      epochs: int = 30, select_seeds=range(900, 904), wrappers=(RoutingRelativeFeatures,),
                      seed: int = 0, name: str = "expert_routing", lr: float = 1e-3, net_arch=None,
-                     teacher_name: str | None = None) -> dict:
+                     teacher_name: str | None = None, tau: float = 0.0) -> dict:
     """DAgger over the rollout reference on ``scenario`` (module docstring); writes ``out/NAME.zip``
     and its card and returns the card. ``base``: the rollout's base rule (a routing rule without
-    feedback); ``rounds`` >= 1 (round 0 is the rollout's own episodes), ``episodes`` per round."""
+    feedback); ``rounds`` >= 1 (round 0 is the rollout's own episodes), ``episodes`` per round.
+    ``tau`` (s): 0 fits the rollout's chosen actions; above 0 the soft targets of
+    :func:`soft_targets` (every trial weighed by its TTFT sum). The pairs are kept in
+    ``out/NAME-data.npz`` (observations, labels, trial costs)."""
     import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import DummyVecEnv
@@ -101,23 +119,28 @@ def expert_iteration(scenario: str, out, base, horizon: int = DEFAULT_HORIZON, r
     model = PPO("MlpPolicy", venv, seed=seed, device="cpu", verbose=0,
                 policy_kwargs={"net_arch": list(net_arch or NET_ARCH)})
     workload = [{"env_kwargs": kwargs}]
-    base_ttft = float(np.mean([e["mean_ttft_s"] for e in evaluate(env_id, base, list(select_seeds), **kwargs)]))
-    obs_parts, act_parts, history = [], [], []
-    best, best_round = None, -1
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    base_ttft = float(np.mean([e["mean_ttft_s"] for e in evaluate(env_id, base, list(select_seeds), **kwargs)]))
+    if not (isinstance(tau, (int, float)) and tau >= 0):
+        raise ValueError(f"tau: expected a time >= 0 s, got {tau!r}")
+    obs_parts, act_parts, cost_parts, history = [], [], [], []
+    best, best_round = None, -1
     for r in range(rounds):
         student = None if r == 0 else as_agent(model, env_id, specs)
         seeds = range(r * episodes, (r + 1) * episodes)
         actor_ttft, agree = [], []
         for s in seeds:
-            o, a, ttft, ag = label_episode(env, base, horizon, s, student)
+            o, a, c, ttft, ag = label_episode(env, base, horizon, s, student)
             obs_parts.append(o)
             act_parts.append(a)
+            cost_parts.append(c)
             actor_ttft.append(ttft)
             agree.append(ag)
-        obs, act = np.concatenate(obs_parts), np.concatenate(act_parts)
-        fit = clone(model, obs, act, np.zeros(len(act), np.float32), epochs=epochs, lr=lr, seed=seed + r,
+        obs, act, cost = np.concatenate(obs_parts), np.concatenate(act_parts), np.concatenate(cost_parts)
+        np.savez_compressed(out / f"{name}-data.npz", obs=obs, actions=act, costs=cost)
+        target = act if tau == 0 else soft_targets(cost, tau)
+        fit = clone(model, obs, target, np.zeros(len(act), np.float32), epochs=epochs, lr=lr, seed=seed + r,
                     value_coef=0.0)
         sel = mean_metric(model, workload, list(select_seeds), specs, env_id)[0]
         history.append({"round": r, "actor": "rollout" if r == 0 else "student", "seeds": [seeds.start, seeds.stop - 1],
@@ -137,7 +160,7 @@ def expert_iteration(scenario: str, out, base, horizon: int = DEFAULT_HORIZON, r
         "training": {"method": "expert iteration: DAgger over the rollout reference, cross-entropy fits of the "
                                "policy network (agents/expert.py)",
                      "teacher": teacher, "base": repr(base), "horizon": horizon, "rounds": rounds,
-                     "episodes_per_round": episodes, "epochs": epochs, "lr": lr,
+                     "episodes_per_round": episodes, "epochs": epochs, "lr": lr, "tau_s": tau,
                      "select_seeds": list(select_seeds), "base_select_mean_ttft_s": base_ttft,
                      "selected_round": best_round, "wall_time_s": round(time.time() - start, 1),
                      "history": history},
@@ -151,6 +174,57 @@ def expert_iteration(scenario: str, out, base, horizon: int = DEFAULT_HORIZON, r
     card["sha256"] = sha256_of(out / f"{name}.zip")
     write_atomic(out / f"{name}.json", json.dumps(card, indent=2) + "\n")
     return card
+
+
+#: PPO's settings of :func:`fine_tune` (the warm starts' small steps: the policy starts good).
+FINE_TUNE_HP = {"learning_rate": 3e-5, "gamma": 0.999, "clip_range": 0.1, "n_steps": 512, "batch_size": 256,
+                "n_epochs": 5, "policy_kwargs": {"net_arch": NET_ARCH}}
+
+
+def fine_tune(student, scenario: str, out, base, reward: str = "credit", timesteps: int = 120_000,
+              chunk: int = 60_000, envs: int = 4, value_episodes: int = 2, select_seeds=range(900, 904),
+              time_budget_s: float = 1800.0, name: str = "expert_routing_ppo", seed: int = 0) -> dict:
+    """PPO from the distilled ``student`` (an agent zip of :func:`expert_iteration`) on ``scenario``
+    with the env's ``reward`` ("ttft" or "credit"), through
+    :func:`~mooncake_gym.agents.warmstart.warm_start_ppo` (checkpoints chosen on ``select_seeds`` by
+    the mean TTFT against ``base``'s; the student, timestep 0, unless one is better). Before PPO the
+    value network is fit (the policy left as it is) to the student's discounted returns under that
+    reward on ``value_episodes`` training episodes (seeds 990..), so both rewards start from a
+    critic of their own. Returns the card."""
+    agent = load(student)
+    sc = get_scenario(scenario)
+    kwargs = {**sc.config(), "reward": reward}
+    gamma = FINE_TUNE_HP["gamma"]
+
+    def init(model, specs):
+        """the distilled student, its value network fit to its returns"""
+        model.policy.load_state_dict(agent.policy.state_dict())
+        env = _wrapped(kwargs, specs, sc.base_env_id)
+        obs_all, act_all, ret_all = [], [], []
+        for s in range(990, 990 + value_episodes):
+            obs, _ = env.reset(seed=s)
+            rewards, done = [], False
+            while not done:
+                a = int(model.predict(obs, deterministic=True)[0])
+                obs_all.append(obs)
+                act_all.append(a)
+                obs, r, term, trunc, _ = env.step(a)
+                rewards.append(r)
+                done = term or trunc
+            g, ret = 0.0, np.empty(len(rewards), np.float32)
+            for t in range(len(rewards) - 1, -1, -1):
+                g = rewards[t] + gamma * g
+                ret[t] = g
+            ret_all.append(ret)
+        env.close()
+        return clone(model, np.asarray(obs_all, np.float32), np.asarray(act_all, np.int64), np.concatenate(ret_all),
+                     epochs=10, policy_coef=0.0, value_coef=1.0, seed=seed)
+
+    workloads = [{"scenario": sc.name, "env_kwargs": kwargs, "teacher": f"(the student {Path(student).name})",
+                  "envs": envs, "reference": base}]
+    return warm_start_ppo(workloads, out, wrappers=agent.wrappers, timesteps=timesteps, select_seeds=select_seeds,
+                          chunk=chunk, seed=seed, hyperparameters=FINE_TUNE_HP, time_budget_s=time_budget_s,
+                          env_id=sc.base_env_id, name=name, init=init)
 
 
 def base_rule(policy: str, tuned: str | None = None):
@@ -180,11 +254,19 @@ if __name__ == "__main__":
     ap.add_argument("--epochs", type=int, default=30)
     ap.add_argument("--select-seeds", type=int, default=4, help="selection seeds 900, 901, ...")
     ap.add_argument("--name", default="expert_routing")
+    ap.add_argument("--fine-tune", metavar="STUDENT.zip", help="instead: PPO from this distilled student (fine_tune)")
+    ap.add_argument("--reward", default="credit", choices=("ttft", "credit"), help="--fine-tune: the env's reward")
+    ap.add_argument("--timesteps", type=int, default=120_000, help="--fine-tune: PPO steps")
+    ap.add_argument("--tau", type=float, default=0.0, help="soft targets' temperature in s of TTFT (0: the chosen actions)")
     a = ap.parse_args()
     try:
         rule, label = base_rule(a.base, a.tuned)
+        if a.fine_tune:
+            fine_tune(a.fine_tune, a.scenario, a.out, rule, a.reward, a.timesteps, name=a.name,
+                      select_seeds=range(900, 900 + a.select_seeds))
+            raise SystemExit(0)
         expert_iteration(a.scenario, a.out, rule, a.horizon, a.rounds, a.episodes, a.epochs,
                          range(900, 900 + a.select_seeds), name=a.name,
-                         teacher_name=f"rollout H={a.horizon} over {label}")
+                         teacher_name=f"rollout H={a.horizon} over {label}", tau=a.tau)
     except ValueError as e:
         ap.error(str(e))
