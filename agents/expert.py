@@ -107,6 +107,8 @@ def expert_iteration(scenario: str, out, base, horizon: int = DEFAULT_HORIZON, r
         raise ValueError(f"rounds: expected an integer >= 1, got {rounds!r}")
     if not (isinstance(episodes, int) and episodes >= 1):
         raise ValueError(f"episodes: expected an integer >= 1, got {episodes!r}")
+    if not (isinstance(tau, (int, float)) and tau >= 0):
+        raise ValueError(f"tau: expected a time >= 0 s, got {tau!r}")
     sc = get_scenario(scenario)
     env_id, kwargs = sc.base_env_id, sc.config()
     if max(select_seeds) >= 1000 or rounds * episodes > 900:
@@ -122,8 +124,6 @@ def expert_iteration(scenario: str, out, base, horizon: int = DEFAULT_HORIZON, r
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     base_ttft = float(np.mean([e["mean_ttft_s"] for e in evaluate(env_id, base, list(select_seeds), **kwargs)]))
-    if not (isinstance(tau, (int, float)) and tau >= 0):
-        raise ValueError(f"tau: expected a time >= 0 s, got {tau!r}")
     obs_parts, act_parts, cost_parts, history = [], [], [], []
     best, best_round = None, -1
     for r in range(rounds):
