@@ -72,14 +72,19 @@ def demonstrations(env_kwargs: dict, teacher, seeds, wrappers, gamma: float, env
     return np.asarray(obs_all, np.float32), np.asarray(act_all, np.int64), np.concatenate(ret_all).astype(np.float32)
 
 
-def clone(model, obs, actions, returns, epochs: int = 10, batch: int = 512, lr: float = 1e-3, seed: int = 0) -> dict:
-    """Fit ``model``'s policy to ``actions`` (cross-entropy) and its value to ``returns``; returns
-    the last epoch's mean losses and the share of the teacher's actions the policy's argmax takes."""
+def clone(model, obs, actions, returns, epochs: int = 10, batch: int = 512, lr: float = 1e-3, seed: int = 0,
+          policy_coef: float = 1.0, value_coef: float = 0.5) -> dict:
+    """Fit ``model``'s policy to ``actions`` (cross-entropy, weight ``policy_coef``) and its value to
+    ``returns`` (squared error, weight ``value_coef``; 0 leaves the value network alone); returns
+    the last epoch's mean losses and the share of the teacher's actions the policy's argmax takes.
+    ``actions``: the teacher's action per observation, or (2-D) its distribution over the actions
+    (soft targets: the cross-entropy to it; the agreement is then with its most likely action)."""
     import torch
 
     policy = model.policy
     opt = torch.optim.Adam(policy.parameters(), lr=lr)
     o, a, g = torch.as_tensor(obs), torch.as_tensor(actions), torch.as_tensor(returns)
+    soft = a.ndim == 2
     rng = np.random.default_rng(seed)
     stats = {}
     for _ in range(epochs):
@@ -87,11 +92,16 @@ def clone(model, obs, actions, returns, epochs: int = 10, batch: int = 512, lr: 
         pl, vl = [], []
         for start in range(0, len(o), batch):
             idx = torch.as_tensor(order[start:start + batch])
-            values, log_prob, _ = policy.evaluate_actions(o[idx], a[idx])
-            loss_pi = -log_prob.mean()
+            if soft:
+                logits = policy.get_distribution(o[idx]).distribution.logits  # (normalised log-probabilities)
+                values = policy.predict_values(o[idx])
+                loss_pi = -(a[idx] * logits).sum(-1).mean()
+            else:
+                values, log_prob, _ = policy.evaluate_actions(o[idx], a[idx])
+                loss_pi = -log_prob.mean()
             loss_v = torch.nn.functional.mse_loss(values.flatten(), g[idx])
             opt.zero_grad()
-            (loss_pi + 0.5 * loss_v).backward()
+            (policy_coef * loss_pi + value_coef * loss_v).backward()
             torch.nn.utils.clip_grad_norm_(policy.parameters(), 0.5)
             opt.step()
             pl.append(loss_pi.item())
@@ -99,7 +109,7 @@ def clone(model, obs, actions, returns, epochs: int = 10, batch: int = 512, lr: 
         stats = {"policy_loss": float(np.mean(pl)), "value_loss": float(np.mean(vl))}
     with torch.no_grad():
         pred = policy.get_distribution(o).distribution.probs.argmax(-1)
-    stats["agreement"] = float((pred == a).float().mean())
+    stats["agreement"] = float((pred == (a.argmax(-1) if soft else a)).float().mean())
     return stats
 
 

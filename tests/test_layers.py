@@ -56,7 +56,7 @@ LAYERS = [
     ("mooncake_gym.agents.agentfile", "mooncake_gym.agents.rllib_checkpoint", "mooncake_gym.agents"),
     ("mooncake_gym.evaluation",),
     ("mooncake_gym.agents.train", "mooncake_gym.agents.warmstart", "mooncake_gym.agents.warmstart_admission",
-     "mooncake_gym.agents.rllib"),
+     "mooncake_gym.agents.rllib", "mooncake_gym.agents.expert"),
     ("mooncake_gym.reporting",),
     ("mooncake_gym.experiments",),
     ("mooncake_gym.course",),

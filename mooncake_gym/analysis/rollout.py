@@ -92,6 +92,19 @@ def rollout_route(sim, base, horizon: int = DEFAULT_HORIZON, snapshot=None) -> t
     """The rollout's answer at ``sim``'s pending decision, and each trial's TTFT sum (in the order
     of :func:`trials`). ``base`` sees the pending view once (its state advances as if it routed
     this request); ``sim`` is left in the state of ``snapshot`` (default: the state it is in)."""
+    tried, costs = rollout_trials(sim, base, horizon, snapshot)
+    i, pull = tried[best_trial(costs)]
+    return Route(i, pull), costs
+
+
+def best_trial(costs: list[float]) -> int:
+    """The kept trial: the smallest TTFT sum, ties to the earliest (the base rule's answer)."""
+    return min(range(len(costs)), key=lambda k: (costs[k], k))
+
+
+def rollout_trials(sim, base, horizon: int = DEFAULT_HORIZON, snapshot=None) -> tuple[list[tuple[int, bool]], list[float]]:
+    """The trials of :func:`rollout_route` (:func:`trials`: the base rule's answer first) and each
+    one's TTFT sum."""
     view = sim.view
     if view is None:
         raise RuntimeError("rollout: the trace is exhausted")
@@ -116,9 +129,7 @@ def rollout_route(sim, base, horizon: int = DEFAULT_HORIZON, snapshot=None) -> t
                          else _trial_python(sim, route, base, horizon))
     finally:
         sim.restore(snap)
-    best = min(range(len(tried)), key=lambda k: (costs[k], k))  # ties: the earliest (the base's answer)
-    i, pull = tried[best]
-    return Route(i, pull), costs
+    return tried, costs
 
 
 def rollout_name(base_name: str, horizon: int) -> str:

@@ -11,6 +11,7 @@ from mooncake_gym import _engine
 from mooncake_gym._engine import routing as _native_routing
 from mooncake_gym._engine.stepper import NativeRoutingSimulator
 from mooncake_gym.model.costmodel import CostModel
+from mooncake_gym.sim.credit import QueueCredit
 from mooncake_gym.sim.observation import as_observation
 from mooncake_gym.sim.policy import feedback_of
 from mooncake_gym.sim.routing import RoutingConfig, RoutingSimulator, RoutingView, check_route
@@ -24,6 +25,8 @@ NATIVE_INFO = (("index", int), ("instance", int), ("pull", bool), ("ttft_s", flo
                ("transfer_s", float), ("prefill_s", float), ("hit_tokens", int), ("fetched_tokens", int),
                ("input_tokens", int))
 NATIVE_INFO_FIELDS = len(NATIVE_INFO)
+#: The rewards of ``reward=`` (the class docstring's Rewards).
+REWARDS = ("ttft", "slo", "credit")
 
 
 class PrefillRoutingEnv(PicturedEnv):
@@ -138,6 +141,22 @@ class PrefillRoutingEnv(PicturedEnv):
     return is minus the episode's total TTFT in SLO units. ``reward="slo"``: 1 if that TTFT is
     within the SLO, else 0 (the return counts requests within the SLO).
 
+    ``reward="credit"``: each request is charged for the queueing delay it imposes
+    (``mooncake_gym.sim.credit``). On a FIFO instance a waiting request waits exactly through the parts
+    of the services of the requests ahead of it that overlap its wait, so a request's charge is its
+    own service (transfer + prefill) plus, for every later request on its instance, the overlap of its
+    service with that request's wait; the charges of an episode sum to exactly its total TTFT. A
+    charge is final when the request's service ends (no later arrival waits for it); each step's
+    reward is ``-(sum of the charges that became final by the next decision's arrival) / ttft_slo_s``
+    (the last step pays every charge left), and ``info["credited"]`` lists them as ``(request index,
+    charge s)`` in the order their services ended. The return is the same as with ``"ttft"``: minus the
+    episode's total TTFT in SLO units; only when each part is paid, and to which decision it is
+    owed, differ (a learner that attributes each charge to its decision's step, rather than to the
+    step it is paid at, gets the decision's whole cost, including what it costs the requests behind
+    it; ``reward="ttft"`` charges each wait to the request that suffers it, which makes the greedy
+    choice look optimal). With it the episode is stepped from Python over either engine (the
+    native engine's env core computes only the other two rewards): the same numbers on both.
+
     ## Info
 
     ``reset`` returns ``{"requests", "rate_per_s", "action_mask"}`` (the episode's request count and
@@ -224,7 +243,9 @@ class PrefillRoutingEnv(PicturedEnv):
       (a window of a replayed trace per episode, ``reset(options={"offset": k})``) and the
       observation setting ``routers=`` (several routers, each with its own scraped view); with
       their defaults nothing changes. On 2026-12-03 it gained ``engine=``, ``snapshot()`` and
-      ``restore()``, and runs on the native engine by default, with the same episodes.
+      ``restore()``, and runs on the native engine by default, with the same episodes. Later that
+      day it gained ``reward="credit"`` (the default reward and every existing reward, observation
+      and info are unchanged).
     """
 
     NATIVE_INFO = NATIVE_INFO
@@ -238,8 +259,8 @@ class PrefillRoutingEnv(PicturedEnv):
         if not isinstance(cache_blocks, (list, tuple, np.ndarray)):  # one per instance: RoutingConfig checks each
             check("cache_blocks", cache_blocks)
         check("ttft_slo_s", ttft_slo_s)
-        if reward not in ("ttft", "slo"):
-            raise ValueError(f"reward: expected 'ttft' or 'slo', got {reward!r}")
+        if reward not in REWARDS:
+            raise ValueError(f"reward: expected one of {', '.join(map(repr, REWARDS))}, got {reward!r}")
         check_render_mode(render_mode)
         self.config = RoutingConfig(n_instances=n_instances, cache_blocks=cache_blocks, ttft_slo_s=ttft_slo_s,
                                     instances=instances)
@@ -251,6 +272,8 @@ class PrefillRoutingEnv(PicturedEnv):
         self.allow_pull = bool(allow_pull)
         self.reward_kind = reward
         self._ttft_reward, self._slo, self._n_instances = reward == "ttft", float(ttft_slo_s), int(n_instances)
+        self._credit: QueueCredit | None = None  # reward="credit": the episode's open charges
+        self._arrivals: list[float] = []
         self.render_mode = render_mode
         n = n_instances
         self.action_space = spaces.Discrete(2 * n if self.allow_pull else n)
@@ -322,9 +345,13 @@ class PrefillRoutingEnv(PicturedEnv):
         # the observation's noise, if any, from a generator spawned from np_random (its stream untouched)
         rng = self.np_random.spawn(1)[0] if self.observation.noisy else None
         self._core = None
+        if self.reward_kind == "credit":
+            self._credit = QueueCredit(self._n_instances)
+            self._arrivals = trace.arrival_s.tolist()
         if self.engine == "native" and self._fits_native(trace):
             self.sim = NativeRoutingSimulator(trace, self.config, self.cost, costs=self._costs)
-            self._start_core()
+            if self._credit is None:  # (the credit is kept here: the native simulator is stepped from Python)
+                self._start_core()
         else:
             self.sim = RoutingSimulator(trace, self.config, self.cost, self.observation, rng)
         self._last_info: dict = {}
@@ -337,7 +364,7 @@ class PrefillRoutingEnv(PicturedEnv):
         reference, which gives the same episode."""
         if feedback_of(policy) is None or self.sim is None:
             return
-        if self._core is not None:
+        if isinstance(self.sim, NativeRoutingSimulator):
             view = self.sim.view
             if view is not None and view.index != 0:
                 raise RuntimeError("listen: call it after reset, before the episode's first step")
@@ -385,7 +412,12 @@ class PrefillRoutingEnv(PicturedEnv):
         terminated = sim.dispatch(a % n, a >= n) is None
         info = sim.last  # a fresh dict every step: the caller may keep it
         ttft = info["ttft_s"]
-        if self._ttft_reward:
+        if self._credit is not None:
+            k = info["index"]
+            self._credit.record(k, self._arrivals[k], info["instance"], info["queue_s"], ttft)
+            info["credited"] = paid = self._credit.pay(math.inf if terminated else self._arrivals[k + 1])
+            reward = -sum(c for _, c in paid) / self._slo
+        elif self._ttft_reward:
             reward = -ttft / self._slo
         else:
             reward = 1.0 if ttft <= self._slo else 0.0
@@ -433,11 +465,11 @@ class PrefillRoutingEnv(PicturedEnv):
 
     def _request_index(self) -> int:
         """The pending request's index (the trace's length after the last)."""
-        return self.sim._engine.index if self._core is not None else self.sim._i
+        return self.sim._engine.index if isinstance(self.sim, NativeRoutingSimulator) else self.sim._i
 
     def _pool(self, now: float) -> tuple[list[float], list[float]]:
         """Each instance's queued work at ``now`` and its cache's fill (held / capacity; 0 for none)."""
-        if self._core is not None:
+        if isinstance(self.sim, NativeRoutingSimulator):
             queues, blocks = self.sim.pool_state(now)
         else:
             queues = [inst.queue_s(now) for inst in self.sim.instances]
@@ -449,15 +481,17 @@ class PrefillRoutingEnv(PicturedEnv):
         """An opaque copy of the episode's state (module docstring, Snapshots)."""
         if self.sim is None:
             raise RuntimeError("snapshot: call reset() first")
-        return (self.sim, self.sim.snapshot(), dict(self._last_info))
+        return (self.sim, self.sim.snapshot(), dict(self._last_info), None if self._credit is None else self._credit.copy())
 
     def restore(self, snapshot) -> np.ndarray:
         """Back to the state of ``snapshot`` (from :meth:`snapshot` during this episode); returns the
         pending decision's observation."""
-        if not (isinstance(snapshot, tuple) and len(snapshot) == 3 and snapshot[0] is self.sim):
+        if not (isinstance(snapshot, tuple) and len(snapshot) == 4 and snapshot[0] is self.sim):
             raise ValueError("snapshot: expected a snapshot of this env's current episode")
         self.sim.restore(snapshot[1])
         self._last_info = dict(snapshot[2])
+        if snapshot[3] is not None:
+            self._credit = snapshot[3].copy()
         if self._core is not None:
             self._core.observe()
         return self._observe()
@@ -469,7 +503,7 @@ class PrefillRoutingEnv(PicturedEnv):
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        if isinstance(self.sim, NativeRoutingSimulator):
+        if isinstance(self.sim, NativeRoutingSimulator) and self._credit is None:
             self._obs, self._mask_buffer, self._info_row = (self._obs.copy(), self._mask_buffer.copy(),
                                                             self._info_row.copy())  # its own, not a vector's rows
             self._start_core()

@@ -1,0 +1,272 @@
+"""Expert iteration: the rollout reference distilled into a policy network (issue 26, item 5).
+
+The rollout reference (:mod:`mooncake_gym.analysis.rollout`: at each decision, try every instance,
+let a base rule route the next H requests on a copy of the cluster, keep the best) reads the
+trace's future requests, so it cannot be deployed; a network trained to answer as it does on the
+state alone can. The recipe is DAgger (Ross, Gordon, Bagnell, AISTATS 2011) with the rollout as
+the expert, i.e. expert iteration (Anthony, Tian, Barber, NeurIPS 2017) without a tree search:
+
+1. round 0: the rollout acts on ``episodes`` training episodes of the scenario; every decision's
+   observation (behind the agent's wrappers) is stored with the rollout's action;
+2. the SB3 policy network is fit to all the pairs so far by cross-entropy
+   (:func:`mooncake_gym.agents.warmstart.clone`, the cloning machinery of the warm starts);
+3. rounds 1.. : the student (the network, deterministic) acts, and each state it visits is
+   labelled with the rollout's action there (the base rule sees every view once, as it would
+   routing the episode), the pairs are added, the network refit;
+4. after each fit the student's mean TTFT on selection seeds (900..) is measured; the best round
+   is kept; optionally PPO fine-tunes it (:func:`fine_tune`, with either reward of the env).
+
+Every seed it uses is a training seed (below 1,000): round r's episodes are seeds
+``r * episodes ..``; compare's held-out seeds (1,000,000 on) are never seen. It takes any
+registered routing scenario whose simulator has snapshots (``get_scenario(name).base_env_id`` and
+its ``config()``).
+
+    python -m mooncake_gym.agents.expert OUT --scenario routing-saturated --tuned relsplit.json \\
+        --horizon 128 --rounds 3 --episodes 4 --name expert_routing_saturated
+
+writes ``OUT/NAME.zip`` and its card (teacher, budget, trained-on and never-saw seeds, history).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from mooncake_gym._files import write_atomic
+from mooncake_gym.agents.agentfile import as_agent, load, save_agent, sha256_of, wrapper_spec
+from mooncake_gym.agents.train import library_versions
+from mooncake_gym.agents.warmstart import _wrapped, clone, mean_metric, warm_start_ppo
+from mooncake_gym.analysis.rollout import DEFAULT_HORIZON, check_horizon, best_trial, rollout_trials
+from mooncake_gym.envs.wrappers import RoutingRelativeFeatures
+from mooncake_gym.evaluation import problems
+from mooncake_gym.evaluation.episodes import evaluate
+from mooncake_gym.evaluation.scenarios import get_scenario, scenarios_of
+from mooncake_gym.sim.policy import policy_name, reset_policy
+
+#: The student's network (SB3 PPO's MlpPolicy, separate policy and value MLPs).
+NET_ARCH = [256, 256]
+
+
+def label_episode(env, base, horizon: int, seed: int, student=None):
+    """One episode of ``env`` (the agent's wrappers on a routing env with snapshots), seeded
+    ``seed``: per decision the observation and the rollout's env action over ``base`` with
+    ``horizon``. The rollout acts unless ``student`` (an :class:`~mooncake_gym.agents.Agent`) is
+    given; then the student acts and its states are labelled. Returns (observations, actions, each
+    decision's trial cost per env action (s; inf where not tried), the episode's mean TTFT, the
+    share of decisions where the actor agreed with the rollout)."""
+    obs, _ = env.reset(seed=int(seed))
+    reset_policy(base, int(seed))
+    u = env.unwrapped
+    n_actions = int(u.action_space.n)
+    o_all, a_all, c_all, agree, done, info = [], [], [], 0, False, {}
+    while not done:
+        tried, costs = rollout_trials(u.sim, base, horizon)
+        label = u.encode_action(tried[best_trial(costs)])
+        row = np.full(n_actions, np.inf)
+        for route, c in zip(tried, costs):
+            a = u.encode_action(route)
+            row[a] = min(row[a], c)
+        c_all.append(row)
+        act = label if student is None else int(student.predict(obs, deterministic=True)[0])
+        o_all.append(obs)
+        a_all.append(label)
+        agree += act == label
+        obs, _, term, trunc, info = env.step(act)
+        done = term or trunc
+    return (np.asarray(o_all, np.float32), np.asarray(a_all, np.int64), np.asarray(c_all),
+            float(info["metrics"]["mean_ttft_s"]), agree / max(1, len(a_all)))
+
+
+def soft_targets(costs: np.ndarray, tau: float) -> np.ndarray:
+    """Per decision a distribution over the env actions from the trials' TTFT sums ``costs`` (inf
+    where not tried): ``exp(-(cost - best) / tau)``, normalised (a trial ``tau`` seconds of TTFT
+    worse than the best weighs 1/e of it)."""
+    w = np.exp(-(costs - costs.min(axis=1, keepdims=True)) / tau)
+    return (w / w.sum(axis=1, keepdims=True)).astype(np.float32)
+
+
+def expert_iteration(scenario: str, out, base, horizon: int = DEFAULT_HORIZON, rounds: int = 3, episodes: int = 4,
+                     epochs: int = 30, select_seeds=range(900, 904), wrappers=(RoutingRelativeFeatures,),
+                     seed: int = 0, name: str = "expert_routing", lr: float = 1e-3, net_arch=None,
+                     teacher_name: str | None = None, tau: float = 0.0) -> dict:
+    """DAgger over the rollout reference on ``scenario`` (module docstring); writes ``out/NAME.zip``
+    and its card and returns the card. ``base``: the rollout's base rule (a routing rule without
+    feedback); ``rounds`` >= 1 (round 0 is the rollout's own episodes), ``episodes`` per round.
+    ``tau`` (s): 0 fits the rollout's chosen actions; above 0 the soft targets of
+    :func:`soft_targets` (every trial weighed by its TTFT sum). The pairs are kept in
+    ``out/NAME-data.npz`` (observations, labels, trial costs)."""
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    check_horizon(horizon)
+    if not (isinstance(rounds, int) and rounds >= 1):
+        raise ValueError(f"rounds: expected an integer >= 1, got {rounds!r}")
+    if not (isinstance(episodes, int) and episodes >= 1):
+        raise ValueError(f"episodes: expected an integer >= 1, got {episodes!r}")
+    if not (isinstance(tau, (int, float)) and tau >= 0):
+        raise ValueError(f"tau: expected a time >= 0 s, got {tau!r}")
+    sc = get_scenario(scenario)
+    env_id, kwargs = sc.base_env_id, sc.config()
+    if max(select_seeds) >= 1000 or rounds * episodes > 900:
+        raise ValueError("select_seeds, rounds x episodes: expert iteration uses training seeds below 1,000 only")
+    torch.set_num_threads(1)
+    start = time.time()
+    specs = [wrapper_spec(w) for w in wrappers]
+    env = _wrapped(kwargs, specs, env_id)
+    venv = DummyVecEnv([lambda: _wrapped(kwargs, specs, env_id)])
+    model = PPO("MlpPolicy", venv, seed=seed, device="cpu", verbose=0,
+                policy_kwargs={"net_arch": list(net_arch or NET_ARCH)})
+    workload = [{"env_kwargs": kwargs}]
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    base_ttft = float(np.mean([e["mean_ttft_s"] for e in evaluate(env_id, base, list(select_seeds), **kwargs)]))
+    obs_parts, act_parts, cost_parts, history = [], [], [], []
+    best, best_round = None, -1
+    for r in range(rounds):
+        student = None if r == 0 else as_agent(model, env_id, specs)
+        seeds = range(r * episodes, (r + 1) * episodes)
+        actor_ttft, agree = [], []
+        for s in seeds:
+            o, a, c, ttft, ag = label_episode(env, base, horizon, s, student)
+            obs_parts.append(o)
+            act_parts.append(a)
+            cost_parts.append(c)
+            actor_ttft.append(ttft)
+            agree.append(ag)
+        obs, act, cost = np.concatenate(obs_parts), np.concatenate(act_parts), np.concatenate(cost_parts)
+        np.savez_compressed(out / f"{name}-data.npz", obs=obs, actions=act, costs=cost)
+        target = act if tau == 0 else soft_targets(cost, tau)
+        fit = clone(model, obs, target, np.zeros(len(act), np.float32), epochs=epochs, lr=lr, seed=seed + r,
+                    value_coef=0.0)
+        sel = mean_metric(model, workload, list(select_seeds), specs, env_id)[0]
+        history.append({"round": r, "actor": "rollout" if r == 0 else "student", "seeds": [seeds.start, seeds.stop - 1],
+                        "actor_mean_ttft_s": float(np.mean(actor_ttft)), "actor_agreement": float(np.mean(agree)),
+                        "labels": int(len(act)), "fit": fit, "select_mean_ttft_s": sel,
+                        "select_ratio_to_base": sel / base_ttft, "wall_s": round(time.time() - start, 1)})
+        print(json.dumps(history[-1]), flush=True)
+        if best is None or sel < best:
+            best, best_round = sel, r
+            save_agent(model, out / f"{name}.zip", env_id, specs)
+    env.close()
+    venv.close()
+    teacher = teacher_name or f"rollout H={horizon} over {policy_name(base)}"
+    card = json.loads((out / f"{name}.json").read_text())
+    card.update({
+        "algorithm": "PPO", "policy": "MlpPolicy", "seed": seed, "env_kwargs": kwargs,
+        "training": {"method": "expert iteration: DAgger over the rollout reference, cross-entropy fits of the "
+                               "policy network (agents/expert.py)",
+                     "teacher": teacher, "base": repr(base), "horizon": horizon, "rounds": rounds,
+                     "episodes_per_round": episodes, "epochs": epochs, "lr": lr, "tau_s": tau,
+                     "select_seeds": list(select_seeds), "base_select_mean_ttft_s": base_ttft,
+                     "selected_round": best_round, "wall_time_s": round(time.time() - start, 1),
+                     "history": history},
+        "trained_on": [{"scenario": sc.name, "env_kwargs": kwargs,
+                        "seeds": f"0-{rounds * episodes - 1} (labelled), {min(select_seeds)}-{max(select_seeds)} (selection)"}],
+        "never_saw": [s.name for s in scenarios_of("routing") if s.name != sc.name]
+        + ["seeds >= 1,000,000 (compare's held-out seeds)"],
+        "scenarios": [sc.name],
+        "threads": 1, "versions": library_versions(),
+    })
+    card["sha256"] = sha256_of(out / f"{name}.zip")
+    write_atomic(out / f"{name}.json", json.dumps(card, indent=2) + "\n")
+    return card
+
+
+#: PPO's settings of :func:`fine_tune` (the warm starts' small steps: the policy starts good).
+FINE_TUNE_HP = {"learning_rate": 3e-5, "gamma": 0.999, "clip_range": 0.1, "n_steps": 512, "batch_size": 256,
+                "n_epochs": 5, "policy_kwargs": {"net_arch": NET_ARCH}}
+
+
+def fine_tune(student, scenario: str, out, base, reward: str = "credit", timesteps: int = 120_000,
+              chunk: int = 60_000, envs: int = 4, value_episodes: int = 2, select_seeds=range(900, 904),
+              time_budget_s: float = 1800.0, name: str = "expert_routing_ppo", seed: int = 0) -> dict:
+    """PPO from the distilled ``student`` (an agent zip of :func:`expert_iteration`) on ``scenario``
+    with the env's ``reward`` ("ttft" or "credit"), through
+    :func:`~mooncake_gym.agents.warmstart.warm_start_ppo` (checkpoints chosen on ``select_seeds`` by
+    the mean TTFT against ``base``'s; the student, timestep 0, unless one is better). Before PPO the
+    value network is fit (the policy left as it is) to the student's discounted returns under that
+    reward on ``value_episodes`` training episodes (seeds 990..), so both rewards start from a
+    critic of their own. Returns the card."""
+    agent = load(student)
+    sc = get_scenario(scenario)
+    kwargs = {**sc.config(), "reward": reward}
+    gamma = FINE_TUNE_HP["gamma"]
+
+    def init(model, specs):
+        """the distilled student, its value network fit to its returns"""
+        model.policy.load_state_dict(agent.policy.state_dict())
+        env = _wrapped(kwargs, specs, sc.base_env_id)
+        obs_all, act_all, ret_all = [], [], []
+        for s in range(990, 990 + value_episodes):
+            obs, _ = env.reset(seed=s)
+            rewards, done = [], False
+            while not done:
+                a = int(model.predict(obs, deterministic=True)[0])
+                obs_all.append(obs)
+                act_all.append(a)
+                obs, r, term, trunc, _ = env.step(a)
+                rewards.append(r)
+                done = term or trunc
+            g, ret = 0.0, np.empty(len(rewards), np.float32)
+            for t in range(len(rewards) - 1, -1, -1):
+                g = rewards[t] + gamma * g
+                ret[t] = g
+            ret_all.append(ret)
+        env.close()
+        return clone(model, np.asarray(obs_all, np.float32), np.asarray(act_all, np.int64), np.concatenate(ret_all),
+                     epochs=10, policy_coef=0.0, value_coef=1.0, seed=seed)
+
+    workloads = [{"scenario": sc.name, "env_kwargs": kwargs, "teacher": f"(the student {Path(student).name})",
+                  "envs": envs, "reference": base}]
+    return warm_start_ppo(workloads, out, wrappers=agent.wrappers, timesteps=timesteps, select_seeds=select_seeds,
+                          chunk=chunk, seed=seed, hyperparameters=FINE_TUNE_HP, time_budget_s=time_budget_s,
+                          env_id=sc.base_env_id, name=name, init=init)
+
+
+def base_rule(policy: str, tuned: str | None = None):
+    """The rollout's base rule: routing baseline ``policy`` with the knobs of ``tune``'s result file
+    ``tuned`` (whose ``policy`` must be the same), else its defaults; and its row name."""
+    knobs = {}
+    if tuned is not None:
+        doc = json.loads(Path(tuned).read_text())
+        if doc.get("policy") != policy or doc.get("env") != "routing":
+            raise ValueError(f"--tuned: expected a routing tune result of {policy}, got {doc.get('env')}/{doc.get('policy')}")
+        knobs = doc["knobs"]
+    rule = problems.get("routing").policy(policy, **knobs).policy
+    return rule, f"{policy}({', '.join(f'{k}={v}' for k, v in knobs.items())})"
+
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser(description="expert iteration: distil the rollout reference into a policy network")
+    ap.add_argument("out")
+    ap.add_argument("--scenario", required=True, help="a registered routing scenario (docs/scenarios.md)")
+    ap.add_argument("--base", default="relsplit", help="the rollout's base rule (default relsplit)")
+    ap.add_argument("--tuned", help="tune's result file with the base rule's knobs")
+    ap.add_argument("--horizon", type=int, default=DEFAULT_HORIZON)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--episodes", type=int, default=4, help="labelled episodes per round")
+    ap.add_argument("--epochs", type=int, default=30)
+    ap.add_argument("--select-seeds", type=int, default=4, help="selection seeds 900, 901, ...")
+    ap.add_argument("--name", default="expert_routing")
+    ap.add_argument("--fine-tune", metavar="STUDENT.zip", help="instead: PPO from this distilled student (fine_tune)")
+    ap.add_argument("--reward", default="credit", choices=("ttft", "credit"), help="--fine-tune: the env's reward")
+    ap.add_argument("--timesteps", type=int, default=120_000, help="--fine-tune: PPO steps")
+    ap.add_argument("--tau", type=float, default=0.0, help="soft targets' temperature in s of TTFT (0: the chosen actions)")
+    a = ap.parse_args()
+    try:
+        rule, label = base_rule(a.base, a.tuned)
+        if a.fine_tune:
+            fine_tune(a.fine_tune, a.scenario, a.out, rule, a.reward, a.timesteps, name=a.name,
+                      select_seeds=range(900, 900 + a.select_seeds))
+            raise SystemExit(0)
+        expert_iteration(a.scenario, a.out, rule, a.horizon, a.rounds, a.episodes, a.epochs,
+                         range(900, 900 + a.select_seeds), name=a.name,
+                         teacher_name=f"rollout H={a.horizon} over {label}", tau=a.tau)
+    except ValueError as e:
+        ap.error(str(e))

@@ -1,0 +1,81 @@
+"""Expert iteration (agents/expert.py): the rollout's labels and trial costs per decision, the soft
+targets, cloning to a distribution, and the recipe's checks."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import mooncake_gym  # noqa: F401
+from mooncake_gym.agents.agentfile import apply_wrappers, wrapper_spec
+from mooncake_gym.agents.expert import expert_iteration, label_episode, soft_targets
+from mooncake_gym.agents.warmstart import clone
+from mooncake_gym.analysis.rollout import best_trial, rollout_trials
+from mooncake_gym.baselines.sizesplit import RelativeSizeSplit
+from mooncake_gym.envs.wrappers import RoutingRelativeFeatures
+from mooncake_gym.sim.policy import reset_policy
+
+KWARGS = dict(n_instances=3, rate=9.0, episode_requests=40)
+
+
+def wrapped_env():
+    env = gym.make("mooncake_gym/PrefillRouting-v0", **KWARGS)
+    return apply_wrappers(env, [wrapper_spec(RoutingRelativeFeatures)], trusted=True)
+
+
+def test_label_episode_records_the_rollouts_choices_and_every_trials_cost():
+    obs, actions, costs, mean_ttft, agreement = label_episode(wrapped_env(), RelativeSizeSplit(3.0, 1), 6, seed=4)
+    assert obs.shape == (40, wrapped_env().observation_space.shape[0]) and actions.shape == (40,)
+    assert costs.shape == (40, 6) and agreement == 1.0
+    # the same episode, decision by decision, through rollout_route itself
+    env = gym.make("mooncake_gym/PrefillRouting-v0", **KWARGS)
+    env.reset(seed=4)
+    base = RelativeSizeSplit(3.0, 1)
+    reset_policy(base, 4)
+    u, ttfts = env.unwrapped, []
+    for k in range(40):
+        tried, trial_costs = rollout_trials(u.sim, base, 6)
+        a = u.encode_action(tried[best_trial(trial_costs)])
+        row = np.full(6, np.inf)
+        for route, c in zip(tried, trial_costs):
+            row[u.encode_action(route)] = min(row[u.encode_action(route)], c)
+        assert actions[k] == a and costs[k, a] == min(trial_costs)
+        assert np.array_equal(costs[k], row)
+        ttfts.append(env.step(a)[4]["ttft_s"])
+    assert mean_ttft == pytest.approx(np.mean(ttfts), abs=1e-12)
+    assert np.isinf(costs).any()  # the pulls that would copy nothing are not tried
+
+
+def test_soft_targets_weigh_each_trial_by_its_cost():
+    costs = np.array([[1.0, 1.2, np.inf], [5.0, 5.0, 4.0]])
+    t = soft_targets(costs, 0.2)
+    e = np.exp(-1.0)
+    assert t[0] == pytest.approx([1 / (1 + e), e / (1 + e), 0.0], abs=1e-7)
+    assert t[1] == pytest.approx([np.exp(-5) / (1 + 2 * np.exp(-5)), np.exp(-5) / (1 + 2 * np.exp(-5)),
+                                  1 / (1 + 2 * np.exp(-5))], abs=1e-7)
+
+
+def test_clone_to_one_hot_targets_is_clone_to_the_actions():
+    from stable_baselines3 import PPO
+
+    env = wrapped_env()
+    rng = np.random.default_rng(0)
+    obs = rng.random((300, env.observation_space.shape[0]), dtype=np.float32)
+    actions = rng.integers(0, env.action_space.n, 300)
+    one_hot = np.eye(env.action_space.n, dtype=np.float32)[actions]
+    stats = []
+    for target in (actions, one_hot):
+        model = PPO("MlpPolicy", env, seed=0, device="cpu", policy_kwargs={"net_arch": [16]})
+        stats.append(clone(model, obs, target, np.zeros(300, np.float32), epochs=3, batch=64, value_coef=0.0))
+    assert stats[0]["policy_loss"] == pytest.approx(stats[1]["policy_loss"], rel=1e-5)
+    assert stats[0]["agreement"] == stats[1]["agreement"]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"rounds": 0}, r"^rounds: expected an integer >= 1, got 0$"),
+    ({"episodes": 0}, r"^episodes: expected an integer >= 1, got 0$"),
+    ({"tau": -1.0}, r"^tau: expected a time >= 0 s, got -1.0$"),
+    ({"select_seeds": range(999, 1001)}, r"training seeds below 1,000"),
+])
+def test_expert_iteration_refuses_bad_settings(tmp_path, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        expert_iteration("routing-saturated", tmp_path, RelativeSizeSplit(), horizon=4, **kwargs)
