@@ -70,6 +70,27 @@ def pair(trace, preset, **options):
     return py, nat
 
 
+def drive_drawn_actions(py, nat, preset, draw, projections=projections, state=counters):
+    """Steps the reference ``py`` and the engine ``nat`` to the end with the same drawn actions (admit or
+    not; the default route or a drawn one, pull or not; the default decode rule or a drawn instance),
+    the view read or not: the views and ``projections`` where read, and ``state`` after every step,
+    are the reference's."""
+    while not py.done:
+        assert not nat.done
+        if draw(st.booleans()):
+            assert view_fields(py.view) == view_fields(nat.view)
+            assert projections(py) == projections(nat)
+        else:
+            assert py.view.index == nat.view.index
+        admit = draw(st.booleans() | st.just(True))
+        route = draw(st.none() | st.builds(Route, st.integers(0, preset.n_prefill - 1), st.booleans()))
+        decode = draw(st.none() | st.integers(0, preset.n_decode - 1))
+        py.step(ClusterAction(admit, route, decode))
+        nat.step(ClusterAction(admit, route, decode))
+        assert state(py) == state(nat)
+    assert nat.done and nat.view is None
+
+
 def lecture(**changes):
     return PRESETS["lecture"].with_(**changes)
 
@@ -159,20 +180,7 @@ def test_generated_action_sequences_same_views_records_and_draws(trace, preset, 
     step, then every record, series and metric, and the router's generator, are the reference's."""
     kw = options(data.draw)
     py, nat = pair(trace, preset, router=ROUTERS[router](), **kw)
-    while not py.done:
-        assert not nat.done
-        if data.draw(st.booleans()):
-            assert view_fields(py.view) == view_fields(nat.view)
-            assert projections(py) == projections(nat)
-        else:
-            assert py.view.index == nat.view.index
-        admit = data.draw(st.booleans() | st.just(True))
-        route = data.draw(st.none() | st.builds(Route, st.integers(0, preset.n_prefill - 1), st.booleans()))
-        decode = data.draw(st.none() | st.integers(0, preset.n_decode - 1))
-        py.step(ClusterAction(admit, route, decode))
-        nat.step(ClusterAction(admit, route, decode))
-        assert counters(py) == counters(nat)
-    assert nat.done and nat.view is None
+    drive_drawn_actions(py, nat, preset, data.draw)
     assert_same_result(py.result("x"), nat.result("x"))
     if router != "least_queue":
         assert py.router.rng.bit_generator.state == nat.router.rng.bit_generator.state

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
-from test_engine_cluster import assert_same_result, pair, view_fields, workloads
+from test_engine_cluster import assert_same_result, drive_drawn_actions, pair, workloads
 from test_engine_routing import traces
 
 from mooncake_gym import _engine
@@ -160,21 +160,7 @@ def test_generated_batching_action_sequences_same_views_records_and_draws(trace,
     preemption counters included), and the router's generator, are the reference's."""
     kw = batching_options(data.draw)
     py, nat = pair(trace, preset, router=ROUTERS[router](), **kw)
-    while not py.done:
-        assert not nat.done
-        if data.draw(st.booleans()):
-            assert view_fields(py.view) == view_fields(nat.view)
-            assert projections(py) == projections(nat)
-        else:
-            assert py.view.index == nat.view.index
-        admit = data.draw(st.booleans() | st.just(True))
-        route = data.draw(st.none() | st.builds(Route, st.integers(0, preset.n_prefill - 1), st.booleans()))
-        decode = data.draw(st.none() | st.integers(0, preset.n_decode - 1))
-        py.step(ClusterAction(admit, route, decode))
-        nat.step(ClusterAction(admit, route, decode))
-        assert counters(py) == counters(nat)
-        assert decode_state(py) == decode_state(nat)
-    assert nat.done and nat.view is None
+    drive_drawn_actions(py, nat, preset, data.draw, projections, lambda sim: (counters(sim), decode_state(sim)))
     assert_same_result(py.result("x"), nat.result("x"))
     assert np.array_equal(py.result("x").mean_tbt_s, nat.result("x").mean_tbt_s, equal_nan=True)
     if router != "least_queue":
