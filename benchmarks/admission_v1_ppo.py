@@ -1,6 +1,6 @@
 """PPO on OverloadAdmission-v1 with the output-length prediction (not the oracle), capped by wall time.
 
-The attempt of ``docs/admission-v1.md`` (``agents/train.py`` knows the v0 env ids only)::
+The attempt of ``docs/admission-v1.md`` (``mooncake_gym/agents/train.py`` knows the v0 env ids only)::
 
     .venv/bin/python benchmarks/admission_v1_ppo.py OUT_DIR MINUTES [GAMMA]
 

@@ -3,7 +3,7 @@ today's single-process envs, in one run (issue 25's target: at least 4x).
 
     python benchmarks/bench_training.py [--timesteps 20000]
 
-Three set-ups train PPO with the shipped hyperparameters (``agents/hyperparams.yml``: n_steps 512,
+Three set-ups train PPO with the shipped hyperparameters (``mooncake_gym/agents/hyperparams.yml``: n_steps 512,
 batch 256, 10 epochs, net [128, 128]; the recipe's training workload) for the same number of
 timesteps, alternating, and the figure is timesteps per second of ``model.learn`` (rollouts and
 updates):

@@ -77,7 +77,7 @@ def test_warm_start_refuses_an_unknown_goal(tmp_path):
 
 def test_shipped_admission_agent_runs_behind_its_wrapper_and_fits_the_admission_scenarios():
     if "ppo_admission_v1" not in agents.available():
-        pytest.fail("shipped agent ppo_admission_v1 is missing from agents/ (zip and card expected)")
+        pytest.fail("shipped agent ppo_admission_v1 is missing from mooncake_gym/agents/ (zip and card expected)")
     card = agents.card("ppo_admission_v1")
     assert card["env_id"] == ADMISSION_V1_ENV_ID
     # written before the wrappers moved to mooncake_gym.envs: the card loads unchanged

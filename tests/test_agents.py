@@ -24,7 +24,7 @@ ENV_IDS = {"routing": ROUTING_ENV_ID, "admission": ADMISSION_ENV_ID, "admission-
 @pytest.mark.parametrize("name", sorted(agents.SHIPPED))
 def test_shipped_agent_loads_verified_and_runs_an_episode(name):
     if name not in agents.available():
-        pytest.fail(f"shipped agent {name} is missing from agents/ (zip and card expected)")
+        pytest.fail(f"shipped agent {name} is missing from mooncake_gym/agents/ (zip and card expected)")
     card = agents.card(name)
     assert card["sha256"] == sha256_of(agents.agent_dir() / f"{name}.zip")
     assert card["env_id"] == ENV_IDS[agents.SHIPPED[name]]

@@ -1,4 +1,4 @@
-"""The built wheels: baselines/ and agents/ installed as mooncake_gym.baselines and
+"""The built wheels: mooncake_gym/baselines/ and mooncake_gym/agents/ installed as mooncake_gym.baselines and
 mooncake_gym.agents with the agents' files (design.md, issue 2), and the native engine
 (docs/engine.md): the extension in the wheel built with a C++ compiler, and a pure-Python wheel
 without one, whose package warns once and runs the reference.
@@ -18,22 +18,21 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-# top-level source folder -> the package path it is installed under
-MAPPING = {"mooncake_gym": "mooncake_gym", "baselines": "mooncake_gym/baselines", "agents": "mooncake_gym/agents"}
-PACKAGE_DATA_SUFFIXES = {"agents": (".zip", ".json", ".yml")}
+# the one source folder, installed as is; the shipped agents' files are its only data files
+PACKAGE = "mooncake_gym"
+AGENT_DATA_SUFFIXES = (".zip", ".json", ".yml")
 EXTENSION = "mooncake_gym/_engine_native."
 
 
 def expected_wheel_files(root: Path) -> set[str]:
-    """Every module (and the agents' data files) under the three source folders, as wheel paths."""
+    """Every module of the package and the agents' data files, as wheel paths."""
     files = set()
-    for folder, target in MAPPING.items():
-        for path in (root / folder).rglob("*"):
-            if not path.is_file() or "__pycache__" in path.parts:
-                continue
-            rel = path.relative_to(root / folder)
-            if path.suffix == ".py" or (len(rel.parts) == 1 and path.suffix in PACKAGE_DATA_SUFFIXES.get(folder, ())):
-                files.add(f"{target}/{rel.as_posix()}")
+    agents = root / PACKAGE / "agents"
+    for path in (root / PACKAGE).rglob("*"):
+        if not path.is_file() or "__pycache__" in path.parts:
+            continue
+        if path.suffix == ".py" or (path.parent == agents and path.suffix in AGENT_DATA_SUFFIXES):
+            files.add(path.relative_to(root).as_posix())
     return files
 
 

@@ -1,4 +1,4 @@
-"""Expert iteration (agents/expert.py): the rollout's labels and trial costs per decision, the soft
+"""Expert iteration (mooncake_gym/agents/expert.py): the rollout's labels and trial costs per decision, the soft
 targets, cloning to a distribution, and the recipe's checks."""
 
 import gymnasium as gym

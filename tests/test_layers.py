@@ -66,16 +66,13 @@ LAYERS = [
 
 
 def library_modules() -> dict[str, Path]:
-    """Every module of the library by its import name (baselines/ and agents/ are installed under
-    mooncake_gym)."""
+    """Every module of the library by its import name."""
     mods = {}
-    for top, package in (("mooncake_gym", "mooncake_gym"), ("baselines", "mooncake_gym.baselines"),
-                         ("agents", "mooncake_gym.agents")):
-        for path in sorted((ROOT / top).rglob("*.py")):
-            parts = list(path.relative_to(ROOT / top).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts = parts[:-1]
-            mods[".".join([package, *parts])] = path
+    for path in sorted((ROOT / "mooncake_gym").rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        mods[".".join(parts)] = path
     return mods
 
 

@@ -1,4 +1,4 @@
-"""LBGR (baselines/lbgr.py) on hand-made cases, and the simulators' feedback channel (sim/policy.py)."""
+"""LBGR (mooncake_gym/baselines/lbgr.py) on hand-made cases, and the simulators' feedback channel (sim/policy.py)."""
 
 from __future__ import annotations
 

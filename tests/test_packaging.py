@@ -1,4 +1,4 @@
-"""Packaging: baselines/ and agents/ are installed as mooncake_gym.baselines and mooncake_gym.agents
+"""Packaging: mooncake_gym.baselines and mooncake_gym.agents are subpackages of the one installed package
 in the development install (design.md, issue 2); in a built wheel: tests/test_engine_build.py."""
 
 import subprocess
@@ -15,29 +15,24 @@ def test_baselines_and_agents_import_from_the_install(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     package, baselines, agents = (Path(p) for p in done.stdout.split())
-    assert baselines.parent.name == "baselines" or baselines.parent == package.parent / "baselines"
-    assert agents.parent.name == "agents" or agents.parent == package.parent / "agents"
+    assert baselines.parent == package.parent / "baselines"
+    assert agents.parent == package.parent / "agents"
 
 
-def test_top_level_names_baselines_and_agents_give_way_to_installed_packages(tmp_path):
-    """They would collide with other popular packages (design.md). A wheel install does not provide
-    them (tests/test_engine_build.py). The editable install (scikit-build-core's redirect mode) puts
-    each mapped folder's parent on sys.path, so there the repository root is on it, but after
-    site-packages: an installed package of either name is found first."""
-    code = ("import importlib.util, site, sys, mooncake_gym.baselines, mooncake_gym.agents\n"
-            "sites = [sys.path.index(p) for p in site.getsitepackages() if p in sys.path]\n"
+def test_top_level_names_baselines_and_agents_are_not_the_projects(tmp_path):
+    """They would collide with other popular packages (design.md): the project installs only
+    ``mooncake_gym``, so in the development install neither name resolves into the repository
+    (a wheel install: tests/test_engine_build.py)."""
+    code = ("import importlib.util, mooncake_gym.baselines, mooncake_gym.agents\n"
             "for name in ('baselines', 'agents'):\n"
             "    spec = importlib.util.find_spec(name)\n"
-            "    print(name, spec.origin if spec else None, min(sites))\n"
-            f"print('root', sys.path.index({str(REPO_ROOT)!r}) if {str(REPO_ROOT)!r} in sys.path else 'absent')")
+            "    print(name, spec.origin if spec else None)\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    *rows, root = done.stdout.splitlines()
-    for row in rows:
-        name, origin, first_site = row.split(" ")
-        if origin.startswith(str(REPO_ROOT)):
-            assert root.split()[1] != "absent" and int(root.split()[1]) > int(first_site), \
-                f"top-level {name!r} resolves to {origin} ahead of site-packages"
+    rows = dict(row.split(" ", 1) for row in done.stdout.splitlines())
+    assert set(rows) == {"baselines", "agents"}
+    for name, origin in rows.items():
+        assert not origin.startswith(str(REPO_ROOT)), f"top-level {name!r} resolves to {origin} in the repository"
 
 
 # The built wheels (with the native engine, and without a C++ compiler): tests/test_engine_build.py

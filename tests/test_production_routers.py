@@ -1,4 +1,4 @@
-"""Production-router baselines (baselines/production.py): each published rule on hand-built cases,
+"""Production-router baselines (mooncake_gym/baselines/production.py): each published rule on hand-built cases,
 the worked examples of the routers' own docs, and deterministic runs through the simulator."""
 
 from __future__ import annotations

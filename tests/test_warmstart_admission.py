@@ -1,4 +1,4 @@
-"""agents/warmstart_admission.py's arguments for a per-scenario agent: the loads trained on, the
+"""mooncake_gym/agents/warmstart_admission.py's arguments for a per-scenario agent: the loads trained on, the
 training seeds per CEM generation, and the card of an agent trained on one load."""
 
 import json

@@ -153,4 +153,4 @@ lab.check("admission", my_admission)
 # %% [markdown]
 # When both checks pass, compare with the baselines at other loads
 # (`evaluate("mooncake_gym/OverloadAdmission-v0", my_admission, seeds=[0, 1, 2], load=1.5)`), and
-# read `baselines/admission.py` next to §7 of the paper.
+# read `mooncake_gym/baselines/admission.py` next to §7 of the paper.

@@ -18,7 +18,7 @@
 # prefix hit, and the two TTFT estimates, all scaled to [0, 1]; see
 # `docs/envs/prefill_routing.md`) and picks an instance, with or without a pull. The reward is
 # minus the request's TTFT in SLO units. We train stable-baselines3's PPO with the hyperparameters of
-# `agents/hyperparams.yml` for 50,000 steps, twice (training seeds 0 and 1), and measure the mean
+# `mooncake_gym/agents/hyperparams.yml` for 50,000 steps, twice (training seeds 0 and 1), and measure the mean
 # TTFT of the deterministic policy on three held-out episodes before training, every 10,000 steps,
 # and at the end, next to the baselines.
 #

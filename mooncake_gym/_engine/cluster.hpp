@@ -74,7 +74,7 @@ struct Router {
     Pcg64 rng;
 };
 
-// The native admission rules (baselines/admission.py): admit all (no policy), baseline (the TTFT
+// The native admission rules (mooncake_gym/baselines/admission.py): admit all (no policy), baseline (the TTFT
 // check), early rejection (the TTFT check, then the prefill and decode loads against a threshold).
 enum class Admission { All, Baseline, Early };
 
@@ -210,7 +210,7 @@ class Cluster {
         return out;
     }
 
-    // The native admission rule's answer on the pending view (baselines/admission.py).
+    // The native admission rule's answer on the pending view (mooncake_gym/baselines/admission.py).
     bool admits(Admission a, double ttft_slo_s, double threshold) {
         if (a == Admission::All) return true;
         const DefaultRoute& d = default_route();

@@ -348,7 +348,7 @@ struct PoolCosts {
 enum class Policy { Random, Load, Cache, KVCentric, SizeSplit, RelSplit };
 
 // A native policy's rule, knobs and running state. sizesplit and relsplit follow
-// baselines/sizesplit.py (SizeSplit, RelativeSizeSplit and its ServiceScale) operation for operation.
+// mooncake_gym/baselines/sizesplit.py (SizeSplit, RelativeSizeSplit and its ServiceScale) operation for operation.
 struct PolicySpec {
     Policy kind = Policy::KVCentric;
     double threshold = 1.0;                        // kvcentric, sizesplit, relsplit
@@ -643,7 +643,7 @@ class RoutingEngine {
             }
             case Policy::SizeSplit:
             case Policy::RelSplit: {
-                // baselines/sizesplit.py SizeSplit.__call__ (RelativeSizeSplit: its load first)
+                // mooncake_gym/baselines/sizesplit.py SizeSplit.__call__ (RelativeSizeSplit: its load first)
                 if (policy.kind == Policy::RelSplit) policy.load_s = mean_queue(policy.compensated_sum);
                 kvcentric_costs(policy.threshold);
                 double smallest = 0.0;

@@ -22,7 +22,7 @@ OPTIONS = (
     opt("--env-kwargs", default=None,
         help="env kwargs on top of the recipe's, as JSON or key=value,...: e.g. rate=8, n_instances=4 or, on "
              "the v1 environments, preset=h100 (or preset=FILE.toml); checked against the env's own arguments"),
-    opt("--n-envs", type=int, default=None, limit="n_envs", help="parallel training envs (default: agents/hyperparams.yml)"),
+    opt("--n-envs", type=int, default=None, limit="n_envs", help="parallel training envs (default: mooncake_gym/agents/hyperparams.yml)"),
     opt("--vec-env", choices=["auto", "dummy", "subproc"], default="auto",
         help="run the envs in this process (dummy) or in subprocesses; auto: subprocesses only where "
              "a step is slow enough for them to pay (default auto)"),
@@ -30,7 +30,7 @@ OPTIONS = (
         help="normalise observations with VecNormalize (its statistics are saved in the card)"),
     opt("--wrapper", action="append", default=None, metavar="MODULE.CLASS[:KWARGS]",
         help="observation wrapper around every env (repeatable, innermost first; kwargs as for --env-kwargs)"),
-    opt("--timesteps", type=int, default=None, limit="timesteps", help="total timesteps (default: agents/hyperparams.yml)"),
+    opt("--timesteps", type=int, default=None, limit="timesteps", help="total timesteps (default: mooncake_gym/agents/hyperparams.yml)"),
     opt("--seed", type=int, default=0, limit="seed", help="training seed (default 0)"),
     opt("--out", default="runs/train", help="output directory (default runs/train)"),
     opt("--tensorboard", default=None, help="TensorBoard log directory"),

@@ -23,7 +23,7 @@ reason; the grader reports it as the submission's result.
 - on Linux 5.13 and later, before the submission's code runs, the child confines itself with
   Landlock (the kernel's unprivileged access control, ``landlock(7)``): it may read and execute
   only below Python's own folders (the standard library, the venv and its site-packages) and the
-  system's library folders, read the installed ``mooncake_gym`` and ``baselines`` packages, and
+  system's library folders, read the installed ``mooncake_gym`` package, and
   create, change and delete files only in its scratch folder. Reading anything else (the
   grader's files, a home folder, the other students' submissions) or deleting anything outside
   the scratch folder fails with ``PermissionError``. Where the kernel's Landlock ABI has them it
@@ -297,7 +297,7 @@ def readable_folders() -> list[str]:
     folders = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
                "/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/local/lib", "/usr/share/zoneinfo"}
     folders.update(v for k, v in sysconfig.get_paths().items() if k in ("stdlib", "platstdlib", "purelib", "platlib"))
-    for package in ("mooncake_gym", "baselines", "numpy"):
+    for package in ("mooncake_gym", "numpy"):
         spec = importlib.util.find_spec(package)
         if spec is not None and spec.submodule_search_locations:
             folders.update(spec.submodule_search_locations)

@@ -21,7 +21,7 @@ Appended after the env's ``5 N + 2`` entries (N instances; ``T(s)`` is the env's
 
 :class:`RoutingRelativeFeatures` gives the same entries, except that the three that measure work
 in seconds (4i+3, 4N, 4N+1) are relative to the running mean of the episode's earlier requests'
-smallest service times (``baselines/sizesplit.py`` ``ServiceScale``), scaled ``R(x) = min(1,
+smallest service times (``mooncake_gym/baselines/sizesplit.py`` ``ServiceScale``), scaled ``R(x) = min(1,
 log1p(x) / log1p(32))``: "this request is 5 times the recent mean", "2 mean requests are queued per
 instance". An agent that reads sizes this way is not misled by a workload whose prompts are all
 longer (Mooncake's trace: 15k tokens on average) the way an absolute threshold in seconds is.
@@ -32,7 +32,7 @@ An observation wrapper that gives an admission agent what the good hand-written 
 
 :class:`AdmissionRuleFeatures` replaces ``OverloadAdmission-v1``'s observation (made with
 ``prediction=True``) by the quantities the context and footprint rules of
-``baselines/admission.py`` decide on, plus the decode pool's state, the prefill queue, an estimate
+``mooncake_gym/baselines/admission.py`` decide on, plus the decode pool's state, the prefill queue, an estimate
 of the offered load and the rules' own decisions. It reads them from the env's decision view
 (``env.unwrapped.decision_view()``, what the baselines read), so under an observation mode it shows
 what that mode shows. ``out`` is the predicted output length (``view.predicted_output_tokens``),

@@ -170,7 +170,7 @@ Each table is one scenario, its fingerprint above it; each cell the mean ± 95 %
 - `NAME (tuned on SCENARIO)` is baseline NAME with the knobs its search chose on that scenario's
   training seeds. The `_oracle` rules read the true output length (a reference, not deployable); the
   `_predicted` ones the noisy prediction every policy sees.
-- Agent rows are the shipped agents whose spaces fit the scenario; each card in `agents/` says
+- Agent rows are the shipped agents whose spaces fit the scenario; each card in `mooncake_gym/agents/` says
   which workloads it was trained on and which it never saw.
 
 No row can pass its bound; the gap between the best row and the bound is the room left.

@@ -6,7 +6,7 @@
 - :class:`LeastQueue`: the lecture's prefill rule, the instance with the least queued work (ties:
   the lowest index), deterministic.
 
-They live in the core (not in ``baselines/``) so that the cluster never imports upward.
+They live in the core (not in ``mooncake_gym/baselines/``) so that the cluster never imports upward.
 """
 
 from __future__ import annotations

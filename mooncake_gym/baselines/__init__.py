@@ -18,7 +18,7 @@ from mooncake_gym.baselines.production import PRODUCTION_ROUTING_POLICIES
 from mooncake_gym.baselines.sizesplit import RelativeSizeSplit, SizeSplit
 from mooncake_gym.baselines.lbgr import LBGR
 
-ROUTING_POLICIES.update(PRODUCTION_ROUTING_POLICIES)  # production routers' rules (baselines/production.py)
+ROUTING_POLICIES.update(PRODUCTION_ROUTING_POLICIES)  # production routers' rules (mooncake_gym/baselines/production.py)
 # the strongest rules the routing agents met (issue 13: the size splits) and the learned router LBGR
 ROUTING_POLICIES.update({"sizesplit": SizeSplit, "relsplit": RelativeSizeSplit, "lbgr": LBGR})
 

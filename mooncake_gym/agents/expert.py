@@ -158,7 +158,7 @@ def expert_iteration(scenario: str, out, base, horizon: int = DEFAULT_HORIZON, r
     card.update({
         "algorithm": "PPO", "policy": "MlpPolicy", "seed": seed, "env_kwargs": kwargs,
         "training": {"method": "expert iteration: DAgger over the rollout reference, cross-entropy fits of the "
-                               "policy network (agents/expert.py)",
+                               "policy network (mooncake_gym/agents/expert.py)",
                      "teacher": teacher, "base": repr(base), "horizon": horizon, "rounds": rounds,
                      "episodes_per_round": episodes, "epochs": epochs, "lr": lr, "tau_s": tau,
                      "select_seeds": list(select_seeds), "base_select_mean_ttft_s": base_ttft,

@@ -95,7 +95,7 @@ class RelativeSizeSplit(SizeSplit):
 
     name = "relsplit"
     #: The knobs ``tune`` searches: the defaults, and the per-scenario agents' teachers (6, 2, 0) and
-    #: (2, 4, 3) (agents/ppo_routing_ws.json, ppo_routing_bursty.json).
+    #: (2, 4, 3) (mooncake_gym/agents/ppo_routing_ws.json, ppo_routing_bursty.json).
     KNOBS = {"long_factor": [2.0, 4.0, 6.0, 10.0], "long_instances": [1, 2, 4], "min_load": [0.0, 3.0]}
 
     def __init__(self, long_factor: float | None = 6.0, long_instances: int = 2, work_weight: float = 0.0,

@@ -508,7 +508,7 @@ def card_path(zip_path: str | os.PathLike) -> Path:
 
 
 def format_card(model, env_id: str, wrappers: Sequence = (), vecnormalize=None, algorithm: str | None = None) -> dict:
-    """The card fields of the format for ``model``; written by :func:`save_agent` and agents/train.py."""
+    """The card fields of the format for ``model``; written by :func:`save_agent` and mooncake_gym/agents/train.py."""
     agent = as_agent(model, env_id, wrappers, vecnormalize)
     name = algorithm or type(model).__name__
     if name not in ALGORITHMS:

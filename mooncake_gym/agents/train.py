@@ -3,7 +3,7 @@ any registered environment: ``routing`` and ``admission`` (the lecture's two, ``
 and ``OverloadAdmission-v0``), the v1 environments, ``Conductor-v1`` and every scenario id
 (:func:`resolve_env`), its keyword arguments checked against the environment's own signature.
 
-Hyperparameters come from ``agents/hyperparams.yml`` keyed by env id (the PPO recipe; ``a2c`` and
+Hyperparameters come from ``mooncake_gym/agents/hyperparams.yml`` keyed by env id (the PPO recipe; ``a2c`` and
 ``dqn`` sub-entries for those); a scenario takes its base environment's entry without that entry's
 workload (the scenario fixes its own). Training episodes of the recipes draw randomised workloads
 (routing: session rates across idle-to-overloaded; admission: loads from 1x to 3x the decode
@@ -120,7 +120,7 @@ def _scenario(env_id: str):
 
 
 def load_hyperparams(env_id: str, algo: str = "ppo") -> dict:
-    """The ``agents/hyperparams.yml`` entry of ``env_id`` for ``algo`` (ppo, a2c, dqn, recurrentppo,
+    """The ``mooncake_gym/agents/hyperparams.yml`` entry of ``env_id`` for ``algo`` (ppo, a2c, dqn, recurrentppo,
     maskableppo): the run's settings plus that algorithm's hyperparameters. A scenario's id takes the
     entry of its base environment without its workload (``env_kwargs``, ``eval_env_kwargs``): the
     scenario's registered arguments are the workload."""
@@ -132,7 +132,7 @@ def load_hyperparams(env_id: str, algo: str = "ppo") -> dict:
     elif env_id in table:
         entry = dict(table[env_id])
     else:
-        raise ValueError(f"env: no hyperparameters for {env_id!r} in agents/hyperparams.yml")
+        raise ValueError(f"env: no hyperparameters for {env_id!r} in mooncake_gym/agents/hyperparams.yml")
     subs = {k: entry.pop(k) for k in ("a2c", "dqn") if k in entry}
     algo = algo.lower()
     if algo not in ALGO_NAMES:
@@ -140,7 +140,7 @@ def load_hyperparams(env_id: str, algo: str = "ppo") -> dict:
     if algo in subs:
         entry = {**{k: v for k, v in entry.items() if k in RUN_KEYS}, **subs[algo]}
     elif algo in ("a2c", "dqn"):
-        raise ValueError(f"algo: no {algo} sub-entry for {env_id!r} in agents/hyperparams.yml")
+        raise ValueError(f"algo: no {algo} sub-entry for {env_id!r} in mooncake_gym/agents/hyperparams.yml")
     entry["policy"] = POLICIES[ALGO_NAMES[algo]]
     return entry
 

@@ -39,7 +39,7 @@ SHIPPED_SHA256 = {
     "ppo_routing_ws": {"zip": "5c56f3e76f446dd2887bfe521216140ba44bca8e2846f4aa12cb9c73a411372e",
                        "json": "9402dcf18c3da108c9cfc77a047d8b523dcf6424684dfa5086a16018bf3ec5c1"},
     # issue 13: CEM on a linear policy then PPO on OverloadAdmission-v1, behind
-    # mooncake_gym.envs.wrappers.AdmissionRuleFeatures (agents/warmstart_admission.py)
+    # mooncake_gym.envs.wrappers.AdmissionRuleFeatures (mooncake_gym/agents/warmstart_admission.py)
     "ppo_admission_v1": {"zip": "ba7c877044c4e25315bb917fa6859bc1e7f9343101ecfd0493e4d5f749a5e3ef",
                          "json": "b23e26e2ea5dfc7e78be0a66e19ddac58793244272695d1c3e8d661c61ea300e"},
     # issue 13: a per-scenario agent for routing-bursty (its card's "scenarios"; compare shows it only

@@ -137,7 +137,7 @@ def cem_init(generations: int = 15, population: int = 12, elite: int = 3, budget
                 "wall_s": round(time.time() - start, 1)}
 
     init.__doc__ = ("cross-entropy method on a linear policy started at the context rule "
-                    "(agents/warmstart_admission.cem_init)")
+                    "(mooncake_gym/agents/warmstart_admission.cem_init)")
     return init
 
 

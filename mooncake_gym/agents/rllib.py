@@ -15,7 +15,7 @@ in its own venv: ``make test-ray``, ``docs/scale-out.md``).
   an iteration): routing ``mean_ttft_s`` and ``hit_ratio`` (hit share); admission ``completed``,
   ``goodput`` and ``wasted_prefill_s``. They appear in each training result under ``env_runners``.
 - :func:`train_rllib` trains RLlib's PPO on a local Ray instance or on the cluster at ``address``
-  with the hyperparameters of ``agents/hyperparams.yml`` translated to RLlib's names.
+  with the hyperparameters of ``mooncake_gym/agents/hyperparams.yml`` translated to RLlib's names.
 
 Its checkpoints are evaluated as agents by :mod:`mooncake_gym.agents.rllib_checkpoint`.
 """
@@ -100,7 +100,7 @@ def __getattr__(name):  # DomainMetricsCallback is built on first use: importing
 
 
 def rllib_hyperparams(env: str) -> tuple[dict, dict]:
-    """PPO settings in RLlib's names and the training env kwargs, from ``agents/hyperparams.yml``
+    """PPO settings in RLlib's names and the training env kwargs, from ``mooncake_gym/agents/hyperparams.yml``
     (SB3's names translated: a train batch is one rollout of every env, ``n_steps x n_envs``)."""
     if env not in ENV_IDS:
         raise ValueError(f"env: expected one of {sorted(ENV_IDS)}, got {env!r}")

@@ -9,10 +9,10 @@ to a teacher's actions (cross-entropy) and the value network to the teacher's di
 
 :func:`warm_start_ppo` does it on several workloads at once (one vector env per entry of
 ``workloads``, each with its own teacher) and writes the agent in the project's format
-(``agents/agentfile.py``) with a card. Every seed it uses is below 1,000 (training seeds). It is
+(``mooncake_gym/agents/agentfile.py``) with a card. Every seed it uses is below 1,000 (training seeds). It is
 written for routing (``PrefillRouting-v0``, mean TTFT: the defaults) and serves any environment
 whose unwrapped env has ``decision_view()`` and ``encode_action()`` with a per-episode metric to
-select checkpoints by (``env_id``, ``metric``, ``goal``): ``agents/warmstart_admission.py`` uses it
+select checkpoints by (``env_id``, ``metric``, ``goal``): ``mooncake_gym/agents/warmstart_admission.py`` uses it
 for ``OverloadAdmission-v1`` and token goodput.
 """
 
@@ -178,10 +178,10 @@ def warm_start_ppo(workloads: list[dict], out, wrappers=(), timesteps: int = 300
                  for w in workloads]
         obs, act, ret = (np.concatenate([d[i] for d in demos]) for i in range(3))
         bc = clone(model, obs, act, ret, epochs=bc_epochs, seed=seed)
-        method = "behaviour cloning of each workload's teacher, then PPO (agents/warmstart.py)"
+        method = "behaviour cloning of each workload's teacher, then PPO (mooncake_gym/agents/warmstart.py)"
     else:
         bc = init(model, specs)
-        method = f"{(init.__doc__ or init.__name__).strip().splitlines()[0]}, then PPO (agents/warmstart.py)"
+        method = f"{(init.__doc__ or init.__name__).strip().splitlines()[0]}, then PPO (mooncake_gym/agents/warmstart.py)"
     key = f"select_{metric}"
     history = [{"timesteps": 0, "wall_s": round(time.time() - start, 1), "bc": bc,
                 key: mean_metric(model, workloads, list(select_seeds), specs, env_id, metric)}]
