@@ -303,3 +303,11 @@ def test_the_scenario_page_command_writes_the_checkouts_page(monkeypatch, capsys
     assert leaderboard.main([]) == 0
     page = Path(__file__).resolve().parents[1] / "docs" / "scenarios.md"
     assert list(written) == [page] and written[page] == page.read_text()
+
+
+def test_hard_scenarios_are_the_routing_ones_with_room():
+    """The scenarios where the best rule is far from the rollout reference (docs/leaderboard.md):
+    the learned agents' targets are measured on these; the sanity checks and the herd scenario are not."""
+    from mooncake_gym.evaluation.scenarios import SCENARIOS
+    hard = sorted(name for name, s in SCENARIOS.items() if s.hard)
+    assert hard == ["routing-bursty", "routing-heterogeneous", "routing-mooncake-trace", "routing-saturated"]

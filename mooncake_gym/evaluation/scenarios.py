@@ -50,6 +50,9 @@ class Scenario:
     #: the sha256 of the trace file the scenario is defined on, where it needs one (``requires``):
     #: another file is another problem (:meth:`trace_check`)
     trace_sha256: str | None = None
+    #: a hard scenario: the best known rule is far from the look-ahead reference and the bound, so it is
+    #: where the benchmark's targets for learned agents are measured (docs/leaderboard.md)
+    hard: bool = False
 
     @property
     def env_id(self) -> str:
@@ -158,13 +161,13 @@ _add(Scenario("routing-saturated", "routing", "mooncake_gym/PrefillRouting-v0",
               "8 A800 instances at 11 sessions/s, exact observation: near saturation. kvcentric starts to "
               "queue at about 10/s (mean TTFT 0.70 s, 2x the bound) and at 12/s its queues grow with the "
               "episode's length; at 11/s a 3,000-request episode stays finite with kvcentric at 3-4x the bound.",
-              reset_options=("trace",)))
+              reset_options=("trace",), hard=True))
 _add(Scenario("routing-heterogeneous", "routing", "mooncake_gym/PrefillRouting-v0",
               {"rate": 18.0, "episode_requests": 3000, "instances": "4xH800+4xA800"},
               "Two GPU generations in one pool: 4 H800 nodes (989 TFLOPS per GPU) and 4 A800 nodes "
               "(312) at 18 sessions/s; each instance prefills at its own speed, so a rule must weigh "
               "work against speed.",
-              reset_options=("trace",)))
+              reset_options=("trace",), hard=True))
 _add(Scenario("routing-stale-multirouter", "routing", "mooncake_gym/PrefillRouting-v0",
               {"rate": 8.0, "episode_requests": 3000,
                "observation": {"mode": "scraped", "routers": 4, "scrape_period_s": 0.5, "scrape_delay_s": 0.1}},
@@ -178,7 +181,7 @@ _add(Scenario("routing-bursty", "routing", "mooncake_gym/PrefillRouting-v0",
               "Bursty sessions: a two-state Markov-modulated Poisson process with mean 8 sessions/s, "
               "6/s in calm periods (mean 20 s) and 12/s in bursts (mean 10 s); queues built in a burst "
               "drain in the calm.",
-              reset_options=("trace",)))
+              reset_options=("trace",), hard=True))
 _add(Scenario("routing-mooncake-trace", "routing", "mooncake_gym/PrefillRouting-v0",
               {"speed": 2.0, "window_requests": 1000},
               "Mooncake's public synthetic trace (FAST'25 release, 3,993 requests) replayed at twice its "
@@ -186,7 +189,7 @@ _add(Scenario("routing-mooncake-trace", "routing", "mooncake_gym/PrefillRouting-
               "episode's seed (heavily loaded: queues build in its busy stretches). Not shipped: give "
               "trace=PATH.",
               requires=("trace",), reset_options=("offset", "trace"),
-              trace_sha256="bd070915a98fc0ed264d7cfef2ce746002eb3076a695ec31ba2674c0111ec131"))
+              trace_sha256="bd070915a98fc0ed264d7cfef2ce746002eb3076a695ec31ba2674c0111ec131", hard=True))
 
 # --- admission scenarios (OverloadAdmission-v1 on the realistic presets)
 # 16 prefill + 1 decode A800 nodes (LLaMA2-70B; the decode pool saturates first, as in Mooncake §7),
