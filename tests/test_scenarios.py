@@ -311,3 +311,23 @@ def test_hard_scenarios_are_the_routing_ones_with_room():
     from mooncake_gym.evaluation.scenarios import SCENARIOS
     hard = sorted(name for name, s in SCENARIOS.items() if s.hard)
     assert hard == ["routing-bursty", "routing-heterogeneous", "routing-mooncake-trace", "routing-saturated"]
+
+
+def test_cli_compare_scenario_takes_an_agent_and_tuned_files(monkeypatch, capsys, tmp_path):
+    """A scenario fixes its own environment, so --agent and --tuned apply whatever the default --preset."""
+    from mooncake_gym.cli import main
+
+    monkeypatch.setitem(scenarios.SCENARIOS, "routing-tiny", scenarios.Scenario(
+        "routing-tiny", "routing", "mooncake_gym/PrefillRouting-v0", {"rate": 10.0, "episode_requests": 200},
+        "a test scenario"))
+    tuned = tmp_path / "kv.json"
+    tuned.write_text(json.dumps({"policy": "kvcentric", "env": "routing", "knobs": {"threshold": 4.0},
+                                 "scenario": "routing-tiny"}))
+    agent = REPO_ROOT / "mooncake_gym" / "agents" / "ppo_routing.zip"
+    assert main(["compare", "--scenario", "routing-tiny", "--seeds", "1", "--json",
+                 "--agent", str(agent), "--tuned", str(tuned)]) == 0
+    (setting,) = json.loads(capsys.readouterr().out)["settings"]
+    names = [r["policy"] for r in setting["rows"]]
+    assert "user_agent" in names and "kvcentric (tuned on routing-tiny)" in names
+    assert main(["compare", "--preset", "mooncake", "--agent", str(agent)]) == 2
+    assert "--agent: not with --preset mooncake" in capsys.readouterr().err

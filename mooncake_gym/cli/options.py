@@ -262,8 +262,11 @@ class Command:
                 for dest in rule.dests:
                     if given(getattr(args, dest)):
                         raise no_effect(dest, rule.why(args) if callable(rule.why) else rule.why)
+        # a scenario fixes its own environment, so the preset's options do not apply to it
+        preset_decides = not getattr(args, "scenario", None)
         for o in self.options:
-            if o.only is not None and given(getattr(args, o.dest)) and o.only[0] != decode_model(args):
+            if (o.only is not None and preset_decides and given(getattr(args, o.dest))
+                    and o.only[0] != decode_model(args)):
                 model, why = o.only
                 where = (f"not with --preset {args.preset}" if model == "reserve"
                          else "only with a cluster --preset (not lecture)")
