@@ -27,7 +27,7 @@ __all__ = ["Agent", "AgentFormatError", "AgentIntegrityError", "SHIPPED", "SHIPP
 
 #: Shipped agents by name -> the problem they solve.
 SHIPPED = {"ppo_routing": "routing", "ppo_admission": "admission", "ppo_routing_ws": "routing",
-           "ppo_admission_v1": "admission-v1", "ppo_routing_bursty": "routing"}
+           "ppo_admission_v1": "admission-v1", "ppo_routing_bursty": "routing", "ppo_routing_saturated": "routing"}
 #: sha256 of each shipped agent's zip and card (update both when an agent is retrained).
 SHIPPED_SHA256 = {
     "ppo_routing": {"zip": "e59cf80ea9a8048d8a1b14f03750bc2f3181f8a1ed604d13e6738a6fff031401",
@@ -46,6 +46,10 @@ SHIPPED_SHA256 = {
     # there): behaviour cloning of relsplit (2, 4, min_load 3), then PPO, behind RoutingRelativeFeatures
     "ppo_routing_bursty": {"zip": "03cef35fc90d86fe769ada10da69b5fbe9e1a45c67561219ae6ba23e0ccc9c7f",
                            "json": "b02238b2759ddb38caac334c72b710808d4945659a40b4cdc76cf2f8c4650a0b"},
+    # issue 26: a per-scenario agent for routing-saturated: expert iteration (DAgger over the rollout
+    # reference, mooncake_gym/agents/expert.py), then PPO with the ttft reward, behind RoutingRelativeFeatures
+    "ppo_routing_saturated": {"zip": "92b8f2f643537ad0f008f1607d4f82e3f69d79879ce573e9be0237041d305eac",
+                              "json": "6c45fec33511198e6c598556119c2a16731f1c0d5702ee6e545009b918e02599"},
 }
 
 

@@ -181,7 +181,7 @@ FINE_TUNE_HP = {"learning_rate": 3e-5, "gamma": 0.999, "clip_range": 0.1, "n_ste
                 "n_epochs": 5, "policy_kwargs": {"net_arch": NET_ARCH}}
 
 
-def fine_tune(student, scenario: str, out, base, reward: str = "credit", timesteps: int = 120_000,
+def fine_tune(student, scenario: str, out, base, reward: str = "ttft", timesteps: int = 120_000,
               chunk: int = 60_000, envs: int = 4, value_episodes: int = 2, select_seeds=range(900, 904),
               time_budget_s: float = 1800.0, name: str = "expert_routing_ppo", seed: int = 0) -> dict:
     """PPO from the distilled ``student`` (an agent zip of :func:`expert_iteration`) on ``scenario``
@@ -255,7 +255,8 @@ if __name__ == "__main__":
     ap.add_argument("--select-seeds", type=int, default=4, help="selection seeds 900, 901, ...")
     ap.add_argument("--name", default="expert_routing")
     ap.add_argument("--fine-tune", metavar="STUDENT.zip", help="instead: PPO from this distilled student (fine_tune)")
-    ap.add_argument("--reward", default="credit", choices=("ttft", "credit"), help="--fine-tune: the env's reward")
+    ap.add_argument("--reward", default="ttft", choices=("ttft", "credit"),
+                    help="--fine-tune: the env's reward (default ttft: PPO did better with it, docs/routing-agents.md)")
     ap.add_argument("--timesteps", type=int, default=120_000, help="--fine-tune: PPO steps")
     ap.add_argument("--tau", type=float, default=0.0, help="soft targets' temperature in s of TTFT (0: the chosen actions)")
     a = ap.parse_args()
