@@ -1,5 +1,6 @@
 """Per-scenario agents (issue 13: "one per scenario where it must"): ``compare`` shows an agent whose
-card names ``scenarios`` only in those scenarios' tables; the shipped ``ppo_routing_bursty``."""
+card names ``scenarios`` only in those scenarios' tables; the shipped ``ppo_routing_bursty`` and
+``ppo_routing_saturated``."""
 
 from __future__ import annotations
 
@@ -38,21 +39,28 @@ def test_a_per_scenario_agent_is_compared_only_on_its_scenarios():
         cmp.agent_scenarios(_agent({"scenarios": "routing-bursty"}))
 
 
-def test_shipped_bursty_agent_card_names_its_one_scenario_and_compare_shows_it_there_only():
+@pytest.mark.parametrize("name, scenario", [("ppo_routing_bursty", "routing-bursty"),
+                                            ("ppo_routing_saturated", "routing-saturated")])
+def test_shipped_per_scenario_agent_card_names_its_one_scenario_and_compare_shows_it_there_only(name, scenario):
     from mooncake_gym import agents
     from mooncake_gym.evaluation.scenarios import get_scenario, scenarios_of
 
-    name = "ppo_routing_bursty"
     card = agents.card(name)
-    assert card["scenarios"] == ["routing-bursty"]
-    assert [w["scenario"] for w in card["trained_on"]] == ["routing-bursty"]
-    assert card["trained_on"][0]["env_kwargs"] == get_scenario("routing-bursty").config()
+    assert card["scenarios"] == [scenario]
+    assert [w["scenario"] for w in card["trained_on"]] == [scenario]
+    trained_kwargs = dict(card["trained_on"][0]["env_kwargs"])
+    assert trained_kwargs.pop("reward", "ttft") == "ttft"  # the env's default reward
+    assert trained_kwargs == get_scenario(scenario).config()
     never = " ".join(map(str, card["never_saw"]))
-    assert all(s.name in never for s in scenarios_of("routing") if s.name != "routing-bursty")
+    assert all(s.name in never for s in scenarios_of("routing") if s.name != scenario)
     assert all(s < 1_000 for s in card["training"]["demo_seeds"] + card["training"]["select_seeds"])
+    (evaluation,) = card["evaluation"]
+    assert evaluation["scenario"] == scenario
+    assert evaluation["seeds"][0] == cmp.COMPARE_SEED_BASE and len(evaluation["seeds"]) >= 5
     shipped = {name: ("routing", agents.load_agent(name))}
-    assert name in cmp.policies_for("routing", shipped, "routing-bursty")
-    assert name not in cmp.policies_for("routing", shipped, "routing-saturated")
+    assert name in cmp.policies_for("routing", shipped, scenario)
+    other = "routing-saturated" if scenario != "routing-saturated" else "routing-bursty"
+    assert name not in cmp.policies_for("routing", shipped, other)
     assert name not in cmp.policies_for("routing", shipped)
 
 
