@@ -52,19 +52,23 @@ def test_one_name_per_metric_and_the_old_keys_as_aliases():
 def test_compare_names_the_shipped_agents_it_does_not_show():
     routing = cmp.Setting("routing-cluster", "routing (mooncake)", "mooncake_gym/PrefillRouting-v1", {})
     elsewhere = {e["agent"]: e for e in cmp.agents_elsewhere([routing])}
-    assert set(elsewhere) == {"ppo_routing", "ppo_routing_ws", "ppo_routing_bursty"}  # routing agents only
+    # routing agents only
+    assert set(elsewhere) == {"ppo_routing", "ppo_routing_ws", "ppo_routing_bursty", "ppo_routing_saturated"}
     assert elsewhere["ppo_routing"] == {"agent": "ppo_routing",
                                         "trained_on": "mooncake_gym/PrefillRouting-v0 (the lecture's toy)",
                                         "see": "mooncake-gym compare --preset lecture"}
     assert elsewhere["ppo_routing_bursty"]["see"] == "mooncake-gym compare --scenario routing-bursty"
+    assert elsewhere["ppo_routing_saturated"]["see"] == "mooncake-gym compare --scenario routing-saturated"
     admission = cmp.Setting("admission-cluster", "admission (mooncake)", "mooncake_gym/OverloadAdmission-v1", {})
     v1 = {e["agent"]: e for e in cmp.agents_elsewhere([admission])}["ppo_admission_v1"]
     assert v1["trained_on"] == "mooncake_gym/OverloadAdmission-v1 (preset mooncake-overload)"
     assert v1["see"].startswith("mooncake-gym compare --scenario admission-load") and "admission-load2" in v1["see"]
     shown = cmp.Setting("routing", "routing", "mooncake_gym/PrefillRouting-v0", {},
                         rows=[{"policy": "ppo_routing"}, {"policy": "ppo_routing_ws"}])
-    assert [e["agent"] for e in cmp.agents_elsewhere([shown])] == ["ppo_routing_bursty"]
+    assert [e["agent"] for e in cmp.agents_elsewhere([shown])] == ["ppo_routing_bursty", "ppo_routing_saturated"]
     text = cmp.format_elsewhere(cmp.agents_elsewhere([shown]))
     assert text.splitlines() == ["Shipped agents not in these tables (each acts on the problem it was trained on):",
                                  "- ppo_routing_bursty: trained on mooncake_gym/PrefillRouting-v0 (the lecture's toy); "
-                                 "shown by `mooncake-gym compare --scenario routing-bursty`"]
+                                 "shown by `mooncake-gym compare --scenario routing-bursty`",
+                                 "- ppo_routing_saturated: trained on mooncake_gym/PrefillRouting-v0 (the lecture's toy); "
+                                 "shown by `mooncake-gym compare --scenario routing-saturated`"]
