@@ -51,7 +51,7 @@ class Scenario:
     #: another file is another problem (:meth:`trace_check`)
     trace_sha256: str | None = None
     #: a hard scenario: the best known rule is far from the look-ahead reference and the bound, so it is
-    #: where the benchmark's targets for learned agents are measured (docs/leaderboard.md)
+    #: where the benchmark's targets for learned agents are measured (docs/scenarios.md marks it)
     hard: bool = False
 
     @property

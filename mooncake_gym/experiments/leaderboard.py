@@ -27,6 +27,9 @@ Gymnasium id `mooncake_gym/<name>-v<version>`: `gym.make("mooncake_gym/routing-s
 the old one stays. Its fingerprint (`Scenario.fingerprint()`: sha256 of its identity, its arguments
 and the bytes of any trace file it reads) is printed by `mooncake-gym compare --scenario NAME`
 above its table: two results with the same fingerprint were measured on the same problem.
+A scenario marked **(hard)** (`Scenario.hard`) is one where the best known rule is far from the
+look-ahead reference and the bound: the benchmark's targets for learned agents are measured there
+([`routing-agents.md`](routing-agents.md)).
 Arguments in *requires* have no default (the trace is not shipped): give them to `make`
 (`make("routing-mooncake-trace", trace="synthetic_trace.jsonl")`) or to `compare --trace`.
 Each scenario's environment accepts the `reset(options=...)` keys listed: `trace` replays the
@@ -59,7 +62,7 @@ def scenarios_markdown(scenarios=None) -> str:
              "reset options | what it models |", "|---|---|---|---|---|---|---|---|"]
     for s in scenarios:
         lines.append("| " + " | ".join(_cell(c) for c in (
-            f"`{s.name}`", f"`{s.env_id}`", s.version, f"{s.problem}, `{s.base_env_id}`", parameters(s),
+            f"`{s.name}`" + (" **(hard)**" if s.hard else ""), f"`{s.env_id}`", s.version, f"{s.problem}, `{s.base_env_id}`", parameters(s),
             ", ".join(f"`{r}`" for r in s.requires) or "-", ", ".join(f"`{o}`" for o in s.reset_options) or "-",
             s.description)) + " |")
     return "\n".join(lines) + "\n"
