@@ -1,5 +1,6 @@
 """The modules that moved into the layer packages (0.2), and the importer that keeps their old
-paths working for one version with a ``DeprecationWarning``.
+paths working for one version with a ``DeprecationWarning``; and :func:`renamed`, the same for an
+attribute that was renamed.
 
 ``import mooncake_gym.routing`` (or ``from mooncake_gym import routing``) gives the module
 :mod:`mooncake_gym.sim.routing` itself, not a copy: its functions, classes and private names are
@@ -63,3 +64,16 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 def install() -> None:
     if not any(isinstance(f, _Alias) for f in sys.meta_path):
         sys.meta_path.append(_Alias())
+
+
+def renamed(old: str, new: str) -> property:
+    """A read-only property ``old`` that warns and returns the attribute ``new`` (renamed in 0.2 so
+    that one quantity has one name; the old name goes away in the next version)."""
+
+    def get(self):
+        warnings.warn(f"{type(self).__name__}.{old} is now {new}; the old name goes away in the next version",
+                      DeprecationWarning, stacklevel=2)
+        return getattr(self, new)
+
+    get.__name__ = old
+    return property(get, doc=f"Deprecated name of ``{new}``.")

@@ -162,7 +162,7 @@ def test_random_policies_conserve_requests_and_never_exceed_kv(preset):
     sim = ClusterSimulator(tr, p)
     view = sim.view
     while view is not None:
-        assert all(u <= p.capacity_tokens for u in view.decode_used_per_instance)
+        assert all(u <= p.decode_capacity_per_instance for u in view.decode_used_per_instance)
         action = ClusterAction(bool(rng.random() < 0.8), Route(int(rng.integers(p.n_prefill)), bool(rng.random() < .5)),
                                None if rng.random() < 0.5 else int(rng.integers(p.n_decode)))
         view = sim.step(action)

@@ -45,7 +45,7 @@ def view_fields(v):
             v.default_route, v.prefill_instance, v.prefill_s, v.predicted_prefill_finish, v.predicted_ttft_s,
             v.decode_batch, v.decode_used_per_instance, v.decode_step_s, v.decode_step_with_s, v.mean_decode_s,
             v.decode_capacity_per_instance, v.ttft_slo_s, v.tbt_slo_s, v.mean_output_tokens,
-            v.requests_in_prefill, v.requests_in_decode, v.decode_used_tokens, v.decode_capacity_tokens)
+            v.requests_in_prefill, v.requests_in_decode, v.decode_used_tokens, v.decode_pool_capacity_tokens)
 
 
 def projections(sim):

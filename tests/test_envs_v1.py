@@ -245,7 +245,7 @@ def test_decode_features_are_the_views_fields(preset):
         v = env.decision_view()
         expected = []
         for b, u, s, sw in zip(v.decode_batch, v.decode_used_per_instance, v.decode_step_s, v.decode_step_with_s):
-            expected += [b / 256, u / p.capacity_tokens, s / (2 * p.tbt_slo_s), sw / (2 * p.tbt_slo_s)]
+            expected += [b / 256, u / p.decode_capacity_per_instance, s / (2 * p.tbt_slo_s), sw / (2 * p.tbt_slo_s)]
         expected = np.clip(np.asarray(expected, np.float32), 0, 1)
         assert np.array_equal(obs[start:start + 4 * p.n_decode], expected)
         assert obs[-3] == np.float32(min(1.0, v.predicted_ttft_s / 45.0))

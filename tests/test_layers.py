@@ -142,3 +142,31 @@ def test_the_library_has_no_import_cycle():
         if node not in state:
             visit(node, [])
     assert not cycles, "\n".join(cycles)
+
+
+# --- one name per quantity (issue 23 item 8) -------------------------------------------------------
+def test_the_decode_capacity_has_one_name_per_quantity_and_the_old_names_warn():
+    """KV tokens per decode instance: ``decode_capacity_per_instance`` on the preset, the simulator and
+    the views (``decode_capacity_tokens`` is its setting on a preset or an environment); the whole
+    decode pool's: ``decode_pool_capacity_tokens``. The 0.1 names still read, with a warning."""
+    from mooncake_gym.model.presets import get_preset
+    from mooncake_gym.model.workload import synthetic_trace
+    from mooncake_gym.sim.admission import LectureAdmission, OverloadConfig
+    from mooncake_gym.sim.cluster import ClusterSimulator
+
+    p = get_preset("lecture").with_(n_decode=3, decode_capacity_tokens=200_000)
+    assert p.decode_capacity_per_instance == 200_000
+    trace = synthetic_trace(0, 1.0, duration_s=20)
+    sim = ClusterSimulator(trace, p, engine="python")
+    view = sim.reset()
+    assert sim.decode_capacity_per_instance == view.decode_capacity_per_instance == 200_000
+    assert view.decode_pool_capacity_tokens == 600_000
+    config = OverloadConfig(n_decode=2, decode_capacity_tokens=100_000)
+    admission_view = LectureAdmission(trace, config).reset()
+    assert config.decode_pool_capacity_tokens == admission_view.decode_pool_capacity_tokens == 200_000
+    assert admission_view.decode_capacity_per_instance == 100_000
+    for thing, old, value in [(p, "capacity_tokens", 200_000), (sim, "capacity_tokens", 200_000),
+                              (view, "decode_capacity_tokens", 600_000), (config, "pool_capacity_tokens", 200_000),
+                              (admission_view, "decode_capacity_tokens", 200_000)]:
+        with pytest.warns(DeprecationWarning, match=f"{old} is now"):
+            assert getattr(thing, old) == value

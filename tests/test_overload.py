@@ -141,7 +141,7 @@ def test_one_request_exact_times():
     assert view.output_tokens is None  # not an oracle
     assert view.prefill_queue_s == (0.0, 0.0) and view.prefill_instance == 0
     assert view.predicted_ttft_s == ps and view.predicted_prefill_finish == 1.0 + ps
-    assert view.decode_used_tokens == 0 and view.decode_capacity_tokens == 2 * 60_000
+    assert view.decode_used_tokens == 0 and view.decode_pool_capacity_tokens == 2 * 60_000
     assert sim.step(True) is None
     r = sim.result("one")
     assert r.outcome.tolist() == [COMPLETED]

@@ -79,7 +79,7 @@ def test_the_h200_example_is_the_cost_model_of_its_figures():
                    decode_cost=PRESETS["mooncake"].decode_cost) == PRESETS["mooncake"]
     # KV tokens of a decode node: 8 x 141 GB x 0.9 less 70,552,387,584 BF16 weights, over 327,680 B a token
     weights = 2 * (80 * (2 * 8192 * 8192 + 2 * 8192 * 8 * 128 + 3 * 8192 * 28672) + 2 * 128256 * 8192)
-    assert p.capacity_tokens == (8 * 141_000_000_000 * 0.9 - weights) // 327_680 == 2_667_526
+    assert p.decode_capacity_per_instance == (8 * 141_000_000_000 * 0.9 - weights) // 327_680 == 2_667_526
     # a second load of the same file is the same preset
     assert load_preset_file(EXAMPLE) is p
     assert get_preset(str(EXAMPLE)) is p

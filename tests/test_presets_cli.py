@@ -61,7 +61,7 @@ def test_replay_on_a_cluster_preset_is_conductor_simulate_with_the_router(capsys
     expected = conductor.simulate(read_trace(small_trace), "mooncake", routing=make_policy("routing", "kvcentric"))
     assert doc["results"]["kvcentric"] == to_jsonable(expected.metrics)
     assert doc["preset"]["name"] == "mooncake" and doc["preset"]["ttft_slo_s"] == 30.0
-    assert doc["preset"]["decode_capacity_tokens"] == get_preset("mooncake").capacity_tokens
+    assert doc["preset"]["decode_capacity_tokens"] == get_preset("mooncake").decode_capacity_per_instance
 
 
 def test_replay_on_a_cluster_preset_prints_ttft_and_tbt_per_router(capsys, small_trace):

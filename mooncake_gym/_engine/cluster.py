@@ -238,7 +238,8 @@ class NativeClusterSimulator(ClusterSimulator):
         self._pool = make_engine(ref)
         self._routing_ref = ref  # (its constant per-request prefill times: uncached_prefill_s)
         self._routing_output, self._routing_blocks, self._cache_blocks = ref._output, ref._blocks, ref._cache_blocks
-        settings = {"n_decode": p.n_decode, "capacity_tokens": int(self.capacity_tokens), "tbt_s": float(p.tbt_s),
+        cap = int(self.decode_capacity_per_instance)
+        settings = {"n_decode": p.n_decode, "capacity_tokens": cap, "tbt_s": float(p.tbt_s),
                     "ttft_slo_s": float(p.ttft_slo_s), "tbt_slo_s": float(p.tbt_slo_s),
                     "sample_period_s": self.sample_period_s, "lecture_loads": self._lecture_loads,
                     "refuse_never_fit": self.refuse_never_fit, "compensated_sum": COMPENSATED_SUM,
@@ -252,7 +253,7 @@ class NativeClusterSimulator(ClusterSimulator):
                             decode={"step": decode_step(p), "recompute": prefill_fields(d.prefill_time()),
                                     "kv_bytes_per_token": int(d.model.kv_bytes_per_token),
                                     "dram_bandwidth": float(d.instance.tier_bandwidth("dram")),
-                                    "capacity_tokens": int(self.capacity_tokens), "max_running": int(p.max_running_cap),
+                                    "capacity_tokens": cap, "max_running": int(p.max_running_cap),
                                     "tbt_slo_s": p.tbt_slo_s * (1 - self.tbt_headroom), "preemption": p.preemption})
         threshold = float(getattr(self.router, "threshold", 1.0)) if self._routing_name == "kvcentric" else 1.0
         self._cluster = native.Cluster(native_trace(self.trace), list(self._output), self._pool, settings,
@@ -289,7 +290,7 @@ class NativeClusterSimulator(ClusterSimulator):
             v.predicted_output_tokens = None if self.predicted_output is None else self.predicted_output[v.index]
             v.routing = self.prefill.view
             v._route = None
-            v.decode_capacity_per_instance = self.capacity_tokens
+            v.decode_capacity_per_instance = self.decode_capacity_per_instance
             v.ttft_slo_s, v.tbt_slo_s = self.preset.ttft_slo_s, self.preset.tbt_slo_s
             v.mean_output_tokens = self.mean_output_tokens
             v.requests_in_prefill, v.requests_in_decode = self._cluster.counters()[8:10]
@@ -361,13 +362,13 @@ class NativeClusterSimulator(ClusterSimulator):
         out: list = []
         if self.reserve:
             for j, (u, b) in enumerate(zip(self._cluster.used(), self._cluster.batch())):
-                d = ReservingDecodeInstance(j, self.capacity_tokens, p.tbt_s)
+                d = ReservingDecodeInstance(j, self.decode_capacity_per_instance, p.tbt_s)
                 d.used, d.batch = u, b
                 out.append(d)
             return out
         for j in range(p.n_decode):
-            d = BatchingDecodeInstance(j, p.decode_cost, self.capacity_tokens, p.tbt_slo_s * (1 - self.tbt_headroom),
-                                       p.max_running_cap, p.preemption)
+            d = BatchingDecodeInstance(j, p.decode_cost, self.decode_capacity_per_instance,
+                                       p.tbt_slo_s * (1 - self.tbt_headroom), p.max_running_cap, p.preemption)
             for k, v in self._cluster.decoder_state(j).items():
                 if k != "n_finished":
                     setattr(d, k, v)

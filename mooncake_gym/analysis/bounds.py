@@ -258,7 +258,7 @@ def admission_goodput_bound(trace: Trace, preset="mooncake-overload", n_lambda: 
     big = 1 << 20
     a1 = (p.decode_cost.decode_step_coefficients(2 * big)[0] - p.decode_cost.decode_step_coefficients(big)[0]) / big
     n_int = np.maximum(outputs - 1, 0)
-    feasible = ((inputs + outputs <= p.capacity_tokens) & (w <= p.ttft_slo_s) & (arrival + w <= horizon)
+    feasible = ((inputs + outputs <= p.decode_capacity_per_instance) & (w <= p.ttft_slo_s) & (arrival + w <= horizon)
                 & ((n_int == 0) | (fixed1 + c * inputs <= p.tbt_slo_s)))
     u = n_int * (a1 + c * inputs) + c * n_int * (n_int - 1) / 2
     deadline = horizon + n_int * p.tbt_slo_s

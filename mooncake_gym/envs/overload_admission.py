@@ -235,7 +235,7 @@ class OverloadAdmissionEnv(PicturedEnv):
         v = self._view
         if v is None:
             return np.zeros(self.observation_space.shape, np.float32)
-        cap = v.decode_capacity_tokens
+        cap = v.decode_pool_capacity_tokens
         per = v.decode_capacity_per_instance
         finish = v.predicted_prefill_finish
         ttft_den, rejected_den, wasted_den, in_prefill_den = self._denominators

@@ -52,7 +52,7 @@ def describe(p: ClusterPreset) -> str:
     """One line naming the preset and its cluster, for the tables' headers."""
     pool = "" if p.prefill_gpus is None else f" ({pool_string(p.prefill_gpus)})"
     return (f"preset {p.name}: {p.n_prefill} prefill{pool} + {p.n_decode} decode instances, "
-            f"{p.capacity_tokens:,} KV tokens per decode instance, {p.cache_blocks} cache blocks per prefill "
+            f"{p.decode_capacity_per_instance:,} KV tokens per decode instance, {p.cache_blocks} cache blocks per prefill "
             f"instance, TTFT SLO {p.ttft_slo_s:g} s, TBT SLO {p.tbt_slo_s * 1000:g} ms")
 
 
@@ -60,7 +60,7 @@ def preset_json(p: ClusterPreset) -> dict:
     """The preset's cluster in a JSON document (its name, pool sizes, KV, cache and SLOs)."""
     return {"name": p.name, "n_prefill": p.n_prefill, "prefill_gpus": p.prefill_gpus, "n_decode": p.n_decode,
             "decode_model": p.decode_model,
-            "decode_capacity_tokens": p.capacity_tokens, "cache_blocks": p.cache_blocks,
+            "decode_capacity_tokens": p.decode_capacity_per_instance, "cache_blocks": p.cache_blocks,
             "ttft_slo_s": p.ttft_slo_s, "tbt_slo_s": p.tbt_slo_s}
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from mooncake_gym._files import check_input_file
+from mooncake_gym._moved import renamed
 from mooncake_gym._native import mypyc_attr
 from mooncake_gym.model import costmodel
 from mooncake_gym.model.costmodel import (BLOCK_TOKENS, NVME_DRIVE_BYTES, NVME_DRIVES_PER_NODE, NVME_READ_BANDWIDTH,
@@ -259,8 +260,9 @@ class ClusterPreset:
     - ``ttft_slo_s``, ``tbt_slo_s``: the SLOs (v3 §8.1.3: 30 s and 100 ms).
     - ``decode_model``: ``"batching"`` (continuous batching, KV growing token by token, step time
       from the cost model) or ``"reserve"`` (the lecture's toy: input + output reserved, fixed TBT).
-    - ``decode_capacity_tokens``: KV tokens per decode instance (``None``: the cost model's
-      ``kv_capacity_tokens``, GPU memory less a reserve less the weights).
+    - ``decode_capacity_tokens``: the setting of the KV tokens per decode instance (``None``: the
+      cost model's ``kv_capacity_tokens``, GPU memory less a reserve less the weights); the value in
+      use is :attr:`decode_capacity_per_instance`, the name the views give it too.
     - ``tbt_s``: the fixed time per token of the ``reserve`` model.
     - ``max_running``: the most requests one decode instance runs at once (an engine's cap on its
       batch, vLLM's ``max_num_seqs``; its default there is 256), counting those whose KV is on its
@@ -369,16 +371,19 @@ class ClusterPreset:
         return self.max_running if self.max_running is not None else 1 << 30
 
     @property
-    def capacity_tokens(self) -> int:
-        """KV tokens one decode instance holds."""
+    def decode_capacity_per_instance(self) -> int:
+        """KV tokens one decode instance holds: ``decode_capacity_tokens`` where set, else the decode
+        cost model's ``kv_capacity_tokens``."""
         if self.decode_capacity_tokens is not None:
             return self.decode_capacity_tokens
         return self.decode_cost.kv_capacity_tokens
 
+    capacity_tokens = renamed("capacity_tokens", "decode_capacity_per_instance")
+
     def fits(self, input_tokens, output_tokens):
         """Whether a request of ``input_tokens`` + ``output_tokens`` fits in one decode instance's KV
         (elementwise on arrays); the cluster refuses the others at arrival (``refused_too_long``)."""
-        return input_tokens + output_tokens <= self.capacity_tokens
+        return input_tokens + output_tokens <= self.decode_capacity_per_instance
 
     def routing_config(self):
         """The prefill pool as the routing simulator's ``RoutingConfig`` (instances, caches, TTFT
@@ -745,7 +750,7 @@ class PresetFile:
         description = fields.pop("description", f"{name} (from {os.path.basename(self.where)}; based on {base_name})")
         try:
             preset = base.with_(name=name, description=description, prefill_cost=prefill, decode_cost=decode, **fields)
-            preset.capacity_tokens  # the weights must fit in a decode instance's memory
+            preset.decode_capacity_per_instance  # the weights must fit in a decode instance's memory
             prefill.kv_capacity_tokens
         except ValueError as e:
             raise self.error("preset", str(e)) from None

@@ -52,6 +52,7 @@ from typing import Callable
 
 import numpy as np
 
+from mooncake_gym._moved import renamed
 from mooncake_gym.model.limits import MAX_LOAD_SAMPLES, check, check_bound
 from mooncake_gym.model.costmodel import CostModel
 from mooncake_gym.sim.policy import policy_name, reset_policy
@@ -101,8 +102,11 @@ class OverloadConfig:
             raise ValueError(f"oracle: expected True or False, got {self.oracle!r}")
 
     @property
-    def pool_capacity_tokens(self) -> int:
+    def decode_pool_capacity_tokens(self) -> int:
+        """KV tokens of the whole decode pool."""
         return self.n_decode * self.decode_capacity_tokens
+
+    pool_capacity_tokens = renamed("pool_capacity_tokens", "decode_pool_capacity_tokens")
 
     def preset(self, cost: CostModel | None = None) -> ClusterPreset:
         """This admission problem as a cluster: the ``lecture`` preset with these pools, SLO and
@@ -213,7 +217,7 @@ class LectureAdmission:
         # before the run (the decode-time tables above are bounded by the output-length limit)
         check_load_samples("trace", self._horizon, c)
         self.cluster: ClusterSimulator | None = None
-        self._pool_capacity_tokens = c.pool_capacity_tokens
+        self._decode_pool_capacity_tokens = c.decode_pool_capacity_tokens
         self._prefill_s: list[float] = []
         if n:
             self.cluster = ClusterSimulator(trace, c.preset(self.cost), router=LeastQueue(), refuse_never_fit=False,
@@ -330,7 +334,7 @@ class LectureAdmission:
         used = tuple(map(_used, sim.decode))
         v = self._pending = _new_tuple(AdmissionView, (
             now, i, self._input[i], self._output[i] if c.oracle else None,
-            sum(used), self._pool_capacity_tokens, used, c.decode_capacity_tokens,
+            sum(used), self._decode_pool_capacity_tokens, used, c.decode_capacity_tokens,
             queues, best, ps, finish, finish - now, c.ttft_slo_s,
             len(rej), len(waste), self._recent_waste_sum,
             sim.requests_in_prefill, sim.requests_in_decode,
@@ -365,7 +369,7 @@ class LectureAdmission:
         else:
             area, t0 = 0.0, 0.0
         span = h if self.done else max(t0, 1e-300)
-        return area / span / self.config.pool_capacity_tokens
+        return area / span / self.config.decode_pool_capacity_tokens
 
     def result(self, policy: str = "policy") -> OverloadResult:
         """Metrics, outcomes and load series (complete once ``done``)."""

@@ -73,6 +73,7 @@ from mooncake_gym.sim.metrics import (COMPLETED, LENGTH_CLASSES, OUTCOME_NAMES, 
                                       quantile_table)
 from mooncake_gym.sim.policies import KVCentric
 from mooncake_gym.sim.policy import feedback_of, policy_name, reset_policy
+from mooncake_gym._moved import renamed
 from mooncake_gym.model.presets import ClusterPreset, get_preset
 from mooncake_gym.sim.routing import RoutingSimulator
 from mooncake_gym.sim.views import (ClusterAction, ClusterView, Route, RoutingView, check_admit, check_cluster_action,
@@ -152,6 +153,8 @@ class ClusterSimulator:
       this class. A subclass of this class is always the reference.
     """
 
+    capacity_tokens = renamed("capacity_tokens", "decode_capacity_per_instance")
+
     def __new__(cls, *args, engine: str | None = None, **kwargs):
         # engine="native" (or the default where the engine is built): the native engine's simulator,
         # which turns into this class at construction where the cluster is not native (the default)
@@ -217,7 +220,7 @@ class ClusterSimulator:
         self.router = KVCentric() if router is None else router
         self._listeners: list[Callable] = []  # the policies' observe (listen), kept across resets
         self.listen(self.router)
-        self.capacity_tokens = p.capacity_tokens
+        self.decode_capacity_per_instance = p.decode_capacity_per_instance
         self.reserve = p.decode_model == "reserve"
         self._arrival, self._input, self._output, _ = trace.columns()
         self._routing_config = p.routing_config()
@@ -268,11 +271,12 @@ class ClusterSimulator:
         self._reserving: list[ReservingDecodeInstance] = []
         self._batching: list[BatchingDecodeInstance] = []
         if self.reserve:
-            self._reserving = [ReservingDecodeInstance(j, self.capacity_tokens, p.tbt_s) for j in range(p.n_decode)]
+            self._reserving = [ReservingDecodeInstance(j, self.decode_capacity_per_instance, p.tbt_s)
+                               for j in range(p.n_decode)]
             self.decode = list(self._reserving)
         else:
             check_s = p.tbt_slo_s * (1 - self.tbt_headroom)  # x 1.0 exactly without headroom
-            self._batching = [BatchingDecodeInstance(j, p.decode_cost, self.capacity_tokens, check_s,
+            self._batching = [BatchingDecodeInstance(j, p.decode_cost, self.decode_capacity_per_instance, check_s,
                                                      p.max_running_cap, p.preemption) for j in range(p.n_decode)]
             self.decode = list(self._batching)
         n = len(self._arrival)
@@ -677,8 +681,9 @@ class ClusterSimulator:
         period = self.sample_period_s
         prefill = self.prefill.instances
         n_p = len(prefill)
-        cap = self.capacity_tokens * len(self.decode)
-        ttft_slo, tbt_slo, per_instance = self.preset.ttft_slo_s, self.preset.tbt_slo_s, self.capacity_tokens
+        cap = self.decode_capacity_per_instance * len(self.decode)
+        ttft_slo, tbt_slo, per_instance = (self.preset.ttft_slo_s, self.preset.tbt_slo_s,
+                                           self.decode_capacity_per_instance)
         n_d = len(self.decode)
         if self._lecture_loads:  # the lecture's: share of prefill instances busy, decode KV use
             while s < t and s <= horizon:
@@ -724,7 +729,7 @@ class ClusterSimulator:
         v.predicted_output_tokens = None if self.predicted_output is None else self.predicted_output[i]
         v.routing = cast(RoutingView, self.prefill.view)  # pending: not None
         v._route = None
-        v.decode_capacity_per_instance = self.capacity_tokens
+        v.decode_capacity_per_instance = self.decode_capacity_per_instance
         v.ttft_slo_s, v.tbt_slo_s = self.preset.ttft_slo_s, self.preset.tbt_slo_s
         v.mean_output_tokens = self.mean_output_tokens
         v.requests_in_prefill = len(self._in_prefill)
@@ -767,7 +772,7 @@ class ClusterSimulator:
         if self.reserve:
             return None
         used, batch = self._project_decode(at_s, decode_s, None, output_tokens)
-        cap = self.capacity_tokens
+        cap = self.decode_capacity_per_instance
         steps: list[float | None] = []
         for d, u, b in zip(self.decode, used, batch):
             context = u + tokens
@@ -813,7 +818,7 @@ class ClusterSimulator:
                 departures.append((end, held, j))
         heapq.heapify(departures)
         arrivals = sorted((f, r) for r, f in self._in_prefill.items() if f <= at_s)
-        cap = self.capacity_tokens
+        cap = self.decode_capacity_per_instance
         pop, push = heapq.heappop, heapq.heappush
         for finish, r in arrivals:
             while departures and departures[0][0] <= finish:
@@ -1110,7 +1115,7 @@ def saturation(trace: Trace, preset: str | ClusterPreset = "mooncake", decode_ch
         view = pool_sim.step(router(view))
     pool_sim.finish()  # batching: the iterations still to form
     prefill_rate = len(trace) / max(inst.busy_until for inst in pool_sim.instances)
-    cap = p.capacity_tokens
+    cap = p.decode_capacity_per_instance
     mix = [(i, o) for i, o in zip(inputs, outputs) if i + o <= cap]
     if not mix:
         raise ValueError("trace: no request fits in one decode instance")
@@ -1127,7 +1132,7 @@ def saturation(trace: Trace, preset: str | ClusterPreset = "mooncake", decode_ch
 def _batching_decode_rate(p: ClusterPreset, mix: list, check_tbt: bool, n_requests: int) -> float:
     """Completions per second of ``p``'s batching decode pool fed from an infinite backlog of ``mix``
     ((input, output) pairs, repeated up to ``n_requests``), between the first and the last quarter."""
-    pool = [BatchingDecodeInstance(j, p.decode_cost, p.capacity_tokens, p.tbt_slo_s, p.max_running_cap, p.preemption)
+    pool = [BatchingDecodeInstance(j, p.decode_cost, p.decode_capacity_per_instance, p.tbt_slo_s, p.max_running_cap, p.preemption)
             for j in range(p.n_decode)]
     ends: list[float] = []
     heap: list = []
@@ -1172,7 +1177,7 @@ def _reserve_decode_rate(p: ClusterPreset, mix: list, n_requests: int) -> float:
     room for the next request of ``mix`` (input + output tokens) it holds it for output x ``tbt_s``;
     an instance's requests that end at one time all leave before it takes the next ones. The
     completions per second between the first and the last quarter of ``n_requests``."""
-    pool = [ReservingDecodeInstance(j, p.capacity_tokens, p.tbt_s) for j in range(p.n_decode)]
+    pool = [ReservingDecodeInstance(j, p.decode_capacity_per_instance, p.tbt_s) for j in range(p.n_decode)]
     held: list[list[tuple[float, int, int]]] = [[] for _ in pool]  # per instance: (end, order, tokens)
     fills = [0] * len(pool)  # an instance's entry in the heap is valid if made by its last fill
     ends: list[float] = []
@@ -1225,7 +1230,7 @@ def decode_capacity_rate(trace: Trace, preset: str | ClusterPreset = "lecture") 
     occ = np.mean([(i + o) * decode_s(o, tbt_s) for i, o in zip(trace.input_tokens.tolist(), trace.output_tokens.tolist())])
     if not occ > 0:
         raise ValueError("trace: the base trace's requests occupy no decode capacity (all outputs are 0)")
-    return p.n_decode * p.capacity_tokens / float(occ)
+    return p.n_decode * p.decode_capacity_per_instance / float(occ)
 
 
 def overload_workload(base: Trace | None = None, load: float = DEMO3_LOAD, n_requests: int = DEMO3_REQUESTS,

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from mooncake_gym._moved import renamed
 from mooncake_gym._native import mypyc_attr
 
 
@@ -169,7 +170,7 @@ class _PoolLoads:
 
     __slots__ = ()
     decode_used_tokens: int
-    decode_capacity_tokens: int
+    decode_pool_capacity_tokens: int
     predicted_ttft_s: float
     ttft_slo_s: float
 
@@ -177,7 +178,9 @@ class _PoolLoads:
     def decode_load(self) -> float:
         """Decode pool KV occupancy now, used / capacity of the whole pool (``early`` looks at the
         emptiest instance instead: see ``baselines.admission.EarlyRejection``)."""
-        return self.decode_used_tokens / self.decode_capacity_tokens
+        return self.decode_used_tokens / self.decode_pool_capacity_tokens
+
+    decode_capacity_tokens = renamed("decode_capacity_tokens", "decode_pool_capacity_tokens")
 
     @property
     def prefill_load(self) -> float:
@@ -188,7 +191,7 @@ class _PoolLoads:
 #: The fields of :class:`AdmissionView`, in order (then the simulator, whose projections the
 #: view's methods call).
 ADMISSION_VIEW_FIELDS = ("now", "index", "input_tokens", "output_tokens", "decode_used_tokens",
-                         "decode_capacity_tokens", "decode_used_per_instance", "decode_capacity_per_instance",
+                         "decode_pool_capacity_tokens", "decode_used_per_instance", "decode_capacity_per_instance",
                          "prefill_queue_s", "prefill_instance", "prefill_s", "predicted_prefill_finish",
                          "predicted_ttft_s", "ttft_slo_s", "recent_rejected", "recent_rejected_after_prefill",
                          "recent_wasted_s", "requests_in_prefill", "requests_in_decode", "mean_decode_s",
@@ -204,8 +207,10 @@ class AdmissionView(namedtuple("AdmissionViewFields", ADMISSION_VIEW_FIELDS + ("
     Fields:
     - ``now``: the arrival time (s); ``index``: the request's position in the trace.
     - ``input_tokens``; ``output_tokens``: the output length only with ``config.oracle``, else None.
-    - ``decode_used_tokens`` / ``decode_capacity_tokens``: the decode pool's used and total KV
-      tokens; ``decode_used_per_instance`` and ``decode_capacity_per_instance``: per instance.
+    - ``decode_used_tokens`` / ``decode_pool_capacity_tokens``: the decode pool's used and total KV
+      tokens; ``decode_used_per_instance`` and ``decode_capacity_per_instance``: per instance
+      (``decode_capacity_tokens``, the old name of the pool's total, warns: a preset's and an
+      environment's ``decode_capacity_tokens`` is the setting of the per-instance capacity).
     - ``prefill_queue_s``: queued prefill work (s) per prefill instance; ``prefill_instance``: the
       least loaded one, where this request would go; ``prefill_s``: its prefill time there;
       ``predicted_prefill_finish`` (absolute time) and ``predicted_ttft_s`` (= finish - now, exact).
@@ -398,7 +403,7 @@ class ClusterView(_PoolLoads):
         return sum(self.decode_used_per_instance)
 
     @property
-    def decode_capacity_tokens(self) -> int:
+    def decode_pool_capacity_tokens(self) -> int:
         return self.decode_capacity_per_instance * len(self.decode_used_per_instance)
 
     def project_decode(self, at_s: float, decode_s: float | None = None, quantile: float | None = None,
