@@ -249,3 +249,19 @@ def test_the_pipeline_is_refused_by_name_and_runs_the_reference():
     assert type(ClusterSimulator(t, p)) is ClusterSimulator  # the default: the reference
     py = cluster.simulate(t, p, engine="python")
     assert_same_result(py, cluster.simulate(t, p))
+
+
+def test_a_router_native_only_in_the_routing_simulator_runs_the_reference_or_is_refused_by_name():
+    """sizesplit and relsplit are native in the routing simulator, not in the cluster (their running
+    state): as the cluster's router or simulate's routing policy they run on the reference by default."""
+    t = Trace([0.0, 1.0], [100, 200], [5, 5], [[1], [2]], name="small")
+    for name in ("sizesplit", "relsplit"):
+        with pytest.raises(ValueError, match=f"router .*{'RelativeSizeSplit' if name == 'relsplit' else 'SizeSplit'} "
+                                             "is not native"):
+            ClusterSimulator(t, "mooncake", router=make_policy("routing", name), engine="native")
+        sim = ClusterSimulator(t, "mooncake", router=make_policy("routing", name))
+        assert type(sim) is ClusterSimulator and sim.step(True) is not None
+        with pytest.raises(ValueError, match="routing .* is not native"):
+            cluster.simulate(t, "mooncake", routing=make_policy("routing", name), engine="native")
+        py = cluster.simulate(t, "mooncake", routing=make_policy("routing", name), engine="python")
+        assert_same_result(py, cluster.simulate(t, "mooncake", routing=make_policy("routing", name)))

@@ -33,7 +33,7 @@ import sys
 import numpy as np
 
 from mooncake_gym._engine import native
-from mooncake_gym._engine.routing import (NATIVE_POLICIES, PoolStats, make_engine, native_policy, native_trace,
+from mooncake_gym._engine.routing import (NATIVE_POLICIES, PoolStats, make_engine, native_trace,
                                           pool_unsupported, prefill_disagrees, prefill_fields, rng_state,
                                           set_rng_state)
 from mooncake_gym._engine.stepper import routing_view
@@ -48,7 +48,10 @@ from mooncake_gym.sim.routing import RoutingResult, RoutingSimulator
 from mooncake_gym.sim.views import ClusterView, Route
 
 #: The default routers the engine runs: engine.hpp's policies and the lecture's least-queue rule.
-NATIVE_ROUTERS = {**NATIVE_POLICIES, ("mooncake_gym.sim.policies", "LeastQueue"): "least_queue"}
+#: The routing policies the cluster's engine runs (cluster.cpp router_from): engine.hpp's four rules
+#: (sizesplit and relsplit, native in the routing simulator, carry running state the cluster does not).
+CLUSTER_POLICIES = {k: v for k, v in NATIVE_POLICIES.items() if v in ("random", "load", "cache", "kvcentric")}
+NATIVE_ROUTERS = {**CLUSTER_POLICIES, ("mooncake_gym.sim.policies", "LeastQueue"): "least_queue"}
 #: The admission rules the engine runs in :meth:`NativeClusterSimulator.run_native`, by exact class.
 NATIVE_ADMISSION = {
     ("mooncake_gym.baselines.admission", "BaselineAdmission"): "baseline",
@@ -155,9 +158,9 @@ def policies_unsupported(admission, routing, decode) -> str | None:
         return (f"admission {_qualified(admission)} is not native (native: "
                 f"{', '.join(sorted(NATIVE_ADMISSION.values()))}, or None)")
     if routing is not None:
-        if native_policy(routing) is None:
+        if _name(CLUSTER_POLICIES, routing) is None:
             return (f"routing {_qualified(routing)} is not native (native: "
-                    f"{', '.join(sorted(set(NATIVE_POLICIES.values())))}, or None)")
+                    f"{', '.join(sorted(set(CLUSTER_POLICIES.values())))}, or None)")
         if not _has_pcg64(routing):
             return "the routing policy's generator is not a numpy Generator over PCG64"
     if decode is not None:
@@ -486,7 +489,7 @@ class NativeClusterSimulator(ClusterSimulator):
         rule = "all" if admission is None else _name(NATIVE_ADMISSION, admission)
         slo = self.preset.ttft_slo_s if admission is None or admission.ttft_slo_s is None else admission.ttft_slo_s
         threshold = float(admission.threshold) if rule == "early" else 1.0
-        r_name = None if routing is None else native_policy(routing)
+        r_name = None if routing is None else _name(CLUSTER_POLICIES, routing)
         r_threshold = float(getattr(routing, "threshold", 1.0)) if r_name == "kvcentric" else 1.0
         r_rng = None if routing is None else native.Pcg64(rng_state(routing.rng))
         after = self._cluster.run(rule, float(slo), threshold, r_name, r_threshold, r_rng)
