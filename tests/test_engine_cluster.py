@@ -222,9 +222,10 @@ def _small():
 
 def test_a_cluster_that_is_not_native_runs_the_reference_or_is_refused_by_name():
     t = _small()
-    assert type(ClusterSimulator(t, "mooncake")) is ClusterSimulator  # default: the reference
-    with pytest.raises(ValueError, match=r"prefill_token_budget=8192 \(chunked prefill batching\) is not native"):
-        ClusterSimulator(t, "mooncake", engine="native")
+    piped = PRESETS["mooncake"].with_(pipeline_nodes=4, pipeline_min_tokens=32_768)
+    assert type(ClusterSimulator(t, piped)) is ClusterSimulator  # default: the reference
+    with pytest.raises(ValueError, match=r"pipeline_nodes=4 \(chunked pipeline parallelism\) is not native"):
+        ClusterSimulator(t, piped, engine="native")
     with pytest.raises(ValueError, match="exact view only"):
         ClusterSimulator(t, "lecture", observation="scraped", engine="native")
 

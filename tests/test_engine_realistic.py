@@ -118,7 +118,14 @@ def test_preemption_when_the_kv_runs_out_worked_by_hand(mode):
 def batching_clusters(draw):
     """A realistic preset's batching cluster with NO_ENGINE's prefill: drawn pools, caches, KV
     capacities (small ones preempt), running caps, SLOs and preemption modes."""
-    name = draw(st.sampled_from(["mooncake", "mooncake-hetero", "h100", "mooncake-overload"]))
+    name, changes = cluster_changes(draw, ["mooncake", "mooncake-hetero", "h100", "mooncake-overload"])
+    return realistic(name, **changes)
+
+
+def cluster_changes(draw, names):
+    """A preset's name drawn from ``names`` and drawn changes of its pools (prefill GPUs for
+    ``mooncake-hetero``), caches, decode capacities, running caps, SLOs and preemption mode."""
+    name = draw(st.sampled_from(names))
     n_p = draw(st.integers(1, 4))
     changes = dict(n_prefill=n_p, n_decode=draw(st.integers(1, 3)), cache_blocks=draw(st.integers(0, 12)),
                    decode_capacity_tokens=draw(st.sampled_from([None, 2500, 6000, 40000])),
@@ -127,7 +134,7 @@ def batching_clusters(draw):
                    preemption=draw(st.sampled_from(["abort", "recompute", "swap"])))
     if name == "mooncake-hetero":
         changes["prefill_gpus"] = tuple(draw(st.sampled_from(["H800", "A800"])) for _ in range(n_p))
-    return realistic(name, **changes)
+    return name, changes
 
 
 def batching_options(draw):
@@ -150,7 +157,7 @@ def long_workloads(draw):
     return Trace(t.arrival_s, t.input_tokens, outputs, t.block_ids, name="generated")
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trace=st.one_of(workloads(), long_workloads()), preset=batching_clusters(),
        router=st.sampled_from(sorted(ROUTERS)), data=st.data())
 def test_generated_batching_action_sequences_same_views_records_and_draws(trace, preset, router, data):
@@ -176,14 +183,20 @@ ADMISSION = {"all": lambda: None, "baseline": BaselineAdmission, "early": EarlyR
        admission=st.sampled_from(sorted(ADMISSION)), routing=st.sampled_from([None, "kvcentric", "random", "load"]),
        data=st.data())
 def test_generated_batching_whole_runs_with_native_rules_same_numbers(trace, preset, admission, routing, data):
-    kw = batching_options(data.draw)
+    same_whole_runs(trace, preset, admission, routing, **batching_options(data.draw))
+
+
+def same_whole_runs(trace, preset, admission, routing, **options):
+    """``cluster.simulate`` on both engines with the native rules (an ``ADMISSION`` name and a routing
+    policy's name or None): the same result and routing generator afterwards; the two results."""
     out = {}
     for engine in ("python", "native"):
         pol = None if routing is None else make_policy("routing", routing)
-        out[engine] = (cluster.simulate(trace, preset, ADMISSION[admission](), pol, engine=engine, **kw),
+        out[engine] = (cluster.simulate(trace, preset, ADMISSION[admission](), pol, engine=engine, **options),
                        None if pol is None else pol.rng.bit_generator.state)
     assert_same_result(out["python"][0], out["native"][0])
     assert out["python"][1] == out["native"][1]
+    return out["python"][0], out["native"][0]
 
 
 @pytest.mark.parametrize("name,changes", [("mooncake", {}), ("mooncake-overload", {}),
@@ -202,11 +215,11 @@ def test_shared_trace_x2_realistic_without_prefill_mechanisms_same_numbers(share
 
 
 # --- the switch -------------------------------------------------------------------------------------------
-def test_the_prefill_mechanisms_are_refused_by_name_and_run_the_reference():
+def test_the_prefill_mechanisms_are_native_and_the_pipeline_refused_by_name():
     t = Trace([0.0, 1.0], [100, 200], [5, 5], [[1], [2]], name="small")
-    assert type(ClusterSimulator(t, "mooncake")) is ClusterSimulator  # default: the reference
-    with pytest.raises(ValueError, match="prefill_token_budget=8192"):
-        ClusterSimulator(t, "mooncake", engine="native")
+    assert getattr(ClusterSimulator(t, "mooncake"), "native", False)  # as shipped (tests/test_engine_batching.py)
+    with pytest.raises(ValueError, match=r"pipeline_nodes=4 \(chunked pipeline parallelism\) is not native"):
+        ClusterSimulator(t, PRESETS["mooncake"].with_(pipeline_nodes=4, pipeline_min_tokens=32_768), engine="native")
     with pytest.raises(ValueError, match="shared_nics: .*set prefill_token_budget"):  # the preset refuses it first
         PRESETS["mooncake"].with_(prefill_token_budget=0)
     assert getattr(ClusterSimulator(t, realistic()), "native", False)  # the default, where it is native

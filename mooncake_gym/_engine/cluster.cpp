@@ -107,6 +107,32 @@ void bind_cluster(nb::module_& m) {
               return decode_step_from(step)(batch);
           },
           "step"_a, "batch"_a, "CostModel.decode_step_coefficients(batch) from the step's constants, in the engine.");
+    m.def("tail_means",
+          [](const std::vector<int64_t>& offsets, std::vector<double> intervals, double share) {
+              std::vector<double> tbt, top, mean;
+              if (offsets.empty() || offsets.front() != 0 || offsets.back() != static_cast<int64_t>(intervals.size()))
+                  throw nb::value_error("offsets: expected offsets from 0 to len(intervals)");
+              for (size_t q = 1; q < offsets.size(); ++q)
+                  if (offsets[q] < offsets[q - 1]) throw nb::value_error("offsets: not sorted");
+              mooncake::tail_means(offsets, intervals, share, tbt, top, mean);
+              return nb::make_tuple(array(tbt), array(top), array(mean));
+          },
+          "offsets"_a, "intervals"_a, "share"_a, "sim/decode.py tail_means in the engine: (tbt, max, mean) arrays.");
+    m.def("prefill_iteration_s",
+          [](const nb::dict& fields, const std::vector<std::pair<int64_t, int64_t>>& chunks) {
+              const mooncake::PrefillTime f = mooncake::prefill_from(fields);
+              double compute = 0.0, attention = 0.0;
+              int64_t tokens = 0;
+              for (const auto& [p, e] : chunks) {
+                  compute += f.chunk_compute_s(p, e);
+                  attention += f.chunk_attention_s(p, e);
+                  tokens += e - p;
+              }
+              return nb::make_tuple(compute, attention, f.iteration_s(compute, tokens, attention));
+          },
+          "fields"_a, "chunks"_a,
+          "One batched prefill iteration of chunks (p, e) in the engine: (the chunks' linear s, attention s, "
+          "PrefillTime.iteration_s).");
     nb::class_<Cluster>(m, "Cluster",
                                "sim/cluster.py's ClusterSimulator, one request at a time per prefill instance, reserve "
                         "or batching decode (mooncake_gym/_engine/cluster.py).")
@@ -136,6 +162,17 @@ void bind_cluster(nb::module_& m) {
                      s.transfer_latency_s = setting<double>(d, "transfer_latency_s");
                      s.n_layers = setting<int64_t>(d, "n_layers");
                      if (s.n_layers < 1) throw nb::value_error("n_layers: expected >= 1");
+                 }
+                 s.n_prefill = pool.n_instances();
+                 s.prefill_batching = setting<bool>(d, "prefill_batching");
+                 if (s.prefill_batching) {  // the engines' mechanisms (batching.hpp)
+                     s.prefill_token_budget = setting<int64_t>(d, "prefill_token_budget");
+                     if (s.prefill_token_budget < 1) throw nb::value_error("prefill_token_budget: expected >= 1");
+                     s.shared_nics = setting<bool>(d, "shared_nics");
+                     s.pull_kv_bytes_per_token = setting<int64_t>(d, "pull_kv_bytes_per_token");
+                     s.nic_bandwidth = setting<double>(d, "nic_bandwidth");
+                     s.pull_latency_s = setting<double>(d, "pull_latency_s");
+                     if (!(s.nic_bandwidth > 0)) throw nb::value_error("nic_bandwidth: expected > 0");
                  }
                  if (!(s.sample_period_s > 0)) throw nb::value_error("sample_period_s: expected > 0");
                  try {
@@ -241,6 +278,32 @@ void bind_cluster(nb::module_& m) {
              },
              "start"_a, "The (time, wasted prefill s) of each rejection after prefill from the start-th on.")
         .def_prop_ro("n_wasted", [](const Cluster& c) { return c.wasted_t().size(); })
+        .def("finish_tbt", &Cluster::finish_tbt, "share"_a,
+             "ClusterSimulator.finish_tbt: the TBT of every request finished since the last call (the mean of "
+             "its largest share of token intervals, its largest and mean interval), as sim/decode.py tail_means.")
+        .def("prefill_fifo",
+             [](const Cluster& c) {
+                 nb::list out;
+                 for (const auto& fifo : c.prefill_fifo()) {
+                     nb::list one;
+                     for (const auto& [f, r] : fifo) one.append(nb::make_tuple(f, r));
+                     out.append(one);
+                 }
+                 return out;
+             },
+             "Batching prefill: each instance's (prefill end, request) of the requests in prefill, in "
+             "ClusterSimulator._prefill_fifo's order.")
+        .def("network_totals",
+             [](const Cluster& c) { return nb::make_tuple(c.network().bytes_sent(), c.network().transfers()); },
+             "Shared NICs: (bytes sent, transfers) so far (Network.bytes_sent, Network.transfers).")
+        .def("prefill_iterations",
+             [](Cluster& c) {
+                 std::vector<int64_t> out;
+                 if (c.pool().batched())
+                     for (int64_t i = 0; i < c.pool().n_instances(); ++i) out.push_back(c.pool().iterations(i));
+                 return out;
+             },
+             "Batching prefill: each instance's iterations formed so far (PrefillEngine.iterations).")
         .def("busy_until", [](Cluster& c) { return c.pool().busy_until(); },
              "Each prefill instance's busy-until time.")
         .def("used", [](const Cluster& c) { return c.used(); })

@@ -1,5 +1,7 @@
 // The cluster simulator of mooncake_gym/sim/cluster.py (ClusterSimulator) on the native engine, for the
-// clusters whose prefill pool runs one request at a time (no batching, no shared NICs) and whose decode
+// clusters whose prefill pool runs one request at a time or batches each queue per iteration (chunked
+// prefill, batching.hpp; each iteration an event here), with KV transfers over shared NICs (batching.hpp
+// Network) or each with a whole NIC, no chunked pipeline, and whose decode
 // pool is either the `reserve` model (sim/decode.py ReservingDecodeInstance: input + output reserved up
 // front, a fixed time per token; the `lecture` preset and the lecture's admission problem) or continuous
 // batching (decode.hpp's BatchingDecode: the realistic presets' decode, with the KV copy's tail after
@@ -64,6 +66,14 @@ struct ClusterSettings {
     int64_t kv_bytes_per_token = 0;
     double rdma_bandwidth = 1.0, transfer_latency_s = 0.0;
     int64_t n_layers = 1;
+    // the prefill pool's engines' mechanisms (the pool's RoutingEngine batches: set_batching)
+    bool prefill_batching = false;  // prefill_token_budget > 0: each iteration is an event here
+    int64_t prefill_token_budget = 0;
+    int64_t pull_kv_bytes_per_token = 0;  // a pull's bytes per token (the pool's CostModel.kv_bytes)
+    bool shared_nics = false;       // pulls and KV copies share the nodes' NICs (batching.hpp Network)
+    int64_t n_prefill = 1;
+    double nic_bandwidth = 1.0;     // each node's NIC (the RDMA figure)
+    double pull_latency_s = 0.0;    // a pull arrives this long after its last byte (transfer_latency_s)
 };
 
 // The default router of the cluster (ClusterSimulator.router) and the routing policies of simulate():
@@ -97,6 +107,11 @@ class Cluster {
             footprint_[r] = s_.batching ? trace_.input_tokens[r] : whole;
             if (s_.refuse_never_fit) never_fits_[r] = whole > s_.capacity_tokens;
         }
+        if (s_.n_prefill != pool_.n_instances()) throw std::invalid_argument("n_prefill: expected the pool's instances");
+        if (s_.shared_nics && !s_.prefill_batching)
+            throw std::invalid_argument("shared_nics: the NICs are shared in the batching prefill's event loop");
+        pool_.set_batching(s_.prefill_batching ? s_.prefill_token_budget : 0, s_.shared_nics,
+                           s_.pull_kv_bytes_per_token);
         reset(router_.rng);
     }
 
@@ -137,6 +152,11 @@ class Cluster {
         next_sample_ = 0.0;
         horizon_ = trace_.arrival_s.back();
         routed_ = false;
+        iterating_.assign(static_cast<size_t>(s_.n_prefill), 0);
+        tbt_done_.assign(decoders_.size(), 0);
+        fifo_.assign(s_.prefill_batching ? static_cast<size_t>(s_.n_prefill) : 0, {});
+        network_ = s_.shared_nics ? Network(s_.n_prefill + s_.n_decode, s_.nic_bandwidth) : Network();
+        net_version_ = -1;
         advance();
     }
 
@@ -262,6 +282,24 @@ class Cluster {
             prefill_instance_[r] = k;
             prefill_s_[r] = row.transfer_s + row.prefill_s;
             if (decode >= 0) target_[r] = decode;
+            if (s_.prefill_batching) {  // its first token's time is known once its last iteration is formed
+                const double finish = now + row.ttft_s;  // the estimate at dispatch, until then (ttft_s too)
+                ttft_s_[r] = row.ttft_s;
+                prefill_end_s_[r] = finish;
+                in_prefill_ += 1;
+                fifo_[static_cast<size_t>(k)].emplace_back(finish, i);
+                std::vector<RoutingEngine::Pull>& pulls = pool_.pulls();
+                if (!pulls.empty()) {  // its prefix's copy, over the shared NICs
+                    for (const RoutingEngine::Pull& p : pulls)
+                        network_.add(now, p.holder, p.to, p.bytes, Network::Payload{PULLED_EVENT, p.r, p.to});
+                    pulls.clear();
+                    schedule_network();
+                }
+                if (!iterating_[static_cast<size_t>(k)]) start_iterations(k, now);
+                i_ = i + 1;
+                advance();
+                return;
+            }
             const double finish = pool_.busy_until()[static_cast<size_t>(k)];
             ttft_s_[r] = finish - now;
             prefill_end_s_[r] = finish;
@@ -303,6 +341,21 @@ class Cluster {
         max_interval_s_[q] = top;
         mean_interval_s_[q] = mean;
     }
+    // ClusterSimulator.finish_tbt: the TBT of every request finished since the last call, from its
+    // token intervals (decode.hpp tail_means, numpy's operations)
+    void finish_tbt(double share) {
+        tbt_done_.resize(decoders_.size(), 0);
+        std::vector<int64_t> req, offsets;
+        std::vector<double> intervals, tbt, top, mean;
+        for (size_t j = 0; j < decoders_.size(); ++j) {
+            const size_t n = decoders_[j].finished().size();
+            if (tbt_done_[j] == n) continue;
+            decoders_[j].token_intervals(tbt_done_[j], req, offsets, intervals);
+            tail_means(offsets, intervals, share, tbt, top, mean);
+            for (size_t q = 0; q < req.size(); ++q) set_tbt(req[q], tbt[q], top[q], mean[q]);
+            tbt_done_[j] = n;
+        }
+    }
     const std::vector<double>& prefill_end_s() const { return prefill_end_s_; }
     const std::vector<int64_t>& prefill_instance() const { return prefill_instance_; }
     const std::vector<int64_t>& decode_instance() const { return decode_instance_; }
@@ -319,15 +372,21 @@ class Cluster {
                 refused_too_long_, granted_, granted_in_ttft_slo_, in_prefill_, in_decode_, preempted_};
     }
     double wasted_prefill_s() const { return wasted_prefill_s_; }
+    // batching prefill: each instance's (prefill end, request) in ClusterSimulator._prefill_fifo's order
+    const std::vector<std::vector<std::pair<double, int64_t>>>& prefill_fifo() const { return fifo_; }
+    const Network& network() const { return network_; }
 
   private:
     // event kinds, ordered as sim/cluster.py's at equal times
-    static constexpr int DECODE_EVENT = 0, PREFILL_DONE_EVENT = 1, JOIN_EVENT = 2;
+    static constexpr int DECODE_EVENT = 0, PREFILL_DONE_EVENT = 1, JOIN_EVENT = 2, PULLED_EVENT = 3, ITER_EVENT = 4,
+                         NET_EVENT = 5;
     struct Event {
         double t;
         int kind;
-        int64_t seq, r;  // the request (reserve decode, prefill done, join), or the decode instance (batching)
-        int64_t j;       // the decode instance (join), or the instance's version (batching decode)
+        int64_t seq, r;  // the request (reserve decode, prefill done, join, pull), the decode instance (batching
+                         // decode), the prefill instance (iteration) or the network's version
+        int64_t j;       // the decode instance (join), the instance's version (batching decode), the prefill
+                         // instance (pull)
         bool operator>(const Event& o) const {  // heapq's tuple order (t, kind, seq)
             if (t != o.t) return t > o.t;
             if (kind != o.kind) return kind > o.kind;
@@ -367,6 +426,12 @@ class Cluster {
     DefaultRoute route_{};
     mutable std::vector<double> steps_, terms_;
     std::vector<BatchingDecode::Load> loads_;
+    std::vector<size_t> tbt_done_;  // per decode instance: its finished requests whose TBT is set
+    std::vector<char> iterating_;  // batching prefill: an iteration event is pending for the instance
+    std::vector<std::vector<std::pair<double, int64_t>>> fifo_;  // batching prefill: (prefill end, request)
+    Network network_;
+    int64_t net_version_ = -1;  // the network's version of the pending network event
+    std::vector<Network::Payload> drained_;
 
     void push(double t, int kind, int64_t r, int64_t j = 0) {
         seq_ += 1;
@@ -399,7 +464,10 @@ class Cluster {
     }
 
     void run_until(double t) {
+        const double inf = std::numeric_limits<double>::infinity();
         while (!heap_.empty() && heap_.front().t <= t) {
+            // a prefill iteration starting at t waits for the arrivals at t (and the NICs with it)
+            if (heap_.front().kind >= ITER_EVENT && heap_.front().t == t && t < inf) break;
             std::pop_heap(heap_.begin(), heap_.end(), std::greater<Event>());
             const Event e = heap_.back();
             heap_.pop_back();
@@ -418,10 +486,79 @@ class Cluster {
                 }
             } else if (e.kind == PREFILL_DONE_EVENT) {
                 prefill_done(e.t, e.r);
-            } else {
+            } else if (e.kind == JOIN_EVENT) {
                 join(e.r, e.j, e.t);
+            } else if (e.kind == ITER_EVENT) {
+                iterate(e.t, e.r);
+            } else if (e.kind == PULLED_EVENT) {
+                pool_.pull_arrived(e.r, e.j, e.t);
+                if (!iterating_[static_cast<size_t>(e.j)]) start_iterations(e.j, e.t);
+            } else {
+                network_event(e.t, e.r);
             }
         }
+    }
+
+    // ClusterSimulator._start_iterations: prefill instance k's next iteration, no earlier than t, if a
+    // queued prompt is (known to be) ready by then or later
+    void start_iterations(int64_t k, double t) {
+        const double s = pool_.next_start(k);
+        if (s < std::numeric_limits<double>::infinity()) {
+            iterating_[static_cast<size_t>(k)] = 1;
+            push(s > t ? s : t, ITER_EVENT, k);
+        } else {
+            iterating_[static_cast<size_t>(k)] = 0;
+        }
+    }
+
+    // ClusterSimulator._iterate: prefill instance k's iteration starts at t; the prompts it ends get
+    // their prefill end (TTFT) at its end
+    void iterate(double t, int64_t k) {
+        const size_t kk = static_cast<size_t>(k);
+        if (pool_.next_start(k) > t) {  // nothing ready now (a pull still on its way)
+            iterating_[kk] = 0;
+            start_iterations(k, t);
+            return;
+        }
+        const double end = pool_.form(k, t);
+        std::vector<std::pair<int64_t, double>>& ends = pool_.prefill_ends();
+        std::vector<std::pair<double, int64_t>>& fifo = fifo_[kk];
+        for (const auto& [r, e] : ends) {
+            const size_t q = static_cast<size_t>(r);
+            ttft_s_[q] = e - trace_.arrival_s[q];
+            // the estimate at dispatch replaced by the end (list.remove, then bisect.insort)
+            fifo.erase(std::find(fifo.begin(), fifo.end(), std::make_pair(prefill_end_s_[q], r)));
+            const std::pair<double, int64_t> x{e, r};
+            size_t lo = 0, hi = fifo.size();
+            while (lo < hi) {
+                const size_t mid = (lo + hi) / 2;
+                if (x < fifo[mid]) hi = mid;
+                else lo = mid + 1;
+            }
+            fifo.insert(fifo.begin() + static_cast<std::ptrdiff_t>(lo), x);
+            prefill_end_s_[q] = e;
+            push(e, PREFILL_DONE_EVENT, r);
+        }
+        ends.clear();
+        if (pool_.waiting(k)) push(end, ITER_EVENT, k);
+        else iterating_[kk] = 0;
+    }
+
+    // ClusterSimulator._schedule_network: an event at the network's next drain (one pending, by version)
+    void schedule_network() {
+        if (network_.next_s() < std::numeric_limits<double>::infinity() && network_.version() != net_version_) {
+            net_version_ = network_.version();
+            push(network_.next_s(), NET_EVENT, network_.version());
+        }
+    }
+
+    // ClusterSimulator._network_event: transfers drained at t; a pull arrives a transfer latency later
+    void network_event(double t, int64_t version) {
+        if (version != network_.version()) return;  // rates changed since: a later event stands
+        network_.drained(t, drained_);
+        for (const Network::Payload& p : drained_)
+            push(p.kind == PULLED_EVENT ? t + s_.pull_latency_s : t, p.kind, p.a, p.b);
+        schedule_network();
     }
 
     // ClusterSimulator._release and _ended: request r's decode ends at t
@@ -442,6 +579,11 @@ class Cluster {
     void prefill_done(double t, int64_t r) {
         const size_t q = static_cast<size_t>(r);
         in_prefill_ -= 1;
+        if (s_.prefill_batching) {  // an instance's prompts may end out of their arrival order
+            std::vector<std::pair<double, int64_t>>& fifo = fifo_[static_cast<size_t>(prefill_instance_[q])];
+            if (fifo.front().second == r) fifo.erase(fifo.begin());
+            else fifo.erase(std::find(fifo.begin(), fifo.end(), std::make_pair(t, r)));
+        }
         const int64_t tokens = footprint_[q];
         int64_t target = target_[q];
         target_[q] = -1;
@@ -506,7 +648,14 @@ class Cluster {
         if (s_.kv_transfer) {
             decoders_[static_cast<size_t>(target)].reserve(tokens);
             reserved_[q] = tokens;
-            push(t + transfer_tail_s(tokens, prefill_s_[q]), JOIN_EVENT, r, target);
+            const double tail = transfer_tail_s(tokens, prefill_s_[q]);
+            if (s_.shared_nics) {  // the tail (its latency's share included) as bytes sharing the two nodes' NICs
+                network_.add(t, prefill_instance_[q], s_.n_prefill + target, tail * network_.bandwidth(),
+                             Network::Payload{JOIN_EVENT, r, target});
+                schedule_network();
+            } else {
+                push(t + tail, JOIN_EVENT, r, target);
+            }
         } else {
             join(r, target, t);
         }

@@ -1,12 +1,14 @@
 """The cluster simulator on the native engine: :class:`NativeClusterSimulator`, what
 ``ClusterSimulator(..., engine=)`` and :func:`mooncake_gym.sim.cluster.simulate` run natively.
 
-Native today (docs/engine.md): clusters whose prefill instances serve one request at a time (no
-chunked batching, shared NICs or pipeline) and whose decode pool is the ``reserve`` model (the
+Native today (docs/engine.md): clusters whose prefill instances serve one request at a time or
+batch their queues per iteration up to ``prefill_token_budget`` (chunked prefill, each iteration an
+event; ``_engine/batching.hpp``), with KV transfers over shared NICs or each with a whole NIC (not
+the chunked pipeline, ``pipeline_nodes`` > 1), and whose decode pool is the ``reserve`` model (the
 ``lecture`` preset: input + output reserved up front, a fixed time per token) or continuous batching
-(the realistic presets' decode with ``presets.NO_ENGINE``'s prefill: the cost model's step time, the
-KV copy's tail, the fastest accepting instance, preemption by abort, recompute or swap; each
-request's TBT from its token intervals by the reference's ``tail_means``), on the exact view, with a
+(the realistic presets' decode: the cost model's step time, the KV copy's tail, the fastest
+accepting instance, preemption by abort, recompute or swap; each request's TBT from its token
+intervals by the reference's ``tail_means``): every shipped preset as shipped, on the exact view, with a
 native default router (``kvcentric``, ``random``, ``load``, ``cache``, or the lecture's
 ``least_queue``). :meth:`NativeClusterSimulator.run_native` runs whole runs with the native admission rules
 (``baseline``, ``early``; or admit-all) and a native routing policy or the default router; the
@@ -31,7 +33,7 @@ import sys
 import numpy as np
 
 from mooncake_gym._engine import native
-from mooncake_gym._engine.routing import (NATIVE_POLICIES, PoolStats, make_engine, native_policy, native_trace,
+from mooncake_gym._engine.routing import (NATIVE_POLICIES, PoolStats, make_engine, native_trace,
                                           pool_unsupported, prefill_disagrees, prefill_fields, rng_state,
                                           set_rng_state)
 from mooncake_gym._engine.stepper import routing_view
@@ -39,14 +41,17 @@ from mooncake_gym.model.presets import ClusterPreset, get_preset
 from mooncake_gym.sim import cluster as _cluster
 from mooncake_gym.sim.cluster import ClusterResult, ClusterSimulator
 from mooncake_gym.model.costmodel import NODE_TIER_BANDWIDTH
-from mooncake_gym.sim.decode import BatchingDecodeInstance, ReservingDecodeInstance, tail_means
+from mooncake_gym.sim.decode import TBT_TAIL_SHARE, BatchingDecodeInstance, ReservingDecodeInstance
 from mooncake_gym.sim.metrics import PENDING
 from mooncake_gym.sim.policy import reset_policy
 from mooncake_gym.sim.routing import RoutingResult, RoutingSimulator
 from mooncake_gym.sim.views import ClusterView, Route
 
 #: The default routers the engine runs: engine.hpp's policies and the lecture's least-queue rule.
-NATIVE_ROUTERS = {**NATIVE_POLICIES, ("mooncake_gym.sim.policies", "LeastQueue"): "least_queue"}
+#: The routing policies the cluster's engine runs (cluster.cpp router_from): engine.hpp's four rules
+#: (sizesplit and relsplit, native in the routing simulator, carry running state the cluster does not).
+CLUSTER_POLICIES = {k: v for k, v in NATIVE_POLICIES.items() if v in ("random", "load", "cache", "kvcentric")}
+NATIVE_ROUTERS = {**CLUSTER_POLICIES, ("mooncake_gym.sim.policies", "LeastQueue"): "least_queue"}
 #: The admission rules the engine runs in :meth:`NativeClusterSimulator.run_native`, by exact class.
 NATIVE_ADMISSION = {
     ("mooncake_gym.baselines.admission", "BaselineAdmission"): "baseline",
@@ -79,13 +84,36 @@ DECODE_STEP_FIELDS = ("weights_s", "linear_token_s", "attention_pair_s", "kv_tok
 DECODE_PROBES = (0, 1, 2, 7, 64, 256, 4097)
 
 
+#: Chunks (p, e) of one batched iteration at which the engine's iteration time is checked against
+#: PrefillTime's (chunk_compute_s, chunk_attention_s, iteration_s) before a batching run.
+ITERATION_PROBES = (((0, 8192),), ((0, 1000), (512, 3000), (16384, 20480)))
+
+
+def batching_disagrees(f) -> str | None:
+    """Why the engine's batched prefill iteration is not ``f``'s (a :class:`PrefillTime`), or None."""
+    fields = prefill_fields(f)
+    for chunks in ITERATION_PROBES:
+        compute = attention = 0.0
+        for a, b in chunks:
+            compute += f.chunk_compute_s(a, b)
+            attention += f.chunk_attention_s(a, b)
+        ours = (compute, attention, f.iteration_s(compute, sum(b - a for a, b in chunks), attention))
+        if native.prefill_iteration_s(fields, list(chunks)) != ours:
+            return (f"engine: the native prefill iteration disagrees with PrefillTime's at chunks {chunks}: port the "
+                    f"cost model's change to engine.hpp")
+    return None
+
+
 def preset_unsupported(p: ClusterPreset) -> str | None:
     """Why the engine cannot run preset ``p``'s cluster, or None."""
+    if p.pipeline_nodes > 1:
+        return (f"preset {p.name!r}: pipeline_nodes={p.pipeline_nodes} (chunked pipeline parallelism) is not native; "
+                f"the realistic presets' default (1) is")
     if p.prefill_token_budget:
-        return (f"preset {p.name!r}: prefill_token_budget={p.prefill_token_budget} (chunked prefill batching) is "
-                f"not native; presets.NO_ENGINE's prefill (0) is")
-    if p.shared_nics:
-        return f"preset {p.name!r}: shared_nics=True (KV copies sharing the NICs) is not native"
+        for c in {c: None for c in p.routing_config().instance_costs(p.prefill_cost)}:
+            why = batching_disagrees(c.prefill_time())
+            if why:
+                return why
     if p.decode_model == "batching":
         co = p.decode_cost.component_coefficients
         if set(co) != set(DECODE_STEP_FIELDS) or any(type(co[k]) is not float for k in DECODE_STEP_FIELDS):
@@ -130,9 +158,9 @@ def policies_unsupported(admission, routing, decode) -> str | None:
         return (f"admission {_qualified(admission)} is not native (native: "
                 f"{', '.join(sorted(NATIVE_ADMISSION.values()))}, or None)")
     if routing is not None:
-        if native_policy(routing) is None:
+        if _name(CLUSTER_POLICIES, routing) is None:
             return (f"routing {_qualified(routing)} is not native (native: "
-                    f"{', '.join(sorted(set(NATIVE_POLICIES.values())))}, or None)")
+                    f"{', '.join(sorted(set(CLUSTER_POLICIES.values())))}, or None)")
         if not _has_pcg64(routing):
             return "the routing policy's generator is not a numpy Generator over PCG64"
     if decode is not None:
@@ -157,6 +185,16 @@ class _Busy:
 
     def __init__(self, busy_until: float):
         self.busy_until = busy_until
+
+
+class _NetworkTotals:
+    """The shared NICs' totals of a :class:`NativeClusterSimulator` (``Network.bytes_sent`` and
+    ``transfers``; a copy)."""
+
+    __slots__ = ("bytes_sent", "transfers")
+
+    def __init__(self, totals: tuple):
+        self.bytes_sent, self.transfers = totals
 
 
 class _NativePool:
@@ -224,7 +262,6 @@ class NativeClusterSimulator(ClusterSimulator):
         self._view = None
         self._cached = None
         self._wasted: list = []
-        self._tbt_done: dict = {}
         return self.view
 
     def _router_rng(self):
@@ -243,7 +280,13 @@ class NativeClusterSimulator(ClusterSimulator):
                     "ttft_slo_s": float(p.ttft_slo_s), "tbt_slo_s": float(p.tbt_slo_s),
                     "sample_period_s": self.sample_period_s, "lecture_loads": self._lecture_loads,
                     "refuse_never_fit": self.refuse_never_fit, "compensated_sum": COMPENSATED_SUM,
-                    "mean_output_tokens": self.mean_output_tokens, "batching": not self.reserve}
+                    "mean_output_tokens": self.mean_output_tokens, "batching": not self.reserve,
+                    "prefill_batching": self._batched}
+        if self._batched:  # the engines' prefill mechanisms: chunked batching, and the NICs
+            settings.update(prefill_token_budget=int(p.prefill_token_budget), shared_nics=self._shared_nics,
+                            pull_kv_bytes_per_token=int(p.prefill_cost.model.kv_bytes_per_token),
+                            nic_bandwidth=float(NODE_TIER_BANDWIDTH["rdma"]),
+                            pull_latency_s=float(p.prefill_cost.transfer_latency_s))
         if not self.reserve:  # the instances as ClusterSimulator.reset builds them, and the KV copy's cost
             d, c = p.decode_cost, p.prefill_cost
             settings.update(check_tbt=self.check_tbt, kv_transfer=self.kv_transfer, idle_step_s=float(self._idle_step_s),
@@ -342,7 +385,11 @@ class NativeClusterSimulator(ClusterSimulator):
 
     @property
     def _prefill_fifo(self) -> list:
-        """Per prefill instance, its requests' (prefill end, request) in their order (FIFO)."""
+        """Per prefill instance, its requests' (prefill end, request) in their order (FIFO; under
+        batching the reference's order: dispatched with the estimate, moved to the end's place when
+        its last iteration is formed)."""
+        if self._batched:
+            return self._cluster.prefill_fifo()
         fifos: list = [[] for _ in range(self.preset.n_prefill)]
         instance = self._records()[3]
         for r, f in self._in_prefill.items():  # in request order: each instance's FIFO order
@@ -353,6 +400,11 @@ class NativeClusterSimulator(ClusterSimulator):
     @property
     def prefill(self) -> _NativePool:
         return _NativePool(self)
+
+    @property
+    def network(self) -> _NetworkTotals | None:
+        """Shared NICs: the transfers' totals so far (None without shared NICs)."""
+        return _NetworkTotals(self._cluster.network_totals()) if self._shared_nics else None
 
     @property
     def decode(self) -> list:
@@ -421,19 +473,11 @@ class NativeClusterSimulator(ClusterSimulator):
 
     def finish_tbt(self) -> None:
         """ClusterSimulator.finish_tbt: the TBT of each request finished since the last call, from the
-        engine's token intervals by the reference's :func:`tail_means` (the reserve model knows its
-        TBTs at once)."""
+        engine's token intervals by the engine's port of the reference's :func:`tail_means` (numpy's
+        sort and pairwise sums; the reserve model knows its TBTs at once)."""
         if self.reserve:
             return
-        for j in range(self.preset.n_decode):
-            done = self._tbt_done.get(j, 0)
-            n = self._cluster.decoder_state(j)["n_finished"]
-            if n == done:
-                continue
-            req, offsets, intervals = self._cluster.token_intervals(j, done)
-            tbt, top, mean = tail_means(offsets, intervals)
-            self._cluster.set_tbt(req.tolist(), tbt.tolist(), top.tolist(), mean.tolist())
-            self._tbt_done[j] = n
+        self._cluster.finish_tbt(TBT_TAIL_SHARE)
         self._cached = None
 
     def result(self, policy: str = "policy") -> ClusterResult:
@@ -446,7 +490,7 @@ class NativeClusterSimulator(ClusterSimulator):
         rule = "all" if admission is None else _name(NATIVE_ADMISSION, admission)
         slo = self.preset.ttft_slo_s if admission is None or admission.ttft_slo_s is None else admission.ttft_slo_s
         threshold = float(admission.threshold) if rule == "early" else 1.0
-        r_name = None if routing is None else native_policy(routing)
+        r_name = None if routing is None else _name(CLUSTER_POLICIES, routing)
         r_threshold = float(getattr(routing, "threshold", 1.0)) if r_name == "kvcentric" else 1.0
         r_rng = None if routing is None else native.Pcg64(rng_state(routing.rng))
         after = self._cluster.run(rule, float(slo), threshold, r_name, r_threshold, r_rng)

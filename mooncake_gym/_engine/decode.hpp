@@ -506,4 +506,84 @@ inline int64_t fastest_accepting(const std::vector<BatchingDecode>& pool, int64_
     return best;
 }
 
+// numpy's pairwise summation of float64 (the add loop's reduction, numpy/_core/src/umath/loops_utils.h
+// pairwise_sum): fewer than 8 terms one by one, up to 128 in 8 interleaved accumulators, more split in
+// two halves (the first a multiple of 8).
+inline double numpy_pairwise_sum(const double* a, size_t n) {
+    if (n < 8) {
+        double res = -0.0;
+        for (size_t i = 0; i < n; ++i) res += a[i];
+        return res;
+    }
+    if (n <= 128) {
+        double r[8];
+        for (size_t j = 0; j < 8; ++j) r[j] = a[j];
+        size_t i = 8;
+        for (; i < n - (n % 8); i += 8)
+            for (size_t j = 0; j < 8; ++j) r[j] += a[i + j];
+        double res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        for (; i < n; ++i) res += a[i];
+        return res;
+    }
+    size_t n2 = n / 2;
+    n2 -= n2 % 8;
+    return numpy_pairwise_sum(a, n2) + numpy_pairwise_sum(a + n2, n - n2);
+}
+
+// np.add.reduce of a[0..n) (n >= 1) as np.add.reduceat makes each segment's sum: the first term, plus
+// the pairwise sum of the others.
+inline double numpy_segment_sum(const double* a, size_t n) {
+    return n > 1 ? a[0] + numpy_pairwise_sum(a + 1, n - 1) : a[0];
+}
+
+// v[0..m) in ascending order (the same values as numpy's sort): a request's intervals are a few
+// ascending runs (one per stretch of iterations between two events), merged pairwise.
+inline void sort_runs(double* v, size_t m, std::vector<size_t>& runs) {
+    runs.assign(1, 0);
+    for (size_t i = 1; i < m; ++i)
+        if (v[i] < v[i - 1]) runs.push_back(i);
+    if (runs.size() == 1) return;
+    if (runs.size() > 64) {  // many short runs: a plain sort
+        std::sort(v, v + m);
+        return;
+    }
+    runs.push_back(m);
+    while (runs.size() > 2) {
+        size_t out = 1;
+        for (size_t r = 0; r + 2 < runs.size(); r += 2) {
+            std::inplace_merge(v + runs[r], v + runs[r + 1], v + runs[r + 2]);
+            runs[out++] = runs[r + 2];
+        }
+        if (runs.size() % 2 == 0) runs[out++] = runs.back();  // an odd run left over: kept as it is
+        runs.resize(out);
+    }
+}
+
+// sim/decode.py tail_means: per request q (intervals[offsets[q]..offsets[q + 1]), sorted in place here)
+// its TBT (the mean of the largest ceil(share x n) intervals), largest and mean interval; 0 without any.
+inline void tail_means(const std::vector<int64_t>& offsets, std::vector<double>& intervals, double share,
+                       std::vector<double>& tbt, std::vector<double>& top, std::vector<double>& mean) {
+    tbt.clear();
+    top.clear();
+    mean.clear();
+    std::vector<size_t> runs;
+    for (size_t q = 0; q + 1 < offsets.size(); ++q) {
+        const size_t a = static_cast<size_t>(offsets[q]), b = static_cast<size_t>(offsets[q + 1]);
+        const size_t m = b - a;
+        if (m == 0) {
+            tbt.push_back(0.0);
+            top.push_back(0.0);
+            mean.push_back(0.0);
+            continue;
+        }
+        double* v = intervals.data() + a;
+        sort_runs(v, m, runs);
+        const int64_t k = static_cast<int64_t>(std::ceil(share * static_cast<double>(m) - 1e-9));
+        const size_t kk = static_cast<size_t>(k < 1 ? 1 : k);
+        tbt.push_back(numpy_segment_sum(v + (m - kk), kk) / static_cast<double>(kk));
+        top.push_back(v[m - 1]);
+        mean.push_back(numpy_segment_sum(v, m) / static_cast<double>(m));
+    }
+}
+
 }  // namespace mooncake

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "batch.hpp"
+#include "batching.hpp"
 
 namespace mooncake {
 
@@ -307,6 +308,21 @@ struct PrefillTime {
         }
         return busy;
     }
+    // PrefillTime.chunk_compute_s, chunk_attention_s and iteration_s: one iteration of several prompts'
+    // chunks (batching.hpp), the terms of chunked_compute in the same operations
+    double chunk_compute_s(int64_t p, int64_t e) const {
+        return static_cast<double>(n_layers) * linear * static_cast<double>(e - p) / flops;
+    }
+    double chunk_attention_s(int64_t p, int64_t e) const {
+        const double a = static_cast<double>(n_layers) * (attention / attention_efficiency) *
+                         static_cast<double>(e * (e + 1) - p * (p + 1)) / flops;
+        const double r = kv_token_s * static_cast<double>(e);
+        return a > r ? a : r;
+    }
+    double iteration_s(double compute_s, int64_t tokens, double attention_s) const {
+        return (((compute_s > weights_s ? compute_s : weights_s) + attention_s) + step_fixed_s) +
+               (ar_token_s + elementwise_token_s) * static_cast<double>(tokens);
+    }
     double operator()(int64_t n, int64_t h) const {
         const double layers = static_cast<double>(n_layers);
         double compute;
@@ -412,6 +428,13 @@ class RowLog {
         c.push_back(r);
         ++size_;
     }
+    const Row& at(size_t pos) const { return (*chunks_[pos / CHUNK])[pos % CHUNK]; }
+    // replace row pos (copy on write where a snapshot shares its chunk)
+    void set(size_t pos, const Row& r) {
+        std::shared_ptr<std::vector<Row>>& c = chunks_[pos / CHUNK];
+        if (c.use_count() > 1) c = std::make_shared<std::vector<Row>>(*c);
+        (*c)[pos % CHUNK] = r;
+    }
     void copy_to(Row* out) const {
         size_t left = size_;
         for (const auto& c : chunks_) {
@@ -491,6 +514,13 @@ class RoutingEngine {
         for (std::vector<double>* v : {&busy_until_, &busy_s_, &prefills_, &transfers_, &pulls_, &queue_, &costs_})
             v->assign(n, 0.0);
         branch_.assign(n, 0);
+        batchers_.clear();
+        if (budget_ > 0)
+            for (size_t i = 0; i < n; ++i)
+                batchers_.emplace_back(budget_, prefill_[static_cast<size_t>(group_[i])]);
+        row_of_.assign(budget_ > 0 ? static_cast<size_t>(trace_->size()) : 0, -1);
+        prefill_ends_.clear();
+        deferred_.clear();
         rows_.clear();
         k_ = 0;
         last_index_ = -1;
@@ -551,7 +581,11 @@ class RoutingEngine {
             }
             // pool_load: a busy instance forgets the requests finished by now
             const double b = busy_until_[i];
-            if (b > now) {
+            if (!batchers_.empty()) {  // a batching instance: its engine counts (busy_until: an estimate)
+                queue_[i] = b > now ? b - now : 0.0;
+                view_queued_[i] = batchers_[i].queued_requests(now, queued_tokens_[i]);
+                view_queued_tokens_[i] = queued_tokens_[i];
+            } else if (b > now) {
                 std::deque<double>& f = finishes_[i];
                 while (!f.empty() && f.front() <= now) {
                     f.pop_front();
@@ -590,6 +624,23 @@ class RoutingEngine {
             prefill = prefills_[i];
         }
         const double queue = queue_[i];
+        if (!batchers_.empty()) {  // queued for batching: TTFT known when its last iteration is formed
+            row_of_[static_cast<size_t>(k)] = static_cast<int64_t>(rows_.size());
+            if (fetched && defer_pulls_) {  // ready when the caller says its copy arrived (pull_arrived)
+                deferred_.push_back(Pull{k, best_instance_, inst, static_cast<double>(fetched * pull_kv_bytes_per_token_)});
+                batchers_[i].add(totals(i), k, now, std::numeric_limits<double>::infinity(), n_in, hit, prefill);
+            } else {
+                batchers_[i].add(totals(i), k, now, now + transfer, n_in, hit, prefill);
+            }
+            caches_->insert(i, trace_->blocks.data() + trace_->block_start[k],
+                            trace_->block_start[k + 1] - trace_->block_start[k]);
+            rows_.push_back(Row{now, static_cast<double>(n_in), static_cast<double>(inst), (queue + transfer) + prefill,
+                                queue, transfer, prefill, static_cast<double>(hit), static_cast<double>(fetched)});
+            k_ = k + 1;
+            last_index_ = k;
+            viewed_ = false;
+            return;
+        }
         const double service = transfer + prefill;
         // PrefillInstance.dispatch
         double start;
@@ -616,6 +667,52 @@ class RoutingEngine {
         last_index_ = k;
         viewed_ = false;
     }
+
+    // --- chunked prefill batching (batching.hpp), driven from outside (the cluster's event loop) ---
+    // A prefix pull left to the caller (RoutingSimulator.pulls): request r's bytes from holder to instance to.
+    struct Pull {
+        int64_t r, holder, to;
+        double bytes;
+    };
+    // Batch each instance's queue per iteration of up to `budget` tokens (0: one request at a time);
+    // `defer_pulls`: a pull's copy is the caller's (pulls(), pull_arrived), of kv_bytes_per_token per
+    // token. Starts over (reset).
+    void set_batching(int64_t budget, bool defer_pulls, int64_t kv_bytes_per_token) {
+        if (budget < 0) throw std::invalid_argument("prefill_token_budget: expected >= 0");
+        budget_ = budget;
+        defer_pulls_ = defer_pulls;
+        pull_kv_bytes_per_token_ = kv_bytes_per_token;
+        reset();
+    }
+    bool batched() const { return !batchers_.empty(); }
+    int64_t waiting(int64_t i) const { return batchers_[static_cast<size_t>(i)].waiting; }
+    double next_start(int64_t i) const { return batchers_[static_cast<size_t>(i)].next_start(); }
+    int64_t iterations(int64_t i) const { return batchers_[static_cast<size_t>(i)].iterations; }
+    // RoutingSimulator.form: instance i's iteration starting at s; returns its end. The requests it ends
+    // get their real TTFT in their rows (_collect) and are listed in prefill_ends().
+    double form(int64_t i, double s) {
+        PrefillBatcher<PrefillTime>& b = batchers_[static_cast<size_t>(i)];
+        const double end = b.form(totals(static_cast<size_t>(i)), s);
+        for (const auto& [k, e] : b.ended) {
+            int64_t& pos = row_of_[static_cast<size_t>(k)];
+            Row row = rows_.at(static_cast<size_t>(pos));
+            const double ttft = e - row.arrival_s;
+            const double wait = (ttft - row.transfer_s) - row.prefill_s;
+            row.ttft_s = ttft;
+            row.queue_s = wait > 0.0 ? wait : 0.0;
+            rows_.set(static_cast<size_t>(pos), row);
+            pos = -1;
+            prefill_ends_.emplace_back(k, e);
+        }
+        b.ended.clear();
+        return end;
+    }
+    // RoutingSimulator.pull_arrived: request k's deferred pull reached instance i at t
+    void pull_arrived(int64_t k, int64_t i, double t) {
+        if (!batchers_[static_cast<size_t>(i)].ready(k, t)) throw std::logic_error("ready: request is not queued here");
+    }
+    std::vector<std::pair<int64_t, double>>& prefill_ends() { return prefill_ends_; }
+    std::vector<Pull>& pulls() { return deferred_; }
 
     // RoutingSimulator.pass_over: the pending request takes no prefill and touches no cache.
     void skip() {
@@ -716,6 +813,13 @@ class RoutingEngine {
         costs_ = s.costs_;
         branch_ = s.branch_;
         best_hit_ = s.best_hit_;
+        budget_ = s.budget_;
+        defer_pulls_ = s.defer_pulls_;
+        pull_kv_bytes_per_token_ = s.pull_kv_bytes_per_token_;
+        batchers_ = s.batchers_;
+        row_of_ = s.row_of_;
+        prefill_ends_ = s.prefill_ends_;
+        deferred_ = s.deferred_;
     }
 
     std::shared_ptr<const TraceColumns> trace_ptr_;
@@ -742,6 +846,16 @@ class RoutingEngine {
     std::vector<double> prefills_, transfers_, pulls_, queue_, costs_;
     std::vector<char> branch_;
     int64_t best_hit_ = 0;
+    // chunked prefill batching (set_batching; none when budget_ is 0)
+    int64_t budget_ = 0;
+    bool defer_pulls_ = false;
+    int64_t pull_kv_bytes_per_token_ = 0;
+    std::vector<PrefillBatcher<PrefillTime>> batchers_;
+    std::vector<int64_t> row_of_;  // request -> its row, until its TTFT is known
+    std::vector<std::pair<int64_t, double>> prefill_ends_;
+    std::vector<Pull> deferred_;  // pulls left to the caller (RoutingSimulator.pulls)
+
+    InstanceTotals totals(size_t i) { return InstanceTotals{busy_until_[i], busy_s_[i], queued_tokens_[i], requests_[i]}; }
 
     // KVCentric.estimates: each instance's TTFT estimate (costs_) and whether it took the transfer branch
     void kvcentric_costs(double threshold) {
