@@ -483,6 +483,8 @@ NB_MODULE(_engine_native, m) {
              "obs"_a, "mask"_a, "info"_a, nb::keep_alive<1, 2>(), nb::keep_alive<1, 3>(), nb::keep_alive<1, 4>(),
              "Write into these buffers from now on (and the pending observation and mask now).")
         .def("observe", &ClusterEnvCore::observe)
+        .def("finish_tbt", &ClusterEnvCore::finish_tbt, "done"_a,
+             "ClusterSimulator.finish_tbt on the engine, from each decode instance's row done[j]: the rows done.")
         .def("step",
              [cluster_env_result](ClusterEnvCore& env, int64_t action) {
                  if (env.done()) throw nb::index_error("step: the trace is exhausted");

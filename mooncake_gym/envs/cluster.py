@@ -360,7 +360,13 @@ class ClusterEnv(gym.Env):
 
     def _end_info(self) -> dict:
         """What the last step's info adds when the episode ends (the vector env's interface)."""
-        return {"metrics": self.sim.result("env").metrics}
+        sim = self.sim
+        if self._core is not None:  # the TBTs of the requests finished, by the core (NativeClusterSimulator.finish_tbt's)
+            n = sim.preset.n_decode
+            done = self._core.finish_tbt([sim._tbt_done.get(j, 0) for j in range(n)])
+            sim._tbt_done.update(enumerate(done))
+            sim._cached = None
+        return {"metrics": sim.result("env").metrics}
 
     # -- the decision view --------------------------------------------------------------------------
     def decision_view(self):
