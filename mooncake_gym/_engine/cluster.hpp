@@ -142,6 +142,7 @@ class Cluster {
         granted_ = granted_in_ttft_slo_ = 0;
         in_prefill_ = in_decode_ = 0;
         wasted_prefill_s_ = 0.0;
+        completions_.clear();
         wasted_t_.clear();
         wasted_s_.clear();
         samples_t_.clear();
@@ -375,6 +376,10 @@ class Cluster {
     // batching prefill: each instance's (prefill end, request) in ClusterSimulator._prefill_fifo's order
     const std::vector<std::vector<std::pair<double, int64_t>>>& prefill_fifo() const { return fifo_; }
     const Network& network() const { return network_; }
+    // for the v1 environments' reward (clusterenv.hpp): the requests completed (not preempted), in the
+    // order they completed, and each request's output length
+    const std::vector<int64_t>& completions() const { return completions_; }
+    const std::vector<int64_t>& output_tokens() const { return output_; }
 
   private:
     // event kinds, ordered as sim/cluster.py's at equal times
@@ -419,6 +424,7 @@ class Cluster {
             in_prefill_ = 0, in_decode_ = 0, preempted_ = 0;
     double wasted_prefill_s_ = 0.0;
     std::vector<double> wasted_t_, wasted_s_;
+    std::vector<int64_t> completions_;
     std::vector<double> samples_t_, samples_p_, samples_d_, samples_kv_;
     int64_t k_sample_ = 0;
     double next_sample_ = 0.0, horizon_ = 0.0;
@@ -571,6 +577,7 @@ class Cluster {
         end_s_[q] = t;
         outcome_[q] = COMPLETED;
         completed_ += 1;
+        completions_.push_back(r);
         if (ttft_s_[q] <= s_.ttft_slo_s) completed_in_ttft_slo_ += 1;
         tbt_s_[q] = max_interval_s_[q] = mean_interval_s_[q] = s_.tbt_s;
     }
@@ -700,6 +707,7 @@ class Cluster {
             }
             outcome_[q] = COMPLETED;
             completed_ += 1;
+            completions_.push_back(c.r);
             if (ttft_s_[q] <= s_.ttft_slo_s) completed_in_ttft_slo_ += 1;
             if (!std::isnan(c.tbt)) tbt_s_[q] = max_interval_s_[q] = mean_interval_s_[q] = c.tbt;
         }

@@ -201,13 +201,14 @@ class BatchingDecode {
 
     // BatchingDecodeInstance.token_intervals of finished[from:]: (requests, offsets, intervals), each row
     // preceded by its request's earlier stints (one request), each stall added to its iteration's interval.
+    // (`to`: up to finished()[to - 1] only)
     void token_intervals(size_t from, std::vector<int64_t>& req, std::vector<int64_t>& offsets,
-                         std::vector<double>& intervals) const {
+                         std::vector<double>& intervals, size_t to = SIZE_MAX) const {
         req.clear();
         offsets.assign(1, 0);
         intervals.clear();
         std::vector<Row> rows;
-        for (size_t q = from; q < finished_.size(); ++q) {
+        for (size_t q = from; q < finished_.size() && q < to; ++q) {
             const Row& row = finished_[q];
             auto it = stints_.find(row.r);
             if (it != stints_.end()) rows.insert(rows.end(), it->second.begin(), it->second.end());
@@ -235,6 +236,30 @@ class BatchingDecode {
         }
         offsets.push_back(static_cast<int64_t>(intervals.size()));
         if (req.empty()) offsets.assign(1, 0);
+    }
+
+    // The slowest token interval of finished()[q] (its first with the wait before it), from its
+    // segments, or +inf where a preemption touched it (earlier stints, a stall in its iterations): the
+    // v1 environments' quick TBT check (clusterenv.hpp), as BatchingDecodeInstance.tbt_within's bound.
+    double slowest_interval(size_t q) const {
+        const Row& row = finished_[q];
+        const double inf = std::numeric_limits<double>::infinity();
+        if (stints_.count(row.r)) return inf;
+        for (const auto& st : stalls_)
+            if (row.j <= st.first && st.first < row.f) return inf;
+        if (row.f <= row.j) return 0.0;
+        const Segment& g0 = segments_[static_cast<size_t>(row.seg0)];
+        double top = (g0.alpha + g0.beta * static_cast<double>(row.j)) + row.wait;
+        for (size_t s = static_cast<size_t>(row.seg0); s < segments_.size(); ++s) {
+            const Segment& g = segments_[s];
+            if (g.a >= row.f) break;
+            const int64_t lo = g.a > row.j ? g.a : row.j, hi = g.b < row.f ? g.b : row.f;
+            if (hi <= lo) continue;
+            const double x0 = g.alpha + g.beta * static_cast<double>(lo), x1 = g.alpha + g.beta * static_cast<double>(hi - 1);
+            if (x0 > top) top = x0;
+            if (x1 > top) top = x1;
+        }
+        return top;
     }
 
   private:

@@ -974,21 +974,16 @@ class RoutingEnv : public SteppableEnv {
             if (spec_.allow_pull)
                 for (size_t i = 0; i < n; ++i) mask[n + i] = hits[i] < best ? 1 : 0;
         }
-        if (obs) features(obs);
+        if (obs) features(*engine_, spec_.time_scale, obs);
     }
-
-  private:
-    std::shared_ptr<RoutingEngine> engine_;
-    RoutingEnvSpec spec_;
 
     static double cap1(double x) { return x < 1.0 ? x : 1.0; }
 
     // routing_features: per instance T(queue), queued/50, hit share, T(queue + prefill),
     // T(queue + transfer + prefill after pull); then the request's length and the best hit share.
     // An idle instance reuses the block of the first idle instance with the same hit, as the
-    // reference does.
-    void features(float* out) {
-        RoutingEngine& e = *engine_;
+    // reference does. (Also the prefill part of the v1 environments' observation: clusterenv.hpp.)
+    static void features(RoutingEngine& e, double scale, float* out) {
         const size_t n = static_cast<size_t>(e.n_instances());
         const std::vector<double>& q = e.view_queue_s();
         const std::vector<int64_t>& nq = e.view_queued_requests();
@@ -997,7 +992,6 @@ class RoutingEnv : public SteppableEnv {
         const std::vector<double>& tr = e.view_transfer_s();
         const std::vector<double>& pp = e.view_pull_prefill_s();
         const int64_t n_in = e.input_tokens(e.index());
-        const double scale = spec_.time_scale;
         const double inv_in = n_in ? 1.0 / static_cast<double>(n_in) : 0.0;
         for (size_t i = 0; i < n; ++i) {
             float* b = out + PER_INSTANCE_FEATURES * i;
@@ -1025,6 +1019,10 @@ class RoutingEnv : public SteppableEnv {
         out[PER_INSTANCE_FEATURES * n] = static_cast<float>(len < 0.0 ? 0.0 : (len > 1.0 ? 1.0 : len));
         out[PER_INSTANCE_FEATURES * n + 1] = static_cast<float>(static_cast<double>(e.view_best_hit_tokens()) * inv_in);
     }
+
+  private:
+    std::shared_ptr<RoutingEngine> engine_;
+    RoutingEnvSpec spec_;
 };
 
 }  // namespace mooncake

@@ -12,6 +12,7 @@
 
 #include <cstring>
 
+#include "clusterenv.hpp"
 #include "engine.hpp"
 #include "fields.hpp"
 #include "synthetic.hpp"
@@ -92,6 +93,54 @@ nb::dict routing_info(const double* r) {
     for (int k = 3; k < 7; ++k) d[interned[k]] = r[k];
     for (int k = 7; k < 10; ++k) d[interned[k]] = static_cast<int64_t>(r[k]);
     return d;
+}
+
+// -- the v1 environments' core (clusterenv.hpp) ----------------------------------------------------------
+// ClusterEnv.step's info dict from a ClusterEnvCore's info row (ttft_s only when admitted)
+nb::dict cluster_env_info(const double* r) {
+    static const char* keys[] = {"index", "admitted", "prefill_instance", "good_tokens", "good_requests", "wasted_s",
+                                 "completed", "rejected_at_arrival", "rejected_after_prefill", "preempted", "ttft_s"};
+    constexpr int n = mooncake::V1_INFO_FIELDS;
+    static nb::object interned[n];
+    if (!interned[0].is_valid())
+        for (int k = 0; k < n; ++k) interned[k] = nb::steal(PyUnicode_InternFromString(keys[k]));
+    nb::dict d;
+    d[interned[0]] = static_cast<int64_t>(r[0]);
+    d[interned[1]] = r[1] != 0.0;
+    for (int k = 2; k < 5; ++k) d[interned[k]] = static_cast<int64_t>(r[k]);
+    d[interned[5]] = r[5];
+    for (int k = 6; k < 10; ++k) d[interned[k]] = static_cast<int64_t>(r[k]);
+    if (r[1] != 0.0) d[interned[10]] = r[10];
+    return d;
+}
+
+mooncake::ClusterEnvSpec cluster_env_spec(const nb::dict& d) {
+    auto get = [&](const char* name) { return mooncake::dict_field<double>(d, name, "spec"); };
+    mooncake::ClusterEnvSpec s;
+    const std::string kind = mooncake::dict_field<std::string>(d, "kind", "spec");
+    if (kind == "routing") s.kind = mooncake::V1Kind::Routing;
+    else if (kind == "admission") s.kind = mooncake::V1Kind::Admission;
+    else if (kind == "conductor") s.kind = mooncake::V1Kind::Conductor;
+    else throw nb::value_error(("kind: expected routing, admission or conductor, got " + kind).c_str());
+    s.time_scale = get("time_scale");
+    s.batch_cap = get("batch_cap");
+    s.step_den = get("step_den");
+    s.ttft_den = get("ttft_den");
+    s.in_prefill_den = get("in_prefill_den");
+    s.output_cap = get("output_cap");
+    s.log_output_scale = get("log_output_scale");
+    s.ttft_slo_s = get("ttft_slo_s");
+    s.tbt_slo_s = get("tbt_slo_s");
+    s.capacity_tokens = get("capacity_tokens");
+    s.reserve_tbt_s = get("reserve_tbt_s");
+    s.tail_share = get("tail_share");
+    s.horizon = get("horizon");
+    s.oracle = mooncake::dict_field<bool>(d, "oracle", "spec");
+    s.prediction = mooncake::dict_field<bool>(d, "prediction", "spec");
+    s.mean_output_tokens = get("mean_output_tokens");
+    s.mean_prefill_s = get("mean_prefill_s");
+    s.waste_penalty = get("waste_penalty");
+    return s;
 }
 
 using U64 = uint64_t;
@@ -397,6 +446,64 @@ NB_MODULE(_engine_native, m) {
                  return nb::make_tuple(reward, terminated, routing_info(env.info));
              },
              "action"_a, "Take the action: (reward, terminated, info) with RoutingSimulator.last's info.");
+
+    // the v1 environments' core (clusterenv.hpp; mooncake_gym/envs/cluster.py)
+    using mooncake::ClusterEnvCore;
+    auto cluster_env_result = [](ClusterEnvCore& env, double reward, bool terminated) {
+        return nb::make_tuple(reward, terminated, cluster_env_info(env.info));
+    };
+    m.def("tail_tbt",
+          [](std::vector<double> intervals, double share) { return mooncake::tail_tbt(intervals, share); },
+          "intervals"_a, "share"_a,
+          "sim/decode.py tail_means' TBT of one request's token intervals, as the v1 envs' core computes it.");
+    nb::class_<ClusterEnvCore, SteppableEnv>(m, "ClusterEnvCore",
+                                             "The v1 environments' observation, mask, reward and info on a Cluster.")
+        .def("__init__",
+             [](ClusterEnvCore* self, mooncake::Cluster& cluster, const nb::dict& spec, std::vector<double> predicted) {
+                 const mooncake::ClusterEnvSpec s = cluster_env_spec(spec);
+                 if (s.prediction && predicted.size() != cluster.outcome().size())
+                     throw nb::value_error("predicted: expected one predicted output length per request");
+                 new (self) ClusterEnvCore(cluster, s, std::move(predicted));
+             },
+             "cluster"_a, "spec"_a, "predicted"_a, nb::keep_alive<1, 2>())
+        .def_prop_ro("n_obs", &ClusterEnvCore::n_obs)
+        .def_prop_ro("n_mask", &ClusterEnvCore::n_mask)
+        .def_prop_ro("good_tokens", &ClusterEnvCore::good_tokens)
+        .def_prop_ro("good_requests", &ClusterEnvCore::good_requests)
+        .def("bind",
+             [](ClusterEnvCore& env, F32Out obs, I8Out mask, F64Out info) {
+                 if (obs.shape(0) != static_cast<size_t>(env.n_obs()) || mask.shape(0) != static_cast<size_t>(env.n_mask()) ||
+                     info.shape(0) != static_cast<size_t>(mooncake::V1_INFO_FIELDS))
+                     throw nb::value_error("bind: expected buffers of the observation's, the mask's and the info's sizes");
+                 env.obs = obs.data();
+                 env.mask = mask.data();
+                 env.info = info.data();
+                 env.observe();
+             },
+             "obs"_a, "mask"_a, "info"_a, nb::keep_alive<1, 2>(), nb::keep_alive<1, 3>(), nb::keep_alive<1, 4>(),
+             "Write into these buffers from now on (and the pending observation and mask now).")
+        .def("observe", &ClusterEnvCore::observe)
+        .def("finish_tbt", &ClusterEnvCore::finish_tbt, "done"_a,
+             "ClusterSimulator.finish_tbt on the engine, from each decode instance's row done[j]: the rows done.")
+        .def("step",
+             [cluster_env_result](ClusterEnvCore& env, int64_t action) {
+                 if (env.done()) throw nb::index_error("step: the trace is exhausted");
+                 if (action < 0 || action >= env.n_actions()) throw nb::value_error("step: action out of range");
+                 bool terminated = false;
+                 const double reward = env.step(action, terminated);
+                 return cluster_env_result(env, reward, terminated);
+             },
+             "action"_a, "Take the (flat) action: (reward, terminated, info) with ClusterEnv.step's info.")
+        .def("act",
+             [cluster_env_result](ClusterEnvCore& env, bool admit, int64_t instance, bool pull, int64_t decode) {
+                 if (env.done()) throw nb::index_error("act: the trace is exhausted");
+                 bool terminated = false;
+                 const double reward = env.act(admit, instance, pull, decode, terminated);
+                 return cluster_env_result(env, reward, terminated);
+             },
+             "admit"_a, "instance"_a, "pull"_a, "decode"_a,
+             "Admit (on instance, or the default route if < 0; to decode instance decode, or the default rule's "
+             "if < 0 or D) or reject: (reward, terminated, info).");
 
     nb::class_<EnvBatch>(m, "EnvBatch", "N environment cores stepped in one call (batch.hpp).")
         .def(nb::init<size_t>(), "n"_a)

@@ -5,6 +5,13 @@
 decisions the action sets (the others take the simulator's defaults) and in the reward.
 :class:`ClusterEnv` holds everything else; :data:`OBSERVATION_DOC` etc. are the parts of their
 documentation pages that are the same for all three.
+
+Two engines run the episodes (``engine=``, docs/engine.md "The v1 environments on the engine"): on
+a cluster the native engine runs (``mooncake_gym._engine.cluster.preset_unsupported`` is None)
+each step is one call into its env core (``ClusterEnvCore``, ``_engine/clusterenv.hpp``) over
+:class:`mooncake_gym._engine.cluster.NativeClusterSimulator`, which writes the observation, the
+action mask and the info row into buffers the env owns and returns the reward; elsewhere
+:class:`_Simulator`, the reference, runs them in Python. Both give the same numbers, bit for bit.
 """
 
 from __future__ import annotations
@@ -16,9 +23,11 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from mooncake_gym import _engine
+from mooncake_gym._engine.cluster import NativeClusterSimulator, preset_unsupported
 from mooncake_gym.sim.observation import as_observation
 from mooncake_gym.sim.cluster import ClusterAction, ClusterSimulator, saturation
-from mooncake_gym.sim.decode import tail_means
+from mooncake_gym.sim.decode import TBT_TAIL_SHARE, tail_means
 from mooncake_gym.sim.admission import DEMO3_BASE_RATE
 from mooncake_gym.model.prediction import DEFAULT_PREDICTION_SIGMA, check_sigma, predict_output_tokens
 from mooncake_gym.model.presets import ClusterPreset, get_preset
@@ -32,6 +41,14 @@ BATCH_CAP = 256  # requests in one decode instance's batch
 STEP_CAP_SLO = 2.0  # iteration times, in multiples of the TBT SLO
 DECODE_FEATURES = 4
 REQUEST_FEATURES = 3  # after v0's two request features
+
+#: The native engine's info row of a step (``ClusterEnvCore``, ``_engine/clusterenv.hpp``; the vector
+#: env's interface, envs/vector.py): ClusterEnv.step's info fields and types, in this order; ``ttft_s``
+#: is NaN in the row and left out of the info when the request was rejected.
+NATIVE_INFO = (("index", int), ("admitted", bool), ("prefill_instance", int), ("good_tokens", int),
+               ("good_requests", int), ("wasted_s", float), ("completed", int), ("rejected_at_arrival", int),
+               ("rejected_after_prefill", int), ("preempted", int), ("ttft_s", float))
+NATIVE_INFO_FIELDS = len(NATIVE_INFO)
 
 
 @functools.cache
@@ -202,8 +219,15 @@ ARGUMENTS_DOC = """\
     string or ``mooncake_gym.sim.observation.ObservationConfig`` (``exact``, the default; ``scraped``,
     ``approximate``, ``precise``, ``noisy``, ``mooncake_gym.sim.observation`` and ``docs/envs/prefill_routing.md``); the prefill features, the
     default router and the predicted TTFT come from that view, service stays exact. ``fresh_blocks``
-    (bool) gives re-drawn requests new ids for the blocks they brought (Starting State). ``render_mode`` must be None (no picture yet). An invalid argument
-    raises ``ValueError`` naming it and its allowed range."""
+    (bool) gives re-drawn requests new ids for the blocks they brought (Starting State). ``render_mode`` must be None (no picture yet).
+    ``engine`` (``"native"``, ``"python"`` or None) chooses the simulator, as ``PrefillRouting-v0``'s
+    does (``docs/engine.md``): None (the default) runs the episodes on the native engine where it is
+    built, runs the preset's cluster (``mooncake_gym._engine.cluster.preset_unsupported``; today
+    ``lecture`` and the presets with ``presets.NO_ENGINE``'s prefill, e.g.
+    ``get_preset("mooncake").with_(**NO_ENGINE)``) and the observation is exact, and on the Python
+    reference otherwise; both give the same observations, rewards, infos and metrics, bit for bit.
+    ``"native"`` where the engine cannot run the environment raises ``ValueError`` saying why. An
+    invalid argument raises ``ValueError`` naming it and its allowed range."""
 
 SPEED_DOC = """\
     ``benchmarks/bench_envs.py`` (``mooncake-gym bench --only envs``) measures raw ``step``
@@ -241,15 +265,20 @@ def shared_sections(rewards: str) -> str:
 class ClusterEnv(gym.Env):
     """The base of the v1 environments (see the module docstring); not registered itself.
 
-    Subclasses set ``action_space`` and implement :meth:`_action` (the env action to a
-    :class:`ClusterAction`, ``ValueError`` outside the space) and :meth:`_reward`."""
+    Subclasses set ``action_space`` and :attr:`KIND` (the native core's problem: ``"routing"``,
+    ``"admission"`` or ``"conductor"``), and implement :meth:`_n_mask` (the length of the native
+    core's action mask), :meth:`_action` (the env action to a :class:`ClusterAction`, ``ValueError``
+    outside the space), :meth:`_step_core` (the same action on the native core) and :meth:`_reward`."""
 
     metadata = {"render_modes": [], "render_fps": 4}
+    NATIVE_INFO = NATIVE_INFO
+    KIND = "routing"
 
     def __init__(self, preset="mooncake", load=None, load_range=None, default_load: float = 1.0, base_trace=None,
                  trace=None, speed: float = 1.0, episode_requests: int = 1000, oracle: bool = False,
                  waste_penalty: float = DEFAULT_WASTE_PENALTY, render_mode=None, prediction: bool = False,
-                 prediction_sigma: float = DEFAULT_PREDICTION_SIGMA, observation=None, fresh_blocks: bool = False):
+                 prediction_sigma: float = DEFAULT_PREDICTION_SIGMA, observation=None, fresh_blocks: bool = False,
+                 engine=None):
         self.preset = get_preset(preset)
         try:
             self.observation = as_observation(observation)
@@ -284,7 +313,60 @@ class ClusterEnv(gym.Env):
         self._ttft_den = TTFT_CAP_SLO * p.ttft_slo_s
         self._in_prefill_den = IN_PREFILL_CAP_PER_INSTANCE * p.n_prefill
         self._log_output_scale = 1.0 / math.log1p(OUTPUT_TOKENS_CAP)
-        self.sim: _Simulator | None = None
+        self.sim: _Simulator | NativeClusterSimulator | None = None
+        self.engine = self._choose_engine(engine)
+        # what the native core computes with (its episode's horizon is added at reset)
+        self._spec = {"kind": self.KIND, "time_scale": self._time_scale, "batch_cap": float(BATCH_CAP),
+                      "step_den": self._step_den, "ttft_den": self._ttft_den,
+                      "in_prefill_den": float(self._in_prefill_den), "output_cap": float(OUTPUT_TOKENS_CAP),
+                      "log_output_scale": self._log_output_scale, "ttft_slo_s": float(p.ttft_slo_s),
+                      "tbt_slo_s": float(p.tbt_slo_s), "capacity_tokens": float(p.capacity_tokens),
+                      "reserve_tbt_s": float(p.tbt_s), "tail_share": float(TBT_TAIL_SHARE), "oracle": oracle,
+                      "prediction": prediction, "mean_output_tokens": self.mean_output_tokens,
+                      "mean_prefill_s": self.mean_prefill_s, "waste_penalty": self.waste_penalty}
+        # the buffers the native core writes (a vector env could hand each env rows of its own: _use_buffers)
+        self._use_buffers(np.zeros(self.observation_space.shape, np.float32), np.ones(self._n_mask(), np.int8),
+                          np.zeros(NATIVE_INFO_FIELDS, np.float64))
+        self._core = None  # the native core of the episode, else None
+
+    def _n_mask(self) -> int:
+        """The action mask's length (the native core's mask buffer): one per action (routing's
+        ``2 P`` here; the other two override it)."""
+        return 2 * self.preset.n_prefill
+
+    def _choose_engine(self, engine) -> str:
+        """The engine of the episodes: ``engine=`` resolved (docs/engine.md); the default falls back
+        to the reference where the native engine cannot run this cluster or observation."""
+        chosen = _engine.resolve(engine)
+        if chosen != "native":
+            return chosen
+        if not self.observation.exact:
+            why = "the native engine shows the exact observation only (observation modes run in Python)"
+        else:
+            why = preset_unsupported(self.preset)
+        if why is None:
+            return "native"
+        if engine == "native":
+            raise ValueError(f"engine: 'native' cannot run this environment: {why}; pass engine='python'")
+        return "python"
+
+    def _use_buffers(self, obs: np.ndarray, mask: np.ndarray, info: np.ndarray) -> None:
+        """Where the native core writes this env's observation, action mask and info row (float32 of
+        the observation's size, int8 of the mask's, float64 of NATIVE_INFO_FIELDS)."""
+        self._obs, self._mask_buffer, self._info_row = obs, mask, info
+        core = getattr(self, "_core", None)
+        if core is not None:
+            core.bind(obs, mask, info)
+
+    def _end_info(self) -> dict:
+        """What the last step's info adds when the episode ends (the vector env's interface)."""
+        sim = self.sim
+        if self._core is not None:  # the TBTs of the requests finished, by the core (NativeClusterSimulator.finish_tbt's)
+            n = sim.preset.n_decode
+            done = self._core.finish_tbt([sim._tbt_done.get(j, 0) for j in range(n)])
+            sim._tbt_done.update(enumerate(done))
+            sim._cached = None
+        return {"metrics": sim.result("env").metrics}
 
     # -- the decision view --------------------------------------------------------------------------
     def decision_view(self):
@@ -292,6 +374,8 @@ class ClusterEnv(gym.Env):
         return None if self.sim is None else self.sim.view
 
     def _observe(self) -> np.ndarray:
+        if self._core is not None:
+            return self._obs.copy()
         v = self.sim.view
         if v is None:
             return np.zeros(self.observation_space.shape, np.float32)
@@ -324,11 +408,24 @@ class ClusterEnv(gym.Env):
         if self.prediction:  # drawn after everything else, so the workload is the same with or without
             rng = np.random.default_rng(int(self.np_random.integers(2**31)))
             predicted = predict_output_tokens(trace.output_tokens, self.prediction_sigma, rng)
-        self.sim = sim = _Simulator(trace, self.preset, oracle=self.oracle, seed=sim_seed, predicted_output=predicted,
-                                         observation=self.observation)
-        if sim.view is None:
+        self._core = None
+        sim = None
+        if self.engine == "native":  # the reference where this trace cannot run natively (its caches' size)
+            sim = NativeClusterSimulator(trace, self.preset, oracle=self.oracle, seed=sim_seed,
+                                         predicted_output=predicted, observation=self.observation)
+            if type(sim) is not NativeClusterSimulator:
+                sim = None
+        if sim is None:
+            sim = _Simulator(trace, self.preset, oracle=self.oracle, seed=sim_seed, predicted_output=predicted,
+                             observation=self.observation)
+        self.sim = sim
+        if sim.done:
             raise ValueError("trace: every request is too long for one decode instance; nothing to decide")
         self._good, self._good_n, self._wasted = 0, 0, 0.0
+        if isinstance(sim, NativeClusterSimulator):
+            self._core = core = _engine.native.ClusterEnvCore(sim._cluster, {**self._spec, "horizon": sim._horizon},
+                                                              sim.predicted_output or [])
+            core.bind(self._obs, self._mask_buffer, self._info_row)
         return self._observe(), {"requests": len(trace), "load": load,
                                  "saturation_per_s": self.saturation.cluster_per_s, "sim_seed": sim_seed}
 
@@ -336,6 +433,16 @@ class ClusterEnv(gym.Env):
         sim = self.sim
         if sim is None:
             raise RuntimeError("step: call reset() first")
+        core = self._core
+        if core is not None:  # the engine applies the action, writes the observation and makes the reward and info
+            if core.done:
+                self._action(action)
+                raise RuntimeError("step: the episode has terminated; call reset()")
+            reward, terminated, info = self._step_core(core, action)
+            sim._view = sim._cached = None  # the simulator's Python caches of the last decision
+            if terminated:
+                info.update(self._end_info())
+            return self._obs.copy(), reward, terminated, False, info
         act = self._action(action)
         if sim.done:
             raise RuntimeError("step: the episode has terminated; call reset()")
@@ -361,6 +468,11 @@ class ClusterEnv(gym.Env):
         return info["good_tokens"] / self.mean_output_tokens - self.waste_penalty * info["wasted_s"] / self.mean_prefill_s
 
     def _action(self, action) -> ClusterAction:
+        raise NotImplementedError
+
+    def _step_core(self, core, action) -> tuple:
+        """``action`` checked (``ValueError`` outside the space, as :meth:`_action`) and taken on the
+        native core: its ``(reward, terminated, info)``."""
         raise NotImplementedError
 
     def _reward(self, info: dict) -> float:

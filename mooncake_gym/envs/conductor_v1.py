@@ -60,7 +60,7 @@ class ConductorV1Env(ClusterEnv):
     ``gym.make("mooncake_gym/Conductor-v1", preset="mooncake", load=None, load_range=None,
     base_trace=None, trace=None, speed=1.0, episode_requests=1000, oracle=False, waste_penalty=0.1,
     render_mode=None, prediction=False, prediction_sigma=0.5,
-    observation=None, fresh_blocks=False)``. With neither ``load`` nor
+    observation=None, fresh_blocks=False, engine=None)``. With neither ``load`` nor
     ``load_range`` the load is 1.5.
 {ARGUMENTS_DOC}
 
@@ -73,14 +73,19 @@ class ConductorV1Env(ClusterEnv):
     * v1: initial version (before its first release, issue 13: the reward and the primary metric
       became token goodput within both SLOs without the drain, and ``prediction=True`` was added;
       issue 27: ``action_masks()`` and ``info["action_mask"]``, the observations and rewards unchanged).
+      Issue 25 (2026-12-04): ``engine=``; on a cluster the native engine runs, the episodes run on
+      it by default (``ClusterEnvCore``), with the same numbers.
     """
+
+    KIND = "conductor"
 
     def __init__(self, preset="mooncake", load=None, load_range=None, base_trace=None, trace=None,
                  speed: float = 1.0, episode_requests: int = 1000, oracle: bool = False,
                  waste_penalty: float = DEFAULT_WASTE_PENALTY, render_mode=None, prediction: bool = False,
-                 prediction_sigma: float = DEFAULT_PREDICTION_SIGMA, observation=None, fresh_blocks: bool = False):
+                 prediction_sigma: float = DEFAULT_PREDICTION_SIGMA, observation=None, fresh_blocks: bool = False,
+                 engine=None):
         super().__init__(preset, load, load_range, 1.5, base_trace, trace, speed, episode_requests, oracle,
-                         waste_penalty, render_mode, prediction, prediction_sigma, observation, fresh_blocks)
+                         waste_penalty, render_mode, prediction, prediction_sigma, observation, fresh_blocks, engine)
         p = self.preset
         self.action_space = spaces.MultiDiscrete([2, p.n_prefill, 2, p.n_decode + 1])
         self._nvec = (2, p.n_prefill, 2, p.n_decode + 1)
@@ -101,7 +106,12 @@ class ConductorV1Env(ClusterEnv):
         pull that copies nothing anywhere is masked (see the class's Action Masks)."""
         return self._mask().astype(bool)
 
+    def _n_mask(self) -> int:
+        return 2 + self.preset.n_prefill + 2 + self.preset.n_decode + 1
+
     def _mask(self) -> np.ndarray:
+        if self._core is not None:
+            return self._mask_buffer.copy()
         _, n_prefill, _, n_decode = self._nvec
         v = self.decision_view()
         pull = 1 if v is None else int(any(h < v.routing.best_hit_tokens for h in v.routing.hit_tokens))
@@ -120,6 +130,17 @@ class ConductorV1Env(ClusterEnv):
         return np.array([1, int(inst), int(pull), decode], np.int64)
 
     def _action(self, action) -> ClusterAction:
+        a = self._parse(action)
+        if not a[0]:
+            return _REJECT
+        return ClusterAction(True, Route(a[1], a[2] == 1), None if a[3] == self._nvec[3] - 1 else a[3])
+
+    def _step_core(self, core, action) -> tuple:
+        a = self._parse(action)
+        return core.act(a[0] == 1, a[1], a[2] == 1, a[3])
+
+    def _parse(self, action) -> list:
+        """The four integers of ``action``, checked against the space (``ValueError`` otherwise)."""
         # an integer array of shape (4,) (what the space samples and SB3 gives), or a list or
         # tuple of four integers; nothing else (as MultiDiscrete.contains: no floats, no strings)
         a = None
@@ -131,9 +152,7 @@ class ConductorV1Env(ClusterEnv):
         if a is None or not all(0 <= x < n for x, n in zip(a, self._nvec)):
             raise ValueError(f"action: expected 4 integers (admit 0..1, prefill instance 0..{self._nvec[1] - 1}, "
                              f"pull 0..1, decode instance 0..{self._nvec[3] - 1}), got {action!r}")
-        if not a[0]:
-            return _REJECT
-        return ClusterAction(True, Route(a[1], a[2] == 1), None if a[3] == self._nvec[3] - 1 else a[3])
+        return a
 
     def _reward(self, info: dict) -> float:
         return self.goodput_reward(info)

@@ -40,7 +40,7 @@ class OverloadAdmissionV1Env(ClusterEnv):
     ``gym.make("mooncake_gym/OverloadAdmission-v1", preset="mooncake-overload", load=None,
     load_range=None, base_trace=None, trace=None, speed=1.0, episode_requests=1000, oracle=False,
     waste_penalty=0.1, render_mode=None, prediction=False, prediction_sigma=0.5,
-    observation=None, fresh_blocks=False)``. With neither
+    observation=None, fresh_blocks=False, engine=None)``. With neither
     ``load`` nor ``load_range`` the load is 2.
 {ARGUMENTS_DOC}
 
@@ -56,15 +56,20 @@ class OverloadAdmissionV1Env(ClusterEnv):
       multiple of the measured saturation throughput. Before its first release (issue 13) the
       reward and the primary metric became token goodput within both SLOs without the drain,
       and ``prediction=True`` was added.
+      Issue 25 (2026-12-04): ``engine=``; on a cluster the native engine runs, the episodes run on
+      it by default (``ClusterEnvCore``), with the same numbers.
     * v0: the lecture's overload model (still registered, unchanged).
     """
+
+    KIND = "admission"
 
     def __init__(self, preset="mooncake-overload", load=None, load_range=None, base_trace=None, trace=None,
                  speed: float = 1.0, episode_requests: int = 1000, oracle: bool = False,
                  waste_penalty: float = DEFAULT_WASTE_PENALTY, render_mode=None, prediction: bool = False,
-                 prediction_sigma: float = DEFAULT_PREDICTION_SIGMA, observation=None, fresh_blocks: bool = False):
+                 prediction_sigma: float = DEFAULT_PREDICTION_SIGMA, observation=None, fresh_blocks: bool = False,
+                 engine=None):
         super().__init__(preset, load, load_range, 2.0, base_trace, trace, speed, episode_requests, oracle,
-                         waste_penalty, render_mode, prediction, prediction_sigma, observation, fresh_blocks)
+                         waste_penalty, render_mode, prediction, prediction_sigma, observation, fresh_blocks, engine)
         self.action_space = spaces.Discrete(2)
 
     def encode_action(self, admit) -> int:
@@ -73,6 +78,14 @@ class OverloadAdmissionV1Env(ClusterEnv):
     def _action(self, action) -> ClusterAction:
         if (action == 0 or action == 1) if type(action) in INTEGER_TYPES else in_space(self.action_space, action):
             return _ACTIONS[int(action)]
+        raise ValueError(f"action: expected 0 (reject) or 1 (admit), got {action!r}")
+
+    def _n_mask(self) -> int:
+        return 2
+
+    def _step_core(self, core, action) -> tuple:
+        if (action == 0 or action == 1) if type(action) in INTEGER_TYPES else in_space(self.action_space, action):
+            return core.step(int(action))
         raise ValueError(f"action: expected 0 (reject) or 1 (admit), got {action!r}")
 
     def _reward(self, info: dict) -> float:

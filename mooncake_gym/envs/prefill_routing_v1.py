@@ -46,7 +46,7 @@ class PrefillRoutingV1Env(ClusterEnv):
 
     ``gym.make("mooncake_gym/PrefillRouting-v1", preset="mooncake", load=None, load_range=None,
     base_trace=None, trace=None, speed=1.0, episode_requests=1000, oracle=False, render_mode=None,
-    observation=None, fresh_blocks=False)``.
+    observation=None, fresh_blocks=False, engine=None)``.
     With neither ``load`` nor ``load_range`` the load is 0.9.
 {ARGUMENTS_DOC}
 
@@ -58,14 +58,18 @@ class PrefillRoutingV1Env(ClusterEnv):
 
     * v1: the whole cluster (``cluster.ClusterSimulator``) on the ``mooncake`` preset; the
       observation adds the decode pool and Algorithm 1's TTFT prediction; workloads by load.
+      Issue 25 (2026-12-04): ``engine=``; on a cluster the native engine runs, the episodes run on
+      it by default (``ClusterEnvCore``), with the same numbers.
     * v0: prefill pool alone, ``lecture`` cost model (still registered, unchanged).
     """
 
+    KIND = "routing"
+
     def __init__(self, preset="mooncake", load=None, load_range=None, base_trace=None, trace=None,
                  speed: float = 1.0, episode_requests: int = 1000, oracle: bool = False, render_mode=None,
-                 observation=None, fresh_blocks: bool = False):
+                 observation=None, fresh_blocks: bool = False, engine=None):
         super().__init__(preset, load, load_range, 0.9, base_trace, trace, speed, episode_requests, oracle,
-                         render_mode=render_mode, observation=observation, fresh_blocks=fresh_blocks)
+                         render_mode=render_mode, observation=observation, fresh_blocks=fresh_blocks, engine=engine)
         n = self.preset.n_prefill
         self.action_space = spaces.Discrete(2 * n)
         self._n = n
@@ -80,6 +84,12 @@ class PrefillRoutingV1Env(ClusterEnv):
         if (type(action) in INTEGER_TYPES and 0 <= action < 2 * self._n) or in_space(self.action_space, action):
             return self._routes[int(action)]
         raise ValueError(f"action: expected an integer in 0..{2 * self._n - 1}, got {action!r}")
+
+    def _step_core(self, core, action) -> tuple:
+        if type(action) in INTEGER_TYPES and 0 <= action < 2 * self._n:
+            return core.step(int(action))
+        self._action(action)  # raises outside the space
+        return core.step(int(action))
 
     def _reward(self, info: dict) -> float:
         return -info["ttft_s"] / self.preset.ttft_slo_s
