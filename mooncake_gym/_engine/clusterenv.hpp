@@ -17,93 +17,6 @@
 
 namespace mooncake {
 
-// numpy's pairwise summation of n doubles (its add loop's reduction: a plain loop below 8 values, eight
-// running sums up to 128, halves above), so that a sum here equals numpy's to the bit.
-inline double numpy_pairwise_sum(const double* a, int64_t n) {
-    if (n < 8) {
-        double res = 0.0;
-        for (int64_t i = 0; i < n; ++i) res += a[i];
-        return res;
-    }
-    if (n <= 128) {
-        double r[8];
-        for (int k = 0; k < 8; ++k) r[k] = a[k];
-        int64_t i = 8;
-        for (; i < n - (n % 8); i += 8)
-            for (int k = 0; k < 8; ++k) r[k] += a[i + k];
-        double res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
-        for (; i < n; ++i) res += a[i];
-        return res;
-    }
-    int64_t n2 = n / 2;
-    n2 -= n2 % 8;
-    return numpy_pairwise_sum(a, n2) + numpy_pairwise_sum(a + n2, n - n2);
-}
-
-// Sort v[0:m] ascending. A request's token intervals are a few ascending runs (one per stretch of
-// constant batch), so the runs are merged pairwise (a natural merge sort); many runs: std::sort. The
-// values are what matter (equal doubles are the same), so any correct sort gives numpy's array.
-inline void sort_runs(double* v, int64_t m) {
-    static thread_local std::vector<int64_t> bounds, next;
-    static thread_local std::vector<double> buf;
-    bounds.clear();
-    bounds.push_back(0);
-    for (int64_t i = 1; i < m; ++i)
-        if (v[i] < v[i - 1]) bounds.push_back(i);
-    if (bounds.size() == 1) return;  // sorted already
-    if (bounds.size() > 64) {
-        std::sort(v, v + m);
-        return;
-    }
-    bounds.push_back(m);
-    buf.resize(static_cast<size_t>(m));
-    double *src = v, *dst = buf.data();
-    while (bounds.size() > 2) {
-        next.clear();
-        size_t r = 0;
-        for (; r + 2 < bounds.size(); r += 2) {
-            std::merge(src + bounds[r], src + bounds[r + 1], src + bounds[r + 1], src + bounds[r + 2], dst + bounds[r]);
-            next.push_back(bounds[r]);
-        }
-        if (r + 1 < bounds.size()) {  // an odd run left: copied as it is
-            std::copy(src + bounds[r], src + bounds[r + 1], dst + bounds[r]);
-            next.push_back(bounds[r]);
-        }
-        next.push_back(m);
-        bounds.swap(next);
-        std::swap(src, dst);
-    }
-    if (src != v) std::copy(src, src + m, v);
-}
-
-// sim/decode.py tail_means' TBT of one request from its token intervals (sorted here): the mean of the
-// largest ceil(share x n), summed as np.add.reduceat sums a slice (its first value plus numpy's pairwise
-// sum of the rest); 0 without intervals.
-inline double tail_tbt(std::vector<double>& v, double share) {
-    const int64_t m = static_cast<int64_t>(v.size());
-    if (m == 0) return 0.0;
-    sort_runs(v.data(), m);
-    int64_t k = static_cast<int64_t>(std::ceil(share * static_cast<double>(m) - 1e-9));
-    if (k < 1) k = 1;
-    const int64_t s = m - k;
-    return (v[static_cast<size_t>(s)] + numpy_pairwise_sum(v.data() + s + 1, k - 1)) / static_cast<double>(k);
-}
-
-// sim/decode.py tail_means of one request's m token intervals at v (sorted here): (tbt, slowest, mean) as
-// numpy computes them (np.add.reduceat's sums of the sorted slice).
-struct TailMeans {
-    double tbt, top, mean;
-};
-inline TailMeans tail_means_one(double* v, int64_t m, double share) {
-    if (m <= 0) return {0.0, 0.0, 0.0};
-    sort_runs(v, m);
-    int64_t k = static_cast<int64_t>(std::ceil(share * static_cast<double>(m) - 1e-9));
-    if (k < 1) k = 1;
-    const double top_sum = v[m - k] + numpy_pairwise_sum(v + m - k + 1, k - 1);
-    const double all_sum = v[0] + numpy_pairwise_sum(v + 1, m - 1);
-    return {top_sum / static_cast<double>(k), v[m - 1], all_sum / static_cast<double>(m)};
-}
-
 enum class V1Kind { Routing, Admission, Conductor };
 
 // What ClusterEnv computes once per env (its constructor's constants) and the episode's horizon.
@@ -240,27 +153,6 @@ class ClusterEnvCore : public SteppableEnv {
         if (spec_.prediction) *out++ = clip(std::log1p(predicted_[i]) * spec_.log_output_scale);
     }
 
-    // ClusterSimulator.finish_tbt on the engine: the TBT, slowest and mean interval of every request finished
-    // on decode instance j since its row done[j] (tail_means' values, to the bit); returns each instance's
-    // rows done. (The reserve model knows its TBTs at once: nothing to do.)
-    std::vector<int64_t> finish_tbt(const std::vector<int64_t>& done) {
-        const std::vector<BatchingDecode>& decoders = c_.decoders();
-        std::vector<int64_t> out(done);
-        for (size_t j = 0; j < decoders.size() && j < done.size(); ++j) {
-            const BatchingDecode& d = decoders[j];
-            const size_t n = d.finished().size();
-            if (static_cast<size_t>(done[j]) >= n) continue;
-            d.token_intervals(static_cast<size_t>(done[j]), req_, offsets_, intervals_);
-            for (size_t q = 0; q < req_.size(); ++q) {
-                const int64_t a = offsets_[q], b = offsets_[q + 1];
-                const TailMeans t = tail_means_one(intervals_.data() + a, b - a, spec_.tail_share);
-                c_.set_tbt(req_[q], t.tbt, t.top, t.mean);
-            }
-            out[j] = static_cast<int64_t>(n);
-        }
-        return out;
-    }
-
     int64_t good_tokens() const { return good_tokens_; }
     int64_t good_requests() const { return good_requests_; }
 
@@ -274,7 +166,7 @@ class ClusterEnvCore : public SteppableEnv {
     double last_wasted_ = 0.0;
     std::vector<int64_t> row_of_;  // per request: its row in its decode instance's finished(), once seen
     std::vector<size_t> seen_;     // per decode instance: the rows of finished() already in row_of_
-    std::vector<double> intervals_;
+    std::vector<double> intervals_, tbt_, top_, mean_;  // tbt_within's scratch
     std::vector<int64_t> req_, offsets_;
 
     // ClusterEnv's clipped(): [0, 1], NaN stays NaN; then float32
@@ -313,7 +205,8 @@ class ClusterEnvCore : public SteppableEnv {
         const double slo = spec_.tbt_slo_s;
         if (d.slowest_interval(q) <= slo * (1 - 1e-9)) return true;
         d.token_intervals(q, req_, offsets_, intervals_, q + 1);
-        return tail_tbt(intervals_, spec_.tail_share) <= slo;
+        tail_means(offsets_, intervals_, spec_.tail_share, tbt_, top_, mean_);  // decode.hpp's, as finish_tbt's
+        return tbt_[0] <= slo;
     }
 };
 

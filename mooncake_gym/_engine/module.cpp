@@ -452,10 +452,6 @@ NB_MODULE(_engine_native, m) {
     auto cluster_env_result = [](ClusterEnvCore& env, double reward, bool terminated) {
         return nb::make_tuple(reward, terminated, cluster_env_info(env.info));
     };
-    m.def("tail_tbt",
-          [](std::vector<double> intervals, double share) { return mooncake::tail_tbt(intervals, share); },
-          "intervals"_a, "share"_a,
-          "sim/decode.py tail_means' TBT of one request's token intervals, as the v1 envs' core computes it.");
     nb::class_<ClusterEnvCore, SteppableEnv>(m, "ClusterEnvCore",
                                              "The v1 environments' observation, mask, reward and info on a Cluster.")
         .def("__init__",
@@ -483,8 +479,6 @@ NB_MODULE(_engine_native, m) {
              "obs"_a, "mask"_a, "info"_a, nb::keep_alive<1, 2>(), nb::keep_alive<1, 3>(), nb::keep_alive<1, 4>(),
              "Write into these buffers from now on (and the pending observation and mask now).")
         .def("observe", &ClusterEnvCore::observe)
-        .def("finish_tbt", &ClusterEnvCore::finish_tbt, "done"_a,
-             "ClusterSimulator.finish_tbt on the engine, from each decode instance's row done[j]: the rows done.")
         .def("step",
              [cluster_env_result](ClusterEnvCore& env, int64_t action) {
                  if (env.done()) throw nb::index_error("step: the trace is exhausted");

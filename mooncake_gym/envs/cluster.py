@@ -320,7 +320,7 @@ class ClusterEnv(gym.Env):
                       "step_den": self._step_den, "ttft_den": self._ttft_den,
                       "in_prefill_den": float(self._in_prefill_den), "output_cap": float(OUTPUT_TOKENS_CAP),
                       "log_output_scale": self._log_output_scale, "ttft_slo_s": float(p.ttft_slo_s),
-                      "tbt_slo_s": float(p.tbt_slo_s), "capacity_tokens": float(p.capacity_tokens),
+                      "tbt_slo_s": float(p.tbt_slo_s), "capacity_tokens": float(p.decode_capacity_per_instance),
                       "reserve_tbt_s": float(p.tbt_s), "tail_share": float(TBT_TAIL_SHARE), "oracle": oracle,
                       "prediction": prediction, "mean_output_tokens": self.mean_output_tokens,
                       "mean_prefill_s": self.mean_prefill_s, "waste_penalty": self.waste_penalty}
@@ -361,11 +361,6 @@ class ClusterEnv(gym.Env):
     def _end_info(self) -> dict:
         """What the last step's info adds when the episode ends (the vector env's interface)."""
         sim = self.sim
-        if self._core is not None:  # the TBTs of the requests finished, by the core (NativeClusterSimulator.finish_tbt's)
-            n = sim.preset.n_decode
-            done = self._core.finish_tbt([sim._tbt_done.get(j, 0) for j in range(n)])
-            sim._tbt_done.update(enumerate(done))
-            sim._cached = None
         return {"metrics": sim.result("env").metrics}
 
     # -- the decision view --------------------------------------------------------------------------
