@@ -160,22 +160,35 @@ class SyntheticAssembly {
             const int64_t t = shared[i] + (doc ? question_[i] : 0);
             tokens[i] = t < input_max_ ? t : input_max_;
         }
-        std::vector<size_t> order;
-        order.reserve(r);
+        // np.lexsort((session, arrival)) of the requests before the horizon: by arrival, then session,
+        // then as drawn (a stable sort), so (arrival, session, index) orders them with no ties
+        struct Key {
+            double arrival;
+            int64_t session;
+            size_t index;
+            bool operator<(const Key& o) const {
+                return arrival < o.arrival ||
+                       (arrival == o.arrival && (session < o.session || (session == o.session && index < o.index)));
+            }
+        };
+        std::vector<Key> keys;
+        keys.reserve(r);
         for (size_t i = 0; i < r; ++i)
-            if (arrival_[i] < horizon) order.push_back(i);
-        std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-            return arrival_[a] < arrival_[b] || (arrival_[a] == arrival_[b] && session_[a] < session_[b]);
-        });
-        if (n_requests >= 0 && order.size() > static_cast<size_t>(n_requests)) order.resize(static_cast<size_t>(n_requests));
-        const size_t n = order.size();
+            if (arrival_[i] < horizon) keys.push_back(Key{arrival_[i], session_[i], i});
+        size_t n = keys.size();
+        if (n_requests >= 0 && n > static_cast<size_t>(n_requests)) {  // only the first n_requests are kept
+            n = static_cast<size_t>(n_requests);
+            std::nth_element(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(n), keys.end());
+            keys.resize(n);
+        }
+        std::sort(keys.begin(), keys.end());
         arrival.resize(n);
         total.resize(n);
         out.resize(n);
         session.resize(n);
         std::vector<int64_t> full_shared(n), prompt(n);
         for (size_t k = 0; k < n; ++k) {
-            const size_t i = order[k];
+            const size_t i = keys[k].index;
             arrival[k] = arrival_[i];
             total[k] = tokens[i];
             out[k] = out_[i];
