@@ -188,28 +188,6 @@ NB_MODULE(_engine_native, m) {
         .def_prop_ro("n_unique", &TraceColumns::n_unique);
 
     // --- issue 25's speed work: the synthetic generator's block ids (synthetic.hpp) ---
-    m.def("synthetic_block_ids",
-          [](I64 total, I64 full_shared, I64 prompt_blocks, I64 prompt, I64 session, int64_t block_tokens) {
-              const size_t n = total.shape(0);
-              if (full_shared.shape(0) != n || prompt.shape(0) != n || session.shape(0) != n)
-                  throw nb::value_error("synthetic_block_ids: expected one total, full_shared, prompt and session per request");
-              auto* starts = new std::vector<int64_t>();
-              auto* ids = new std::vector<int64_t>();
-              nb::capsule own_starts(starts, [](void* p) noexcept { delete static_cast<std::vector<int64_t>*>(p); });
-              nb::capsule own_ids(ids, [](void* p) noexcept { delete static_cast<std::vector<int64_t>*>(p); });
-              try {
-                  mooncake::synthetic_block_ids(n, total.data(), full_shared.data(), prompt_blocks.data(),
-                                                prompt_blocks.shape(0), prompt.data(), session.data(), block_tokens,
-                                                *starts, *ids);
-              } catch (const std::invalid_argument& e) {
-                  throw nb::value_error(e.what());
-              }
-              using Out = nb::ndarray<nb::numpy, int64_t, nb::ndim<1>>;
-              return nb::make_tuple(Out(starts->data(), {starts->size()}, own_starts),
-                                    Out(ids->data(), {ids->size()}, own_ids));
-          },
-          "total"_a, "full_shared"_a, "prompt_blocks"_a, "prompt"_a, "session"_a, "block_tokens"_a,
-          "The synthetic generator's block ids as (starts, ids) (model/workload.py _block_ids).");
     nb::class_<mooncake::SyntheticAssembly>(m, "SyntheticAssembly",
                                             "The synthetic trace assembled from numpy's draws (synthetic.hpp).")
         .def(nb::init<double, int64_t, int64_t, int64_t, std::vector<double>, std::vector<int64_t>>(),

@@ -17,7 +17,7 @@ namespace mooncake {
 // Request r's blocks j < ceil(total[r] / block_tokens): block j of the system prompt prompt[r] while
 // j < min(its length, full_shared[r]) (shared by every session with that prompt), else block j of
 // session[r]'s shared stream while j < full_shared[r], else the request's own. Ids are numbered in
-// order of first appearance (request by request, block by block), as _block_ids' renumbering does.
+// order of first appearance (request by request, block by block), as _block_ids_reference renumbers them.
 // Writes starts (n + 1 offsets) and ids (starts[n] of them).
 inline void synthetic_block_ids(size_t n, const int64_t* total, const int64_t* full_shared, const int64_t* prompt_blocks,
                                 size_t n_prompts, const int64_t* prompt, const int64_t* session, int64_t block_tokens,

@@ -899,27 +899,18 @@ def _assemble_reference(batches: list, horizon: float, n_requests: int | None, c
     return arrival, total, out, session, flat
 
 
-def _block_ids(total, full_shared, prompt_blocks, prompt, session, block_tokens, input_max
-               ) -> tuple[np.ndarray, np.ndarray]:
+def _block_ids_reference(total, full_shared, prompt_blocks, prompt, session, block_tokens, input_max
+                         ) -> tuple[np.ndarray, np.ndarray]:
     """Each request's block ids, numbered in order of first appearance, as a flat column
-    ``(starts, ids)`` (:attr:`Trace.flat_blocks`).
+    ``(starts, ids)`` (:attr:`Trace.flat_blocks`), in numpy.
 
     Block j of a request is, for ``j < full_shared``, block j of its session's shared stream: the
     system prompt's own block while ``j`` is inside the prompt (shared by every session with that
     prompt), else the session's block j. The rest (the question, the partial last block) are the
     request's own. Raw ids are made unique per role and then renumbered. The native engine makes
-    the same ids (integer arithmetic only: ``_engine/synthetic.hpp``) where it is built; this
-    function's numpy body is the reference (:func:`_block_ids_reference`).
+    the same ids (integer arithmetic only: ``_engine/synthetic.hpp`` ``synthetic_block_ids``, run by
+    ``SyntheticAssembly.build``); this is the reference.
     """
-    if _engine.native is not None:
-        return _engine.native.synthetic_block_ids(*(np.ascontiguousarray(x, dtype=np.int64) for x in (
-            total, full_shared, prompt_blocks, prompt, session)), int(block_tokens))
-    return _block_ids_reference(total, full_shared, prompt_blocks, prompt, session, block_tokens, input_max)
-
-
-def _block_ids_reference(total, full_shared, prompt_blocks, prompt, session, block_tokens, input_max
-                         ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_block_ids` in numpy."""
     n_blocks = -(-total // block_tokens)
     ends = np.cumsum(n_blocks)
     starts = ends - n_blocks
