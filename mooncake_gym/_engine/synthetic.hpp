@@ -106,6 +106,9 @@ class SyntheticAssembly {
         if (static_cast<int64_t>(r) != batch_requests(s, doc_u, questions, turns, share_))
             throw std::invalid_argument("add: expected one output, question, turn and think draw per request");
         const size_t first_request = arrival_.size();
+        for (auto* v : {&out_, &question_, &turn_, &session_}) v->reserve(first_request + r);
+        arrival_.reserve(first_request + r);
+        first_.reserve(first_request + r);
         double total = 0.0;  // np.cumsum of the batch's think times (0 at a session's first request)
         size_t q = first_request;
         for (size_t j = 0; j < s; ++j) {
@@ -115,7 +118,7 @@ class SyntheticAssembly {
             const int64_t n = doc ? questions[j] : turns[j];
             const size_t session = session_prompt_.size();
             session_prompt_.push_back(prompt);
-            session_doc_.push_back(doc);
+            session_doc_.push_back(doc ? 1 : 0);
             session_opening_.push_back(doc ? synthetic_length(doc_len[j]) : synthetic_length(chat_len[j]));
             double base = 0.0;
             for (int64_t m = 0; m < n; ++m, ++q) {
@@ -127,7 +130,7 @@ class SyntheticAssembly {
                 out_.push_back(o < output_max_ ? o : output_max_);
                 question_.push_back(synthetic_length(question[k]));
                 turn_.push_back(synthetic_length(turn[k]));
-                first_.push_back(m == 0);
+                first_.push_back(m == 0 ? 1 : 0);
                 session_.push_back(static_cast<int64_t>(session));
             }
         }
@@ -207,11 +210,11 @@ class SyntheticAssembly {
     std::vector<int64_t> prompt_blocks_;
     // per session
     std::vector<int64_t> session_prompt_, session_opening_;
-    std::vector<bool> session_doc_;
+    std::vector<uint8_t> session_doc_;
     // per request, as drawn
     std::vector<double> arrival_;
     std::vector<int64_t> out_, question_, turn_, session_;
-    std::vector<bool> first_;
+    std::vector<uint8_t> first_;
 };
 
 }  // namespace mooncake
