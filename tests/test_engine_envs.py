@@ -279,6 +279,65 @@ def test_vector_env_same_step_autoreset_and_truncation():
             assert ra[4]["final_info"]["ttft_s"][i] == rb[4]["final_info"]["ttft_s"][i]
 
 
+@pytest.mark.parametrize("limit", [None, 11])
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+@pytest.mark.parametrize("seed", [0, 11, 2024])
+def test_vector_env_is_single_envs_episode_for_episode_across_autoresets(mode, seed, limit):
+    """Each sub-env of the native vector env runs the episodes of one single reference env seeded
+    seed + i and reset without a seed at each autoreset: every observation's bytes, reward, flag
+    and info entry, the final observations and infos (SAME_STEP), with truncations."""
+    kwargs = {"episode_requests": 14, "n_instances": 3, "rate": 5.0}
+    n = 4  # episodes end by termination (14 requests) or, with the limit, by truncation (11 steps)
+    vec = BatchedVectorEnv(lambda: PrefillRoutingEnv(**kwargs), n, autoreset_mode=mode, max_episode_steps=limit)
+    singles = [PrefillRoutingEnv(engine="python", **kwargs) for _ in range(n)]
+    obs, infos = vec.reset(seed=seed)
+    expected = [env.reset(seed=seed + i) for i, env in enumerate(singles)]
+    steps = [0] * n
+    for i, (o, info) in enumerate(expected):
+        assert obs[i].tobytes() == o.tobytes() and infos["requests"][i] == info["requests"]
+        assert infos["action_mask"][i].tolist() == info["action_mask"].tolist()
+    rng = np.random.default_rng(seed)
+    resetting = [False] * n
+    ends = 0
+    for _ in range(70):
+        actions = rng.integers(0, 6, n)
+        obs, rewards, terminated, truncated, infos = vec.step(actions)
+        for i, env in enumerate(singles):
+            if resetting[i]:  # NEXT_STEP: this step starts env i's next episode
+                o, info = env.reset()
+                steps[i] = 0
+                assert obs[i].tobytes() == o.tobytes() and rewards[i] == 0.0 and not terminated[i] and not truncated[i]
+                assert infos["_requests"][i] and infos["requests"][i] == info["requests"]
+                assert not infos.get("_ttft_s", np.zeros(n, bool))[i]
+                resetting[i] = False
+                continue
+            o, r, term, _, info = env.step(int(actions[i]))
+            steps[i] += 1
+            trunc = limit is not None and steps[i] >= limit and not term
+            assert (rewards[i], terminated[i], truncated[i]) == (r, term, trunc)
+            for name, _ in PrefillRoutingEnv.NATIVE_INFO:
+                assert infos["_" + name][i] and infos[name][i] == info[name] and type(infos[name][i].item()) is type(info[name]), name
+            if not (term or trunc):
+                assert obs[i].tobytes() == o.tobytes()
+                assert infos["action_mask"][i].tolist() == info["action_mask"].tolist()
+                continue
+            ends += 1
+            if term:
+                assert infos["_metrics"][i] and infos["metrics"]["mean_ttft_s"][i] == info["metrics"]["mean_ttft_s"]
+                assert infos["metrics"]["p99_ttft_s"][i] == info["metrics"]["p99_ttft_s"]
+            if mode == "NextStep":
+                assert obs[i].tobytes() == o.tobytes()
+                resetting[i] = True
+            else:  # the final observation and info, then the next episode's first observation
+                assert infos["final_obs"][i].tobytes() == o.tobytes()
+                assert vec.single_info(infos["final_info"], i)["ttft_s"] == info["ttft_s"]
+                o, info = env.reset()
+                steps[i] = 0
+                assert obs[i].tobytes() == o.tobytes() and infos["requests"][i] == info["requests"]
+                assert infos["action_mask"][i].tolist() == info["action_mask"].tolist()
+    assert ends >= 12
+
+
 def test_vector_env_rejects_bad_actions():
     env = BatchedVectorEnv(lambda: PrefillRoutingEnv(episode_requests=10), 2)
     env.reset(seed=0)
@@ -354,31 +413,47 @@ def test_relsplit_sends_a_long_prompt_to_the_first_instances_by_hand():
 
 
 # --- the synthetic generator's block ids: the engine's (synthetic.hpp) against the numpy reference ---
-def test_synthetic_block_ids_native_equal_the_reference():
+def test_synthetic_block_ids_by_hand():
     from mooncake_gym.model import workload as w
 
-    # by hand: prompt 0 of 2 blocks; request 0 shares 3 blocks of session 0, request 1 2 of session 1
+    # prompt 0 of 2 blocks; request 0 shares 3 blocks of session 0, request 1 2 of session 1
     args = (np.array([1536, 1536]), np.array([3, 2]), np.array([2]), np.array([0, 0]), np.array([0, 1]), 512, 4096)
-    for starts, ids in (w._block_ids(*args), w._block_ids_reference(*args)):
-        assert starts.tolist() == [0, 3, 6] and ids.tolist() == [0, 1, 2, 0, 1, 3]
-    captured = []
-    original = w._block_ids
+    starts, ids = w._block_ids_reference(*args)
+    assert starts.tolist() == [0, 3, 6] and ids.tolist() == [0, 1, 2, 0, 1, 3]
 
-    def spy(*a):
-        captured.append(a)
-        return original(*a)
 
-    w._block_ids = spy
-    try:
-        for s in range(12):
-            w.synthetic_trace(np.random.default_rng(s), 0.5 + s, duration_s=None if s % 2 else 40.0,
-                              n_requests=200 if s % 2 else None)
-    finally:
-        w._block_ids = original
-    assert len(captured) == 12
-    for a in captured:
-        (s1, i1), (s2, i2) = original(*a), w._block_ids_reference(*a)
-        assert s1.tolist() == s2.tolist() and i1.tolist() == i2.tolist()
+def _reference_trace(monkeypatch, *args, **kwargs):
+    """synthetic_trace assembled by the numpy reference (_session_batch, _assemble_reference)."""
+    from mooncake_gym.model import workload as w
+
+    with monkeypatch.context() as m:
+        m.setattr(w, "_assembly", lambda *a: None)
+        return w.synthetic_trace(*args, **kwargs)
+
+
+@pytest.mark.parametrize("case", range(14))
+def test_synthetic_trace_assembled_natively_is_the_reference(monkeypatch, case):
+    from mooncake_gym.model.workload import SyntheticConfig, synthetic_trace
+
+    configs = [SyntheticConfig(), SyntheticConfig(document_share=0.9, output_max=50, input_max=3000, questions_mean=1.0,
+                                                  system_prompt_blocks=(2, 9), n_system_prompts=3),
+               SyntheticConfig(document_share=0.0, think_time_mean_s=0.0, chat_turn_sigma=3.0, output_sigma=2.5)]
+    kwargs = {"config": configs[case % 3], "duration_s": None if case % 2 else 40.0 + case,
+              "n_requests": 150 + 70 * case if case % 2 else (None if case % 4 == 0 else 90)}
+    if case in (5, 6):
+        kwargs["arrivals"] = {"burst_ratio": 6.0, "calm_s": 5.0, "burst_s": 1.0}
+    native, reference = (synthetic_trace(case, 0.3 + 1.7 * case, **kwargs),
+                         _reference_trace(monkeypatch, case, 0.3 + 1.7 * case, **kwargs))
+    assert len(native) > 0 and native.name == reference.name
+    for column in ("arrival_s", "input_tokens", "output_tokens", "session_ids"):
+        a, b = getattr(native, column), getattr(reference, column)
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), column
+    assert [x.tolist() for x in native.flat_blocks] == [x.tolist() for x in reference.flat_blocks]
+    # the generator goes on from the same state: the draws were numpy's, in the same order
+    g1, g2 = np.random.default_rng(case), np.random.default_rng(case)
+    synthetic_trace(g1, 2.0, duration_s=None, n_requests=50)
+    _reference_trace(monkeypatch, g2, 2.0, duration_s=None, n_requests=50)
+    assert g1.bit_generator.state == g2.bit_generator.state
 
 
 def test_generated_trace_block_ids_made_on_first_read():

@@ -6,6 +6,7 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
@@ -71,12 +72,17 @@ using I8Out = nb::ndarray<int8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using F64Out = nb::ndarray<double, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using BoolArr = nb::ndarray<bool, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using BoolIn = nb::ndarray<const bool, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using I64In = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using I64Out = nb::ndarray<int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using F64Block = nb::ndarray<double, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+using I64Block = nb::ndarray<int64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+using BoolBlock = nb::ndarray<bool, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
 
-// The native vector environment's envs (batch.hpp), each kept alive by its Python object.
-struct EnvBatch {
-    std::vector<SteppableEnv*> envs;
+// The native vector environment's batch (batch.hpp), each env kept alive by its Python object (the
+// outputs by bind's keep_alive).
+struct EnvBatch : mooncake::EnvBatch {
     std::vector<nb::object> owners;
-    explicit EnvBatch(size_t n) : envs(n, nullptr), owners(n) {}
+    explicit EnvBatch(size_t n) : mooncake::EnvBatch(n), owners(n) {}
 };
 
 // the info dict of RoutingSimulator.last from a RoutingEnv's info row
@@ -231,28 +237,57 @@ NB_MODULE(_engine_native, m) {
         .def_prop_ro("n_unique", &TraceColumns::n_unique);
 
     // --- issue 25's speed work: the synthetic generator's block ids (synthetic.hpp) ---
-    m.def("synthetic_block_ids",
-          [](I64 total, I64 full_shared, I64 prompt_blocks, I64 prompt, I64 session, int64_t block_tokens) {
-              const size_t n = total.shape(0);
-              if (full_shared.shape(0) != n || prompt.shape(0) != n || session.shape(0) != n)
-                  throw nb::value_error("synthetic_block_ids: expected one total, full_shared, prompt and session per request");
-              auto* starts = new std::vector<int64_t>();
-              auto* ids = new std::vector<int64_t>();
-              nb::capsule own_starts(starts, [](void* p) noexcept { delete static_cast<std::vector<int64_t>*>(p); });
-              nb::capsule own_ids(ids, [](void* p) noexcept { delete static_cast<std::vector<int64_t>*>(p); });
-              try {
-                  mooncake::synthetic_block_ids(n, total.data(), full_shared.data(), prompt_blocks.data(),
-                                                prompt_blocks.shape(0), prompt.data(), session.data(), block_tokens,
-                                                *starts, *ids);
-              } catch (const std::invalid_argument& e) {
-                  throw nb::value_error(e.what());
-              }
-              using Out = nb::ndarray<nb::numpy, int64_t, nb::ndim<1>>;
-              return nb::make_tuple(Out(starts->data(), {starts->size()}, own_starts),
-                                    Out(ids->data(), {ids->size()}, own_ids));
-          },
-          "total"_a, "full_shared"_a, "prompt_blocks"_a, "prompt"_a, "session"_a, "block_tokens"_a,
-          "The synthetic generator's block ids as (starts, ids) (model/workload.py _block_ids).");
+    nb::class_<mooncake::SyntheticAssembly>(m, "SyntheticAssembly",
+                                            "The synthetic trace assembled from numpy's draws (synthetic.hpp).")
+        .def(nb::init<double, int64_t, int64_t, int64_t, std::vector<double>, std::vector<int64_t>>(),
+             "document_share"_a, "output_max"_a, "input_max"_a, "block_tokens"_a, "cdf"_a, "prompt_blocks"_a)
+        .def("requests",
+             [](const mooncake::SyntheticAssembly&, F64 doc_u, I64 questions, I64 turns, double share) {
+                 if (questions.shape(0) != doc_u.shape(0) || turns.shape(0) != doc_u.shape(0))
+                     throw nb::value_error("requests: expected one document draw, question and turn count per session");
+                 return mooncake::SyntheticAssembly::batch_requests(doc_u.shape(0), doc_u.data(), questions.data(),
+                                                                    turns.data(), share);
+             },
+             "doc_u"_a, "questions"_a, "turns"_a, "document_share"_a, "A batch's request count.")
+        .def("add",
+             [](mooncake::SyntheticAssembly& a, F64 start, F64 prompt_u, F64 doc_u, F64 doc_len, F64 chat_len,
+                I64 questions, I64 turns, F64 out, F64 question, F64 turn, F64 think) {
+                 const size_t s = start.shape(0), r = out.shape(0);
+                 for (size_t m : {prompt_u.shape(0), doc_u.shape(0), doc_len.shape(0), chat_len.shape(0),
+                                  questions.shape(0), turns.shape(0)})
+                     if (m != s) throw nb::value_error("add: expected one draw of each per session");
+                 for (size_t m : {question.shape(0), turn.shape(0), think.shape(0)})
+                     if (m != r) throw nb::value_error("add: expected one draw of each per request");
+                 try {
+                     a.add(s, start.data(), prompt_u.data(), doc_u.data(), doc_len.data(), chat_len.data(),
+                           questions.data(), turns.data(), r, out.data(), question.data(), turn.data(), think.data());
+                 } catch (const std::invalid_argument& e) {
+                     throw nb::value_error(e.what());
+                 }
+             },
+             "start"_a, "prompt_u"_a, "doc_u"_a, "doc_len"_a, "chat_len"_a, "questions"_a, "turns"_a, "out"_a,
+             "question"_a, "turn"_a, "think"_a, "One session batch's starts and draws.")
+        .def("arrivals_before", &mooncake::SyntheticAssembly::arrivals_before, "t"_a)
+        .def("build",
+             [](const mooncake::SyntheticAssembly& a, double horizon, int64_t n_requests) {
+                 auto* arrival = new std::vector<double>();
+                 nb::capsule own_arrival(arrival, [](void* p) noexcept { delete static_cast<std::vector<double>*>(p); });
+                 std::vector<int64_t>* cols[5];
+                 nb::capsule owners[5];
+                 for (int k = 0; k < 5; ++k) {
+                     cols[k] = new std::vector<int64_t>();
+                     owners[k] = nb::capsule(cols[k], [](void* p) noexcept { delete static_cast<std::vector<int64_t>*>(p); });
+                 }
+                 a.build(horizon, n_requests, *arrival, *cols[0], *cols[1], *cols[2], *cols[3], *cols[4]);
+                 using F = nb::ndarray<nb::numpy, double, nb::ndim<1>>;
+                 using I = nb::ndarray<nb::numpy, int64_t, nb::ndim<1>>;
+                 auto col = [&](int k) { return I(cols[k]->data(), {cols[k]->size()}, owners[k]); };
+                 return nb::make_tuple(F(arrival->data(), {arrival->size()}, own_arrival), col(0), col(1), col(2),
+                                       col(3), col(4));
+             },
+             "horizon"_a, "n_requests"_a,
+             "(arrival_s, input_tokens, output_tokens, session_ids, block starts, block ids) of the requests "
+             "arriving before horizon, the first n_requests (< 0: all).");
 
     bind_cluster(m);
     nb::class_<RoutingEngine>(m, "RoutingEngine")
@@ -513,26 +548,55 @@ NB_MODULE(_engine_native, m) {
                  }
              },
              "i"_a, "env"_a.none())
-        .def("step",
-             [](EnvBatch& b, nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> actions, BoolIn active,
-                F64Out rewards, BoolArr terminated, int threads) {
-                 const size_t n = b.envs.size();
-                 if (actions.shape(0) != n || active.shape(0) != n || rewards.shape(0) != n || terminated.shape(0) != n)
-                     throw nb::value_error("step: expected arrays of the batch's size");
-                 const bool* on = active.data();
-                 const int64_t* a = actions.data();
-                 for (size_t i = 0; i < n; ++i)
-                     if (on[i]) {
-                         if (b.envs[i] == nullptr || b.envs[i]->done())
-                             throw nb::value_error("step: an active env has no core or has terminated");
-                         if (a[i] < 0 || a[i] >= b.envs[i]->n_actions())
-                             throw nb::value_error(("actions: expected integers in 0.." +
-                                                    std::to_string(b.envs[i]->n_actions() - 1) + ", got " +
-                                                    std::to_string(a[i]) + " for env " + std::to_string(i)).c_str());
-                     }
-                 nb::gil_scoped_release release;
-                 mooncake::step_batch(b.envs, actions.data(), on, rewards.data(), terminated.data(), threads);
+        .def("bind",
+             [](EnvBatch& b, F64Out rewards, BoolArr terminated, BoolArr truncated, I64Out elapsed, int64_t max_steps,
+                std::vector<int> kinds, F64Block floats, I64Block ints, BoolBlock bools) {
+                 const size_t n = b.size();
+                 if (rewards.shape(0) != n || terminated.shape(0) != n || truncated.shape(0) != n || elapsed.shape(0) != n)
+                     throw nb::value_error("bind: expected rewards, terminated, truncated and elapsed of the batch's size");
+                 if (max_steps < 0) throw nb::value_error("bind: max_steps: expected >= 0 (0: never truncate)");
+                 size_t counts[3] = {0, 0, 0};
+                 b.kinds.clear();
+                 b.column.clear();
+                 for (int k : kinds) {
+                     if (k < 0 || k > 2) throw nb::value_error("bind: kinds: expected 0 (float), 1 (int) or 2 (bool)");
+                     b.kinds.push_back(static_cast<mooncake::InfoKind>(k));
+                     b.column.push_back(counts[k]++);
+                 }
+                 if (floats.shape(0) < counts[0] || ints.shape(0) < counts[1] || bools.shape(0) < counts[2] ||
+                     floats.shape(1) != n || ints.shape(1) != n || bools.shape(1) != n)
+                     throw nb::value_error("bind: expected (fields of the kind, n) blocks for the info columns");
+                 b.rewards = rewards.data();
+                 b.terminated = terminated.data();
+                 b.truncated = truncated.data();
+                 b.elapsed = elapsed.data();
+                 b.max_steps = max_steps;
+                 b.floats = floats.data();
+                 b.ints = ints.data();
+                 b.bools = bools.data();
              },
-             "actions"_a, "active"_a, "rewards"_a, "terminated"_a, "threads"_a = 1,
-             "Step every active env with its (checked) action, writing rewards and terminated.");
+             "rewards"_a, "terminated"_a, "truncated"_a, "elapsed"_a, "max_steps"_a, "kinds"_a, "floats"_a, "ints"_a,
+             "bools"_a, nb::keep_alive<1, 2>(), nb::keep_alive<1, 3>(), nb::keep_alive<1, 4>(), nb::keep_alive<1, 5>(),
+             nb::keep_alive<1, 8>(), nb::keep_alive<1, 9>(), nb::keep_alive<1, 10>(),
+             "Write each step's rewards, flags, step counts (truncating at max_steps > 0) and info columns "
+             "(kinds per field: 0 float, 1 int, 2 bool; each kind's fields the rows of its block) into these arrays.")
+        .def("step",
+             [](EnvBatch& b, I64In actions, std::optional<BoolIn> active, int threads) {
+                 const size_t n = b.size();
+                 if (b.rewards == nullptr) throw nb::value_error("step: bind the outputs first");
+                 if (actions.shape(0) != n || (active && active->shape(0) != n))
+                     throw nb::value_error("step: expected actions (and active) of the batch's size");
+                 const bool* on = active ? active->data() : nullptr;
+                 try {
+                     b.check(actions.data(), on);
+                 } catch (const std::invalid_argument& e) {
+                     throw nb::value_error(e.what());
+                 }
+                 if (threads <= 1) return b.step(actions.data(), on, 1);
+                 nb::gil_scoped_release release;
+                 return b.step(actions.data(), on, threads);
+             },
+             "actions"_a, "active"_a.none(), "threads"_a = 1,
+             "Step every active env (all with active=None) with its (checked) action into the bound outputs; "
+             "returns how many of them ended (terminated or truncated).");
 }

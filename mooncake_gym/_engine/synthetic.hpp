@@ -1,9 +1,14 @@
-// The synthetic generator's block ids (mooncake_gym/model/workload.py _block_ids) in C++: integer
-// arithmetic only, so the ids are the same whichever side makes them (tests/test_engine_envs.py
-// compares the two). The draws stay numpy's, in Python.
+// The synthetic generator (mooncake_gym/model/workload.py synthetic_trace) in C++ but for its draws:
+// the trace's assembly from numpy's draws (SyntheticAssembly: the same float operations in the same
+// order as the numpy reference _assemble_reference) and its block ids (synthetic_block_ids: integer
+// arithmetic only). tests/test_engine_envs.py compares both with the numpy reference. The draws
+// stay numpy's, in Python, in the generator's order.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <numeric>
 #include <stdexcept>
 #include <vector>
 
@@ -12,7 +17,7 @@ namespace mooncake {
 // Request r's blocks j < ceil(total[r] / block_tokens): block j of the system prompt prompt[r] while
 // j < min(its length, full_shared[r]) (shared by every session with that prompt), else block j of
 // session[r]'s shared stream while j < full_shared[r], else the request's own. Ids are numbered in
-// order of first appearance (request by request, block by block), as _block_ids' renumbering does.
+// order of first appearance (request by request, block by block), as _block_ids_reference renumbers them.
 // Writes starts (n + 1 offsets) and ids (starts[n] of them).
 inline void synthetic_block_ids(size_t n, const int64_t* total, const int64_t* full_shared, const int64_t* prompt_blocks,
                                 size_t n_prompts, const int64_t* prompt, const int64_t* session, int64_t block_tokens,
@@ -61,5 +66,155 @@ inline void synthetic_block_ids(size_t n, const int64_t* total, const int64_t* f
         }
     }
 }
+
+// A token count from a continuous draw (workload.py _lengths): rounded half to even, at least 1.
+inline int64_t synthetic_length(double x) {
+    const double r = std::nearbyint(x);
+    return static_cast<int64_t>(r > 1.0 ? r : 1.0);
+}
+
+// The synthetic trace assembled from its session batches' draws (workload.py synthetic_trace after
+// _session_batch): add() takes one batch's draws, in numpy's order, and its sessions' starts;
+// arrivals_before() is the loop's stopping rule; build() makes the trace's columns.
+class SyntheticAssembly {
+  public:
+    // the generator's knobs (SyntheticConfig), the system prompts' popularity CDF and lengths (blocks)
+    SyntheticAssembly(double document_share, int64_t output_max, int64_t input_max, int64_t block_tokens,
+                      std::vector<double> cdf, std::vector<int64_t> prompt_blocks)
+        : share_(document_share), output_max_(output_max), input_max_(input_max), block_tokens_(block_tokens),
+          cdf_(std::move(cdf)), prompt_blocks_(std::move(prompt_blocks)) {
+        if (block_tokens_ < 1) throw std::invalid_argument("block_tokens: expected >= 1");
+        if (cdf_.size() != prompt_blocks_.size() || cdf_.empty())
+            throw std::invalid_argument("cdf: expected one entry per system prompt");
+    }
+
+    // The number of requests of a batch whose document draws are ``doc_u`` and request counts
+    // ``questions`` (document sessions) and ``turns`` (chats): what the batch's per-request draws need.
+    static int64_t batch_requests(size_t s, const double* doc_u, const int64_t* questions, const int64_t* turns,
+                                  double share) {
+        int64_t r = 0;
+        for (size_t j = 0; j < s; ++j) r += doc_u[j] < share ? questions[j] : turns[j];
+        return r;
+    }
+
+    // One batch: ``s`` sessions (their starts, prompt and document uniforms, raw document and first
+    // chat lengths, question and turn counts) and their ``r`` requests (raw output, question and
+    // chat-turn lengths, think times), session by session.
+    void add(size_t s, const double* start, const double* prompt_u, const double* doc_u, const double* doc_len,
+             const double* chat_len, const int64_t* questions, const int64_t* turns, size_t r, const double* out,
+             const double* question, const double* turn, const double* think) {
+        if (static_cast<int64_t>(r) != batch_requests(s, doc_u, questions, turns, share_))
+            throw std::invalid_argument("add: expected one output, question, turn and think draw per request");
+        const size_t first_request = arrival_.size();
+        for (auto* v : {&out_, &question_, &turn_, &session_}) v->reserve(first_request + r);
+        arrival_.reserve(first_request + r);
+        first_.reserve(first_request + r);
+        double total = 0.0;  // np.cumsum of the batch's think times (0 at a session's first request)
+        size_t q = first_request;
+        for (size_t j = 0; j < s; ++j) {
+            const bool doc = doc_u[j] < share_;
+            // np.searchsorted(cdf, u, side="right"): the entries <= u
+            const int64_t prompt = std::upper_bound(cdf_.begin(), cdf_.end(), prompt_u[j]) - cdf_.begin();
+            const int64_t n = doc ? questions[j] : turns[j];
+            const size_t session = session_prompt_.size();
+            session_prompt_.push_back(prompt);
+            session_doc_.push_back(doc ? 1 : 0);
+            session_opening_.push_back(doc ? synthetic_length(doc_len[j]) : synthetic_length(chat_len[j]));
+            double base = 0.0;
+            for (int64_t m = 0; m < n; ++m, ++q) {
+                const size_t k = q - first_request;
+                total += m == 0 ? 0.0 : think[k];
+                if (m == 0) base = total - 0.0;
+                arrival_.push_back(start[j] + (total - base));
+                const int64_t o = synthetic_length(out[k]);
+                out_.push_back(o < output_max_ ? o : output_max_);
+                question_.push_back(synthetic_length(question[k]));
+                turn_.push_back(synthetic_length(turn[k]));
+                first_.push_back(m == 0 ? 1 : 0);
+                session_.push_back(static_cast<int64_t>(session));
+            }
+        }
+    }
+
+    // The requests drawn so far arriving before ``t``.
+    int64_t arrivals_before(double t) const {
+        int64_t c = 0;
+        for (double a : arrival_) c += a < t;
+        return c;
+    }
+
+    // The trace: the requests arriving before ``horizon`` by arrival (ties by session, then as
+    // drawn), the first ``n_requests`` (< 0: all): arrival, input tokens, output tokens, session,
+    // and the block ids' starts and ids.
+    void build(double horizon, int64_t n_requests, std::vector<double>& arrival, std::vector<int64_t>& total,
+               std::vector<int64_t>& out, std::vector<int64_t>& session, std::vector<int64_t>& starts,
+               std::vector<int64_t>& ids) const {
+        const size_t r = arrival_.size();
+        // each request's prompt tokens: the session's shared stream (system prompt, then the document
+        // or the conversation so far), plus the question (document sessions)
+        std::vector<int64_t> shared(r), tokens(r);
+        int64_t stream = 0;
+        for (size_t i = 0; i < r; ++i) {
+            const size_t q = static_cast<size_t>(session_[i]);
+            const bool doc = session_doc_[q];
+            const int64_t grow = first_[i] ? session_opening_[q] : (doc ? 0 : (i ? out_[i - 1] : 0) + turn_[i]);
+            stream = first_[i] ? grow : stream + grow;
+            shared[i] = prompt_blocks_[static_cast<size_t>(session_prompt_[q])] * block_tokens_ + stream;
+            const int64_t t = shared[i] + (doc ? question_[i] : 0);
+            tokens[i] = t < input_max_ ? t : input_max_;
+        }
+        // np.lexsort((session, arrival)) of the requests before the horizon: by arrival, then session,
+        // then as drawn (a stable sort), so (arrival, session, index) orders them with no ties
+        struct Key {
+            double arrival;
+            int64_t session;
+            size_t index;
+            bool operator<(const Key& o) const {
+                return arrival < o.arrival ||
+                       (arrival == o.arrival && (session < o.session || (session == o.session && index < o.index)));
+            }
+        };
+        std::vector<Key> keys;
+        keys.reserve(r);
+        for (size_t i = 0; i < r; ++i)
+            if (arrival_[i] < horizon) keys.push_back(Key{arrival_[i], session_[i], i});
+        size_t n = keys.size();
+        if (n_requests >= 0 && n > static_cast<size_t>(n_requests)) {  // only the first n_requests are kept
+            n = static_cast<size_t>(n_requests);
+            std::nth_element(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(n), keys.end());
+            keys.resize(n);
+        }
+        std::sort(keys.begin(), keys.end());
+        arrival.resize(n);
+        total.resize(n);
+        out.resize(n);
+        session.resize(n);
+        std::vector<int64_t> full_shared(n), prompt(n);
+        for (size_t k = 0; k < n; ++k) {
+            const size_t i = keys[k].index;
+            arrival[k] = arrival_[i];
+            total[k] = tokens[i];
+            out[k] = out_[i];
+            session[k] = session_[i];
+            prompt[k] = session_prompt_[static_cast<size_t>(session_[i])];
+            full_shared[k] = (shared[i] < tokens[i] ? shared[i] : tokens[i]) / block_tokens_;
+        }
+        synthetic_block_ids(n, total.data(), full_shared.data(), prompt_blocks_.data(), prompt_blocks_.size(),
+                            prompt.data(), session.data(), block_tokens_, starts, ids);
+    }
+
+  private:
+    double share_;
+    int64_t output_max_, input_max_, block_tokens_;
+    std::vector<double> cdf_;
+    std::vector<int64_t> prompt_blocks_;
+    // per session
+    std::vector<int64_t> session_prompt_, session_opening_;
+    std::vector<uint8_t> session_doc_;
+    // per request, as drawn
+    std::vector<double> arrival_;
+    std::vector<int64_t> out_, question_, turn_, session_;
+    std::vector<uint8_t> first_;
+};
 
 }  // namespace mooncake

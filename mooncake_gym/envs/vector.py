@@ -44,6 +44,8 @@ from mooncake_gym import _engine
 #: 52-79 us on two (starting the threads dominates); 64 envs 5.9-17.6 against 1.6-10.1 us; 256 envs
 #: 20-27 against 10-15 us.
 THREADS_FROM = 64
+#: The info fields' types (NATIVE_INFO), in the order of the engine's kinds (batch.hpp InfoKind).
+_KINDS = (float, int, bool)
 
 
 class BatchedVectorEnv(gym.vector.VectorEnv):
@@ -86,10 +88,20 @@ class BatchedVectorEnv(gym.vector.VectorEnv):
         self._truncated = np.zeros(num_envs, np.bool_)
         self._elapsed = np.zeros(num_envs, np.int64)
         self._native = np.zeros(num_envs, np.bool_)  # whose episode has an engine core
+        # the info columns: one row per field of each kind's block (float64, int64, bool), so that a
+        # step's info values are three copies and a view per field
+        kinds = [_KINDS.index(kind) for _, kind in self._fields]
+        sizes = [kinds.count(k) for k in range(len(_KINDS))]
+        self._blocks = tuple(np.zeros((m, num_envs), dtype) for m, dtype in zip(sizes, (np.float64, np.int64, np.bool_)))
+        # (name, block, row of the block) per field, in NATIVE_INFO's order
+        self._layout = [(name, k, kinds[:f].count(k)) for f, ((name, _), k) in enumerate(zip(self._fields, kinds))]
+        self._names = [name for k in range(len(_KINDS)) for name, b, _ in self._layout if b == k]  # blocks' order
         self._batch = _engine.native.EnvBatch(num_envs) if self._batchable else None
         if self._batchable:
             for i, env in enumerate(self.envs):
                 env._use_buffers(self._obs[i], self._mask[i], self._info[i])
+            self._batch.bind(self._rewards, self._terminated, self._truncated, self._elapsed, max_episode_steps or 0,
+                             kinds, *self._blocks)
         if threads is None:
             threads = 2 if num_envs >= THREADS_FROM and (os.cpu_count() or 1) >= 2 else 1
         self.threads = threads
@@ -98,13 +110,10 @@ class BatchedVectorEnv(gym.vector.VectorEnv):
         self._shape = (num_envs,)
         self._everyone = np.ones(num_envs, np.bool_)  # (a read-only mask of every env, shared by the infos)
         self._everyone.flags.writeable = False
+        self._every_mask = {"_" + name: self._everyone for name, _ in self._fields}
         self._resets: list[int] = []  # NEXT_STEP: the envs that ended at the last step
         self._all_native = False
         self._field_names = {name for name, _ in self._fields}
-        self._int_columns = [k for k, (_, kind) in enumerate(self._fields) if kind is int]
-        # (name, type, column: of the integer columns for int, of the rows otherwise)
-        self._layout = [(name, kind, self._int_columns.index(k) if kind is int else k)
-                        for k, (name, kind) in enumerate(self._fields)]
         self.closed = False
 
     # -- episodes --------------------------------------------------------------------------------------
@@ -152,43 +161,46 @@ class BatchedVectorEnv(gym.vector.VectorEnv):
         if not (type(a) is np.ndarray and a.dtype == np.int64 and a.shape == self._shape and a.flags.c_contiguous):
             a = self._actions(actions)
         self._ends = {}
+        if self._resets or not self._all_native:
+            return self._step_mixed(a)
+        # every env native, none starting an episode: one engine call, the infos' columns
+        ended = self._batch.step(a, None, self.threads)
+        infos = dict(zip(self._names, [*self._blocks[0].copy(), *self._blocks[1].copy(), *self._blocks[2].copy()]))
+        infos.update(self._every_mask)
+        if ended:
+            infos = self._end_episodes(infos, self._everyone)
+        infos["action_mask"], infos["_action_mask"] = self._mask.copy(), self._everyone
+        return self._obs.copy(), self._rewards.copy(), self._terminated.copy(), self._truncated.copy(), infos
+
+    def _step_mixed(self, a: np.ndarray):
+        """:meth:`step` where envs start an episode (``NEXT_STEP``: those that ended at the last
+        step) or run in Python: the native rest in one engine call, the Python ones one at a time."""
         rewards, terminated, truncated = self._rewards, self._terminated, self._truncated
         resets, self._resets = self._resets, []
-        if resets or not self._all_native:
-            stepped = np.ones(self.num_envs, np.bool_)
-            stepped[resets] = False
-            native = stepped & self._native
-            python = np.flatnonzero(stepped & ~self._native)
-            if python.size and (a[python].min() < 0 or a[python].max() >= self._n_actions):
-                raise ValueError(f"actions: expected integers in 0..{self._n_actions - 1}, got {a!r}")
-            self._info[resets] = 0.0
-        else:  # every env native, none resetting: one engine call and the infos' columns
-            stepped = native = self._everyone
-            python = ()
-        if self._batch is not None and (native is self._everyone or native.any()):
-            self._batch.step(a, native, rewards, terminated, self.threads)
+        stepped = np.ones(self.num_envs, np.bool_)
+        stepped[resets] = False
+        native = stepped & self._native
+        python = np.flatnonzero(stepped & ~self._native)
+        if python.size and (a[python].min() < 0 or a[python].max() >= self._n_actions):
+            raise ValueError(f"actions: expected integers in 0..{self._n_actions - 1}, got {a!r}")
+        for block in self._blocks:
+            block[:, resets] = 0
+        if self._batch is not None and native.any():
+            self._batch.step(a, native, self.threads)
         for i in python:  # episodes in Python: one env at a time
-            obs, r, term, trunc, info = self.envs[i].step(int(a[i]))
+            obs, r, term, _, info = self.envs[i].step(int(a[i]))
             self._obs[i] = obs
             rewards[i], terminated[i] = r, term
+            self._elapsed[i] += 1
+            truncated[i] = self.max_episode_steps is not None and self._elapsed[i] >= self.max_episode_steps and not term
             self._copy_python_info(i, info)
-        if self.max_episode_steps is not None:
-            self._elapsed[stepped] += 1
-            truncated[:] = (self._elapsed >= self.max_episode_steps) & ~terminated & stepped
-        infos = self._step_infos(stepped)
-        done = terminated | truncated
-        if done.any():
-            ended = np.flatnonzero(done & stepped)
-            for i in ended:
-                infos = self._add_info(infos, self.envs[i]._end_info() if native[i] else self._ends.get(i, {}), i)
-            if self.autoreset_mode == AutoresetMode.NEXT_STEP:
-                self._resets = ended.tolist()
-            else:  # SAME_STEP: the final observation and info, then the next episode's first
-                for i in ended:
-                    final = {"final_obs": self._obs[i].copy(), "final_info": self.single_info(infos, i)}
-                    infos = self._add_info(infos, final, i)
-                    infos = self._add_info(infos, self._reset_env(i), i)
-                self._all_native = bool(self._native.all())
+        stepped.flags.writeable = False
+        infos: dict = {}
+        if stepped.any():
+            infos = dict(zip(self._names, [*self._blocks[0].copy(), *self._blocks[1].copy(), *self._blocks[2].copy()]))
+            infos.update(dict.fromkeys(self._every_mask, stepped))
+        if ((terminated | truncated) & stepped).any():
+            infos = self._end_episodes(infos, stepped)
         for i in resets:  # NEXT_STEP: the envs that ended at the last step start their next episode
             infos = self._add_info(infos, self._reset_env(i), i)
             rewards[i], terminated[i], truncated[i] = 0.0, False, False
@@ -197,31 +209,32 @@ class BatchedVectorEnv(gym.vector.VectorEnv):
         infos["action_mask"], infos["_action_mask"] = self._mask.copy(), self._everyone
         return self._obs.copy(), rewards.copy(), terminated.copy(), truncated.copy(), infos
 
+    def _end_episodes(self, infos: dict, stepped: np.ndarray) -> dict:
+        """The entries of the envs whose episode ended at this step (``metrics``), and their
+        autoreset: ``NEXT_STEP`` at the next step, ``SAME_STEP`` now (the final observation and
+        info, then the next episode's first)."""
+        ended = np.flatnonzero((self._terminated | self._truncated) & stepped)
+        for i in ended:
+            infos = self._add_info(infos, self.envs[i]._end_info() if self._native[i] else self._ends.get(i, {}), i)
+        if self.autoreset_mode == AutoresetMode.NEXT_STEP:
+            self._resets = ended.tolist()
+            return infos
+        for i in ended:
+            final = {"final_obs": self._obs[i].copy(), "final_info": self.single_info(infos, i)}
+            infos = self._add_info(infos, final, i)
+            infos = self._add_info(infos, self._reset_env(i), i)
+        self._all_native = bool(self._native.all())
+        return infos
+
     def _copy_python_info(self, i: int, info: dict) -> None:
-        """A Python-stepped env's info into the buffers (its row, its mask; the end entries kept)."""
-        if self._fields:
-            self._info[i] = [info[name] for name, _ in self._fields]
+        """A Python-stepped env's info into the buffers (its columns, its mask; the end entries kept)."""
+        for name, k, row in self._layout:
+            self._blocks[k][row, i] = info[name]
         if "action_mask" in info:
             self._mask[i] = info["action_mask"]
         end = {k: v for k, v in info.items() if k != "action_mask" and k not in self._field_names}
         if end:
             self._ends[i] = end
-
-    def _step_infos(self, stepped: np.ndarray) -> dict:
-        """The step's info columns (Gymnasium's vector infos: values, and ``_name`` masks): one copy
-        of the info rows, the integer columns in one conversion; the columns are views of them."""
-        infos: dict = {}
-        if not self._fields or not stepped.any():
-            return infos
-        if stepped is not self._everyone:
-            stepped = stepped.copy()
-            stepped.flags.writeable = False
-        block = self._info.copy()
-        ints = block[:, self._int_columns].astype(np.int64)
-        for name, kind, k in self._layout:
-            infos[name] = ints[:, k] if kind is int else (block[:, k] != 0.0 if kind is bool else block[:, k])
-            infos["_" + name] = stepped
-        return infos
 
     def single_info(self, infos: dict, i: int) -> dict:
         """Env ``i``'s entries of vector ``infos`` as the single env's info dict (its types)."""

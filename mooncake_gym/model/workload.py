@@ -12,6 +12,7 @@ requests can reuse KV for exactly their common leading ids. We also write and re
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -719,26 +720,45 @@ def _lengths(x: np.ndarray) -> np.ndarray:
     return np.maximum(1, np.rint(x)).astype(np.int64)
 
 
-def _session_batch(rng: np.random.Generator, rate: float, c: SyntheticConfig, cdf: np.ndarray) -> dict:
-    """The random part of ``SESSION_BATCH`` sessions and their requests, as numpy columns.
+def _session_draws(rng: np.random.Generator, rate: float, c: SyntheticConfig, assembly=None) -> dict:
+    """The draws of ``SESSION_BATCH`` sessions and their requests, in the generator's fixed order.
 
-    Sessions: start gaps, system prompt, kind, document or first-message length, request count.
-    Requests (session by session): output, question and chat-turn lengths, think time before.
+    Sessions: start gaps, system prompt and kind (uniforms), document and first-message lengths
+    (both drawn, one used), question and turn counts (both drawn, one used). Requests (session by
+    session): output, question and chat-turn lengths, think time before. ``assembly``: the
+    engine's (counts the requests natively), or None.
     """
     s = SESSION_BATCH
-    gaps = rng.exponential(1.0 / rate, s)
-    prompt = np.searchsorted(cdf, rng.random(s), side="right")  # Generator.choice(p=...)'s rule
-    is_doc = rng.random(s) < c.document_share
-    opening = np.where(is_doc, _lengths(_lognormal(rng, c.document_mean, c.document_sigma, s)),
-                       _lengths(_lognormal(rng, c.chat_first_mean, c.chat_first_sigma, s)))
-    n = np.where(is_doc, rng.geometric(1.0 / c.questions_mean, s), rng.geometric(1.0 / c.turns_mean, s))
-    r = int(n.sum())
-    out = np.minimum(c.output_max, _lengths(_lognormal(rng, c.output_mean, c.output_sigma, r)))
-    question = _lengths(_lognormal(rng, c.question_mean, c.question_sigma, r))
-    turn = _lengths(_lognormal(rng, c.chat_turn_mean, c.chat_turn_sigma, r))
-    think = rng.exponential(c.think_time_mean_s, r)
-    return {"gaps": gaps, "prompt": prompt, "is_doc": is_doc, "opening": opening, "n": n,
-            "out": out, "question": question, "turn": turn, "think": think}
+    d = {"gaps": rng.exponential(1.0 / rate, s), "prompt_u": rng.random(s), "doc_u": rng.random(s),
+         "doc_len": _lognormal(rng, c.document_mean, c.document_sigma, s),
+         "chat_len": _lognormal(rng, c.chat_first_mean, c.chat_first_sigma, s),
+         "questions": rng.geometric(1.0 / c.questions_mean, s), "turns": rng.geometric(1.0 / c.turns_mean, s)}
+    if assembly is None:
+        r = int(np.where(d["doc_u"] < c.document_share, d["questions"], d["turns"]).sum())
+    else:
+        r = assembly.requests(d["doc_u"], d["questions"], d["turns"], c.document_share)
+    d["out"] = _lognormal(rng, c.output_mean, c.output_sigma, r)
+    d["question"] = _lognormal(rng, c.question_mean, c.question_sigma, r)
+    d["turn"] = _lognormal(rng, c.chat_turn_mean, c.chat_turn_sigma, r)
+    d["think"] = rng.exponential(c.think_time_mean_s, r)
+    return d
+
+
+def _session_batch(d: dict, start: np.ndarray, c: SyntheticConfig, cdf: np.ndarray) -> dict:
+    """One batch's draws ``d`` (:func:`_session_draws`) and its sessions' starts as numpy columns
+    (the numpy reference of the engine's ``SyntheticAssembly.add``)."""
+    is_doc = d["doc_u"] < c.document_share
+    b = {"start": start, "prompt": np.searchsorted(cdf, d["prompt_u"], side="right"),  # Generator.choice(p=...)'s rule
+         "is_doc": is_doc,
+         "opening": np.where(is_doc, _lengths(d["doc_len"]), _lengths(d["chat_len"])),
+         "n": np.where(is_doc, d["questions"], d["turns"]),
+         "out": np.minimum(c.output_max, _lengths(d["out"])), "question": _lengths(d["question"]),
+         "turn": _lengths(d["turn"])}
+    first = np.zeros(len(b["out"]), bool)
+    first[np.cumsum(b["n"]) - b["n"]] = True
+    b["first"] = first
+    b["arrival"] = np.repeat(start, b["n"]) + _segment_cumsum(np.where(first, 0.0, d["think"]), first)
+    return b
 
 
 def _segment_cumsum(x: np.ndarray, first: np.ndarray) -> np.ndarray:
@@ -790,32 +810,72 @@ def synthetic_trace(
     c = config
     lo, hi = c.system_prompt_blocks
     prompt_blocks = rng.integers(lo, hi + 1, size=c.n_system_prompts)
-    pop = 1.0 / np.arange(1, c.n_system_prompts + 1) ** c.system_prompt_zipf
-    cdf = np.cumsum(pop / pop.sum())
-    cdf /= cdf[-1]
+    cdf = _prompt_cdf(c.n_system_prompts, c.system_prompt_zipf)
+    assembly = _assembly(c, cdf, prompt_blocks, block_tokens)
 
     # Draw session batches until the trace is complete: every later session starts after the
     # last one drawn, so the requests that arrived before that start are final.
-    batches, start, arrivals = [], 0.0, []
+    batches, start = [], 0.0
     while True:
-        b = _session_batch(rng, rate, c, cdf)
+        d = _session_draws(rng, rate, c, assembly)
         if clock is None:
-            b["start"] = start + np.cumsum(b["gaps"])
+            starts = start + np.cumsum(d["gaps"])
         else:
-            homogeneous = operational + np.cumsum(b["gaps"])
+            homogeneous = operational + np.cumsum(d["gaps"])
             operational = float(homogeneous[-1])
-            b["start"] = clock.real_time(homogeneous)
-        start = float(b["start"][-1])
-        first = np.zeros(len(b["out"]), bool)
-        first[np.cumsum(b["n"]) - b["n"]] = True
-        b["first"] = first
-        b["arrival"] = np.repeat(b["start"], b["n"]) + _segment_cumsum(np.where(first, 0.0, b["think"]), first)
-        batches.append(b)
-        arrivals.append(b["arrival"])
+            starts = clock.real_time(homogeneous)
+        start = float(starts[-1])
+        if assembly is not None:
+            assembly.add(starts, d["prompt_u"], d["doc_u"], d["doc_len"], d["chat_len"], d["questions"], d["turns"],
+                         d["out"], d["question"], d["turn"], d["think"])
+        else:
+            batches.append(_session_batch(d, starts, c, cdf))
         if start >= horizon:
             break
-        if n_requests is not None and sum(int((a < start).sum()) for a in arrivals) >= n_requests:
+        if n_requests is not None and (assembly.arrivals_before(start) if assembly is not None else
+                                       sum(int((b["arrival"] < start).sum()) for b in batches)) >= n_requests:
             break
+    if assembly is not None:
+        arrival, total, out, session, *flat = assembly.build(horizon, -1 if n_requests is None else n_requests)
+        flat = tuple(flat)
+    else:
+        arrival, total, out, session, flat = _assemble_reference(batches, horizon, n_requests, c, prompt_blocks,
+                                                                 block_tokens)
+    if len(arrival) and not arrival[-1] <= LIMITS["arrival_s"].hi:
+        raise ValueError(f"rate: at {rate:g} sessions/s the trace would span {arrival[-1]:.3g} s, more than "
+                         f"the limit of {LIMITS['arrival_s'].hi:g} s; raise the rate or ask for fewer requests")
+    out_trace = Trace.__new__(Trace)  # the columns are built valid: no re-conversion
+    out_trace._set(arrival, total, out, None, session,
+                   f"synthetic(rate={rate:g}, seed={seed if isinstance(seed, (int, np.integer)) else 'rng'}"
+                   + ("" if process is None else f", bursty {process.burst_ratio:g}x {process.burst_s:g}s/"
+                                                 f"{process.calm_s:g}s") + ")", flat=flat)
+    return out_trace
+
+
+@functools.lru_cache(maxsize=16)
+def _prompt_cdf(n_prompts: int, zipf: float) -> np.ndarray:
+    """The system prompts' popularity CDF (Zipf with exponent ``zipf``; read-only)."""
+    pop = 1.0 / np.arange(1, n_prompts + 1) ** zipf
+    cdf = np.cumsum(pop / pop.sum())
+    cdf /= cdf[-1]
+    cdf.flags.writeable = False
+    return cdf
+
+
+def _assembly(c: SyntheticConfig, cdf: np.ndarray, prompt_blocks: np.ndarray, block_tokens: int):
+    """The engine's ``SyntheticAssembly`` of one trace (``_engine/synthetic.hpp``), or None where the
+    engine is not built (then :func:`_session_batch` and :func:`_assemble_reference` assemble it)."""
+    if _engine.native is None:
+        return None
+    return _engine.native.SyntheticAssembly(float(c.document_share), int(c.output_max), int(c.input_max),
+                                            int(block_tokens), cdf.tolist(), prompt_blocks.tolist())
+
+
+def _assemble_reference(batches: list, horizon: float, n_requests: int | None, c: SyntheticConfig,
+                        prompt_blocks: np.ndarray, block_tokens: int) -> tuple:
+    """The trace's columns from its session batches (:func:`_session_batch`), in numpy: arrival,
+    input and output tokens, session and the flat block ids (the reference of the engine's
+    ``SyntheticAssembly.build``)."""
     b = {k: np.concatenate([x[k] for x in batches]) for k in batches[0]}
     n_sessions = len(b["start"])
     session = np.repeat(np.arange(n_sessions), b["n"])
@@ -833,41 +893,24 @@ def synthetic_trace(
     if n_requests is not None:
         order = order[:n_requests]
     arrival, session, total, out = b["arrival"][order], session[order], total[order], b["out"][order]
-    if len(arrival) and not arrival[-1] <= LIMITS["arrival_s"].hi:
-        raise ValueError(f"rate: at {rate:g} sessions/s the trace would span {arrival[-1]:.3g} s, more than "
-                         f"the limit of {LIMITS['arrival_s'].hi:g} s; raise the rate or ask for fewer requests")
     prompt, shared = prompt[order], shared[order]
-    flat = _block_ids(total, np.minimum(shared, total) // block_tokens, prompt_blocks, prompt, session,
-                      block_tokens, c.input_max)
-    out_trace = Trace.__new__(Trace)  # the columns are built valid: no re-conversion
-    out_trace._set(arrival, total, out, None, session,
-                   f"synthetic(rate={rate:g}, seed={seed if isinstance(seed, (int, np.integer)) else 'rng'}"
-                   + ("" if process is None else f", bursty {process.burst_ratio:g}x {process.burst_s:g}s/"
-                                                 f"{process.calm_s:g}s") + ")", flat=flat)
-    return out_trace
+    flat = _block_ids_reference(total, np.minimum(shared, total) // block_tokens, prompt_blocks, prompt, session,
+                                block_tokens, c.input_max)
+    return arrival, total, out, session, flat
 
 
-def _block_ids(total, full_shared, prompt_blocks, prompt, session, block_tokens, input_max
-               ) -> tuple[np.ndarray, np.ndarray]:
+def _block_ids_reference(total, full_shared, prompt_blocks, prompt, session, block_tokens, input_max
+                         ) -> tuple[np.ndarray, np.ndarray]:
     """Each request's block ids, numbered in order of first appearance, as a flat column
-    ``(starts, ids)`` (:attr:`Trace.flat_blocks`).
+    ``(starts, ids)`` (:attr:`Trace.flat_blocks`), in numpy.
 
     Block j of a request is, for ``j < full_shared``, block j of its session's shared stream: the
     system prompt's own block while ``j`` is inside the prompt (shared by every session with that
     prompt), else the session's block j. The rest (the question, the partial last block) are the
     request's own. Raw ids are made unique per role and then renumbered. The native engine makes
-    the same ids (integer arithmetic only: ``_engine/synthetic.hpp``) where it is built; this
-    function's numpy body is the reference (:func:`_block_ids_reference`).
+    the same ids (integer arithmetic only: ``_engine/synthetic.hpp`` ``synthetic_block_ids``, run by
+    ``SyntheticAssembly.build``); this is the reference.
     """
-    if _engine.native is not None:
-        return _engine.native.synthetic_block_ids(*(np.ascontiguousarray(x, dtype=np.int64) for x in (
-            total, full_shared, prompt_blocks, prompt, session)), int(block_tokens))
-    return _block_ids_reference(total, full_shared, prompt_blocks, prompt, session, block_tokens, input_max)
-
-
-def _block_ids_reference(total, full_shared, prompt_blocks, prompt, session, block_tokens, input_max
-                         ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_block_ids` in numpy."""
     n_blocks = -(-total // block_tokens)
     ends = np.cumsum(n_blocks)
     starts = ends - n_blocks
