@@ -96,6 +96,12 @@ class Scenario:
             raise ValueError(f"trace: scenario {self.name} cannot read trace file {os.fspath(trace)!r}: {e}") from None
         return {"path": os.fspath(trace), "sha256": digest, "own": digest == self.trace_sha256}
 
+    def trace_kwargs(self, trace) -> dict:
+        """The arguments a trace file given on the command line (``--trace``) fills: each trace
+        argument the scenario requires (``trace``, replayed; ``base_trace``, drawn from); empty
+        when it requires none or ``trace`` is None."""
+        return {} if trace is None else {k: trace for k in self.requires if k in TRACE_ARGUMENTS}
+
     def missing(self, **overrides) -> list[str]:
         """The required arguments not given (empty when the scenario can be made)."""
         return [k for k in self.requires if overrides.get(k) is None]
