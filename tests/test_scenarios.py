@@ -455,3 +455,32 @@ def test_hard_cluster_scenarios_are_those_whose_best_rule_measured_at_least_3x_t
             hard.add(name)
     assert hard == {name for name in CLUSTER_ROUTING if scenarios.get_scenario(name).hard}
     assert "routing-cluster-saturated" in hard and "routing-cluster-stale-multirouter" not in hard
+
+
+def test_a_trace_file_fills_the_trace_argument_a_scenario_requires(monkeypatch, tmp_path):
+    """``--trace`` is replayed (``trace``) or drawn from (``base_trace``), as the scenario requires,
+    in compare and in tune; a scenario that reads no trace takes none."""
+    import dataclasses
+
+    from mooncake_gym.experiments.tune import tune_baseline
+
+    long_context = scenarios.get_scenario("routing-cluster-long-context")
+    assert long_context.trace_kwargs("t.jsonl") == {"base_trace": "t.jsonl"} and long_context.trace_kwargs(None) == {}
+    assert scenarios.get_scenario("routing-mooncake-trace").trace_kwargs("t.jsonl") == {"trace": "t.jsonl"}
+    assert scenarios.get_scenario("routing-cluster-saturated").trace_kwargs("t.jsonl") == {}
+    path = str(tmp_path / "t.jsonl")  # 60 long prompts, 4 per second, sharing their first block by threes
+    write_trace(trace_of(*((0.25 * i, 8192 + 512 * (i % 7), [i % 3] + [1000 + 30 * i + k for k in range(15 + i % 7)])
+                           for i in range(60))), path)
+    tiny = dataclasses.replace(long_context, kwargs={**long_context.kwargs, "episode_requests": 20})
+    monkeypatch.setitem(scenarios.SCENARIOS, tiny.name, tiny)
+    (setting,), skipped = compare_scenarios([tiny.name], seeds=1, agents={}, progress=False, trace=path)
+    assert skipped == [] and setting.env_kwargs["base_trace"] == path and "trace" not in setting.env_kwargs
+    assert setting.trace == {"path": path, "sha256": setting.trace["sha256"], "own": False}  # not Mooncake's file
+    assert setting.fingerprint == tiny.fingerprint(base_trace=path)
+    assert min(r["mean_ttft_s"] for r in setting.rows) >= setting.bound["mean_ttft_s"] > 0
+    doc = tune_baseline("kvcentric", "routing", budget=1, search="random", seeds=1, scenario=tiny.name, trace=path)
+    assert doc["scenario"] == tiny.name and doc["fingerprint"] == setting.fingerprint and doc["env"] == "routing-cluster"
+    with pytest.raises(ValueError, match="--trace: has no effect with --scenario routing-cluster-saturated"):
+        tune_baseline("kvcentric", "routing", budget=1, seeds=1, scenario="routing-cluster-saturated", trace=path)
+    with pytest.raises(ValueError, match="--scenario: routing-cluster-long-context needs --trace"):
+        tune_baseline("kvcentric", "routing", budget=1, seeds=1, scenario=tiny.name)

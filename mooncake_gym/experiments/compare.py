@@ -335,14 +335,12 @@ def compare_scenarios(names="all", seeds: int = DEFAULT_SEEDS, trace=None, agent
     chosen = list(SCENARIOS.values()) if names == "all" else [get_scenario(n) for n in names]
     if agents is None:
         agents = shipped_agents()
-    # --trace is the file of whichever trace argument a scenario requires (replayed ``trace`` or ``base_trace``)
-    given = {} if trace is None else {key: trace for key in TRACE_ARGUMENTS}
     plan, skipped = [], []
     for sc in chosen:
         if problems.of_scenario(sc.problem) is None:
             skipped.append(f"{sc.name}: skipped, compare has no table for {sc.problem} scenarios yet")
             continue
-        own = {k: v for k, v in given.items() if k in sc.requires}
+        own = sc.trace_kwargs(trace)
         missing = sc.missing(**own)
         if missing:
             skipped.append(f"{sc.name}: skipped, it needs "
@@ -350,7 +348,7 @@ def compare_scenarios(names="all", seeds: int = DEFAULT_SEEDS, trace=None, agent
                            " (not given)")
             continue
         s = scenario_setting(sc, **own)
-        s.trace = sc.trace_check(next((own[k] for k in TRACE_ARGUMENTS if k in own), None))
+        s.trace = sc.trace_check(trace if own else None)
         docs = [d for d in tuned or [] if d.get("scenario") in (None, sc.name)]
         plan.append((s, {**with_tuned(policies_for(s.problem, agents_fitting(s, agents), sc.name), s.problem, docs),
                          **rollout_policies(s, rollouts, docs)}))
