@@ -309,7 +309,7 @@ def test_hard_scenarios_are_the_routing_ones_with_room():
     """The scenarios where the best rule is far from the rollout reference (docs/leaderboard.md):
     the learned agents' targets are measured on these; the sanity checks and the herd scenario are not."""
     from mooncake_gym.evaluation.scenarios import SCENARIOS
-    hard = sorted(name for name, s in SCENARIOS.items() if s.hard)
+    hard = sorted(name for name, s in SCENARIOS.items() if s.hard and s.base_env_id.endswith("-v0"))
     assert hard == ["routing-bursty", "routing-heterogeneous", "routing-mooncake-trace", "routing-saturated"]
 
 
@@ -331,3 +331,156 @@ def test_cli_compare_scenario_takes_an_agent_and_tuned_files(monkeypatch, capsys
     assert "user_agent" in names and "kvcentric (tuned on routing-tiny)" in names
     assert main(["compare", "--preset", "mooncake", "--agent", str(agent)]) == 2
     assert "--agent: not with --preset mooncake" in capsys.readouterr().err
+
+
+# -- the routing scenarios on the realistic cluster (PrefillRouting-v1) -------------------------------
+CLUSTER_ROUTING = [s.name for s in scenarios.scenarios_of("routing-cluster")]
+
+#: every scenario registered before the realistic cluster's: env id and fingerprint as on main
+#: (routing-mooncake-trace's without its trace file), which must never change
+OLD_SCENARIOS = {
+    "routing-sanity": "2d5310005772e52f1d56eaf2a9e3c31afb51825e4b939f4a96cb312bc7e4aaf9",
+    "routing-sanity-8": "258198b0d62f12ce7f5b195a63298c1df02354a97571adb5ded2feec34cc7445",
+    "routing-saturated": "d21db4020d0a1f5ce8242db609fa32b6fecfffa00f319b7866b7e11144c9c592",
+    "routing-heterogeneous": "8207c5b2f926952c8bd7aac95f9d501b5b6929a05e395763e6dd10f9579aaa29",
+    "routing-stale-multirouter": "605890eef033f7149f4e01d16e0adb539d9b0252aa76952c048b5e11b46bb300",
+    "routing-bursty": "aed3d6e326f390dfc023d53debd32f5d45b35b8f829cbd4172e1df04a377cf5e",
+    "routing-mooncake-trace": "fdf4653a3a4d9ec67742b99d9c7b43b13b8f12a147bc1415d195a4bccfcd8df9",
+    "admission-load1.5": "7ba191cadd4f29a463bdc16f4a3624d822911a645d26365b0c7bbcd498c3bd7c",
+    "admission-load2": "bbbf2457017478fe159de66883d16094423ff5a9341f1dc15c74d080648332fa",
+    "admission-load3": "a3d3780c1c19ebdf3b94032a98299a3ba8612518a74f9f8fef3b82604ab86b0e",
+    "admission-tight-slo": "919ca386e029a37a812fce773bb9077055120ff049faf851d2a4c98cff160a26",
+    "conductor-mooncake": "579bb60224774375cb072b6e7fc34bbd5b59c17a62afe1c183c70650984fd221",
+}
+
+
+def test_the_old_scenarios_keep_their_ids_fingerprints_and_base_environments():
+    for name, fingerprint in OLD_SCENARIOS.items():
+        sc = scenarios.get_scenario(name)
+        assert (sc.env_id, sc.version, sc.fingerprint()) == (f"mooncake_gym/{name}-v1", 1, fingerprint)
+        assert gym.spec(sc.env_id).kwargs == sc.kwargs
+    for name in ("routing-sanity", "routing-saturated", "routing-bursty", "routing-mooncake-trace"):
+        assert scenarios.get_scenario(name).base_env_id == "mooncake_gym/PrefillRouting-v0"
+    assert [n for n in scenarios.SCENARIOS if n in OLD_SCENARIOS] == list(OLD_SCENARIOS)  # the page's order
+
+
+def test_the_cluster_routing_scenarios_are_new_ids_on_prefill_routing_v1():
+    assert len(CLUSTER_ROUTING) >= 4
+    ids = [s.env_id for s in scenarios.SCENARIOS.values()]
+    assert len(set(ids)) == len(ids)
+    for name in CLUSTER_ROUTING:
+        sc = scenarios.get_scenario(name)
+        assert sc.base_env_id == "mooncake_gym/PrefillRouting-v1" and name not in OLD_SCENARIOS
+        assert sc.config().get("preset") in ("mooncake", "mooncake-hetero")
+        n = sc.config().get("episode_requests")
+        assert (f"{n:,}-request episodes" if n else "the whole trace") in sc.description  # its episode length
+        assert "bound" in sc.description and "rollout" in sc.description  # its difficulty is stated
+
+
+def _cluster_env(name, steps):
+    """Scenario ``name``'s environment, a short episode of it where it draws requests (its own
+    trace file from shared/ where it needs one: skipped where absent)."""
+    sc = scenarios.get_scenario(name)
+    given = {"episode_requests": steps} if "episode_requests" in sc.kwargs else {}
+    for key in sc.requires:
+        if not SHARED_TRACE.is_file():
+            pytest.skip(f"{name} needs Mooncake's synthetic trace, absent at {SHARED_TRACE}")
+        given[key] = str(SHARED_TRACE)
+    return gym.make(sc.env_id, **given)
+
+
+@pytest.mark.parametrize("name", CLUSTER_ROUTING)
+def test_a_cluster_routing_scenario_steps_a_seeded_episode_deterministically(name):
+    """Built through gym.make by its id; the same seed and actions give the same numbers, bit for bit."""
+    steps = 40
+    runs = []
+    for _ in range(2):
+        env = _cluster_env(name, steps)
+        try:
+            assert env.spec.id == scenarios.get_scenario(name).env_id
+            obs, info = env.reset(seed=11)
+            rng = np.random.default_rng(5)
+            run = [obs.tobytes(), info["sim_seed"]]
+            for _ in range(steps):
+                obs, reward, terminated, truncated, info = env.step(int(rng.integers(env.action_space.n)))
+                assert env.observation_space.contains(obs) and reward <= 0.0 and not truncated
+                run += [obs.tobytes(), reward, info["ttft_s"], info["prefill_instance"]]
+                if terminated:
+                    run.append(repr(sorted(info["metrics"].items())))  # NaN-safe: repr(nan) == "nan"
+                    break
+            runs.append(run)
+        finally:
+            env.close()
+    assert runs[0] == runs[1]
+    assert any(isinstance(x, str) for x in runs[0]) == ("episode_requests" in scenarios.get_scenario(name).kwargs)
+
+
+def test_compare_runs_a_cluster_routing_scenario_end_to_end(monkeypatch, capsys):
+    """``compare --scenario`` on a cluster scenario (a tiny episode, one seed): the cluster's table,
+    every row of every routing baseline, the bound under each, the scenario's fingerprint."""
+    import dataclasses
+
+    from mooncake_gym.cli import main
+    from mooncake_gym.experiments import compare as cmp
+
+    name = "routing-cluster-saturated"
+    tiny = dataclasses.replace(scenarios.get_scenario(name),
+                               kwargs={**scenarios.get_scenario(name).kwargs, "episode_requests": 30})
+    monkeypatch.setitem(scenarios.SCENARIOS, name, tiny)
+    monkeypatch.setattr(cmp, "shipped_agents", lambda: {})  # loading them takes longer than the table (none fits)
+    assert main(["compare", "--scenario", name, "--seeds", "1", "--json"]) == 0
+    (setting,) = json.loads(capsys.readouterr().out)["settings"]
+    assert setting["problem"] == "routing-cluster" and setting["env_id"] == "mooncake_gym/PrefillRouting-v1"
+    assert setting["scenario"] == name and setting["env_kwargs"]["episode_requests"] == 30
+    rows = {r["policy"]: r for r in setting["rows"]}
+    assert {"kvcentric", "relsplit", "sizesplit", "random"} <= set(rows)
+    assert all(r["episodes"] == 1 and "tbt_attainment" in r for r in rows.values())
+    bound = setting["bound"]["mean_ttft_s"]
+    assert 0 < bound <= min(r["mean_ttft_s"] for r in rows.values())
+    settings, skipped = compare_scenarios(["routing-cluster-long-context"], seeds=1, agents={}, progress=False)
+    assert settings == [] and skipped == ["routing-cluster-long-context: skipped, it needs --trace (not given)"]
+
+
+def test_hard_cluster_scenarios_are_those_whose_best_rule_measured_at_least_3x_the_bound():
+    """On the cluster there is no rollout reference; ``hard`` marks the scenarios whose description
+    measured the best rule at 3 or more times the bound (docs/scenarios.md)."""
+    import re
+
+    hard = set()
+    for name in CLUSTER_ROUTING:
+        text = scenarios.get_scenario(name).description
+        best = float(re.search(r"best rule \w+ ([\d.]+) s mean TTFT", text).group(1))
+        bound = float(re.search(r"bound ([\d.]+) s", text).group(1))
+        if best >= 3 * bound:
+            hard.add(name)
+    assert hard == {name for name in CLUSTER_ROUTING if scenarios.get_scenario(name).hard}
+    assert "routing-cluster-saturated" in hard and "routing-cluster-stale-multirouter" not in hard
+
+
+def test_a_trace_file_fills_the_trace_argument_a_scenario_requires(monkeypatch, tmp_path):
+    """``--trace`` is replayed (``trace``) or drawn from (``base_trace``), as the scenario requires,
+    in compare and in tune; a scenario that reads no trace takes none."""
+    import dataclasses
+
+    from mooncake_gym.experiments.tune import tune_baseline
+
+    long_context = scenarios.get_scenario("routing-cluster-long-context")
+    assert long_context.trace_kwargs("t.jsonl") == {"base_trace": "t.jsonl"} and long_context.trace_kwargs(None) == {}
+    assert scenarios.get_scenario("routing-mooncake-trace").trace_kwargs("t.jsonl") == {"trace": "t.jsonl"}
+    assert scenarios.get_scenario("routing-cluster-saturated").trace_kwargs("t.jsonl") == {}
+    path = str(tmp_path / "t.jsonl")  # 60 long prompts, 4 per second, sharing their first block by threes
+    write_trace(trace_of(*((0.25 * i, 8192 + 512 * (i % 7), [i % 3] + [1000 + 30 * i + k for k in range(15 + i % 7)])
+                           for i in range(60))), path)
+    tiny = dataclasses.replace(long_context, kwargs={**long_context.kwargs, "episode_requests": 20})
+    monkeypatch.setitem(scenarios.SCENARIOS, tiny.name, tiny)
+    (setting,), skipped = compare_scenarios([tiny.name], seeds=1, agents={}, progress=False, trace=path)
+    assert skipped == [] and setting.env_kwargs["base_trace"] == path and "trace" not in setting.env_kwargs
+    assert setting.trace == {"path": path, "sha256": setting.trace["sha256"], "own": False}  # not Mooncake's file
+    assert setting.fingerprint == tiny.fingerprint(base_trace=path)
+    assert min(r["mean_ttft_s"] for r in setting.rows) >= setting.bound["mean_ttft_s"] > 0
+    doc = tune_baseline("kvcentric", "routing", budget=1, search="random", seeds=1, scenario=tiny.name, trace=path)
+    assert doc["scenario"] == tiny.name and doc["fingerprint"] == setting.fingerprint and doc["env"] == "routing-cluster"
+    with pytest.raises(ValueError, match="--trace: has no effect with --scenario routing-cluster-saturated"):
+        tune_baseline("kvcentric", "routing", budget=1, seeds=1, scenario="routing-cluster-saturated", trace=path)
+    with pytest.raises(ValueError, match="--scenario: routing-cluster-long-context needs --trace"):
+        tune_baseline("kvcentric", "routing", budget=1, seeds=1, scenario=tiny.name)

@@ -57,13 +57,15 @@ def _small(env_id: str, tmp_path) -> dict:
     if "episode_requests" in params:
         kwargs["episode_requests"] = 60
     scenario = next((s for s in SCENARIOS.values() if s.env_id == env_id), None)
-    if scenario is not None and "trace" in scenario.requires:
+    if scenario is not None and scenario.requires:  # a trace file: replayed (trace) or drawn from (base_trace)
         path = tmp_path / "trace.jsonl"
         path.write_text("".join(json.dumps({"timestamp": 500 * i, "input_length": 600 + 10 * (i % 40), "output_length": 20,
                                             "hash_ids": [i % 3, 100 + i]}) + "\n" for i in range(1200)))
-        kwargs["trace"] = str(path)
-        kwargs["window_requests"] = 200
-        kwargs.pop("episode_requests", None)
+        kwargs.update({key: str(path) for key in scenario.requires})
+        if "trace" in scenario.requires:
+            if "window_requests" in params:
+                kwargs["window_requests"] = 200
+            kwargs.pop("episode_requests", None)
     return kwargs
 
 

@@ -28,6 +28,9 @@ from mooncake_gym.evaluation.problems import SCENARIO_PROBLEMS
 PROBLEMS = SCENARIO_PROBLEMS
 #: Keyword arguments whose string value names a trace file: the fingerprint hashes the file's bytes.
 TRACE_ARGUMENTS = ("trace", "base_trace")
+#: sha256 of Mooncake's public synthetic trace (FAST'25 release, ``synthetic_trace.jsonl``), the file of
+#: the scenarios defined on it
+MOONCAKE_SYNTHETIC_SHA256 = "bd070915a98fc0ed264d7cfef2ce746002eb3076a695ec31ba2674c0111ec131"
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,12 @@ class Scenario:
         except OSError as e:
             raise ValueError(f"trace: scenario {self.name} cannot read trace file {os.fspath(trace)!r}: {e}") from None
         return {"path": os.fspath(trace), "sha256": digest, "own": digest == self.trace_sha256}
+
+    def trace_kwargs(self, trace) -> dict:
+        """The arguments a trace file given on the command line (``--trace``) fills: each trace
+        argument the scenario requires (``trace``, replayed; ``base_trace``, drawn from); empty
+        when it requires none or ``trace`` is None."""
+        return {} if trace is None else {k: trace for k in self.requires if k in TRACE_ARGUMENTS}
 
     def missing(self, **overrides) -> list[str]:
         """The required arguments not given (empty when the scenario can be made)."""
@@ -189,7 +198,78 @@ _add(Scenario("routing-mooncake-trace", "routing", "mooncake_gym/PrefillRouting-
               "episode's seed (heavily loaded: queues build in its busy stretches). Not shipped: give "
               "trace=PATH.",
               requires=("trace",), reset_options=("offset", "trace"),
-              trace_sha256="bd070915a98fc0ed264d7cfef2ce746002eb3076a695ec31ba2674c0111ec131", hard=True))
+              trace_sha256=MOONCAKE_SYNTHETIC_SHA256, hard=True))
+
+# --- routing scenarios on the realistic cluster (PrefillRouting-v1; tabulated as problem routing-cluster)
+# The routing scenarios above are the lecture's toy (PrefillRouting-v0's cost model, the prefill pool
+# alone); these are their versions on the faithful cluster of the presets (mooncake_gym.model.presets:
+# chunked prefill, batching decode, prefix caches, RDMA pulls), with their own names: a scenario's name
+# is its identity in tuned files, agent cards and tables, so the toy's names keep meaning the toy's
+# problems. The cluster runs on the Python reference, so the episodes are short (compare over 3 seeds
+# in about 2 minutes on one core). The load is a multiple of the cluster's measured saturation
+# throughput (mooncake_gym.sim.cluster.saturation); each was chosen where the best rule's mean TTFT is
+# well above the unloaded one and kvcentric is well above the bound (the figures in each description:
+# `mooncake-gym compare --scenario NAME --seeds 3`, seeds 1,000,000-1,000,002). The rollout reference
+# (mooncake_gym.analysis.rollout) needs the simulator's snapshot(), which only PrefillRouting-v0's has:
+# none of these tables has a reference row, and a scenario is marked hard where the best rule's mean
+# TTFT is at least 3 times the bound (here the bound is about the unloaded TTFT, so that ratio is an
+# upper limit on the room, not the room). The toy's bursty scenario and a diurnal one have no version
+# here yet: PrefillRouting-v1 draws Poisson arrivals only (no ``arrivals`` argument), and it replays a
+# trace whole (no ``window_requests``).
+_CLUSTER_REQUESTS = 2000
+_NO_ROLLOUT = ("no rollout reference (it needs the simulator's snapshot(): PrefillRouting-v0 only)")
+
+_STALE = {"mode": "scraped", "routers": 4, "scrape_period_s": 0.5, "scrape_delay_s": 0.1}
+_add(Scenario("routing-cluster-saturated", "routing-cluster", "mooncake_gym/PrefillRouting-v1",
+              {"preset": "mooncake", "load": 0.6, "episode_requests": _CLUSTER_REQUESTS},
+              ("Mooncake's testbed (preset mooncake: 8 prefill + 8 decode nodes of 8x A800, LLaMA2-70B; "
+               "chunked prefill, batching decode, prefix caches, RDMA pulls) at 0.6 times its measured "
+               "saturation throughput (11.5 requests/s of the synthetic mix, i.i.d., Poisson), exact "
+               "observation; 2,000-request episodes. Near saturation: queues build (at 0.7 kvcentric's mean "
+               "TTFT is 10 s). Measured (compare --seeds 3): best rule relsplit 2.36 s mean TTFT, kvcentric "
+               "2.51 s (1.06x), sizesplit 3.03 s but the lowest P90 (1.80 s against 6.37), bound 0.52 s = the "
+               "unloaded TTFT (best rule at load 0.1: 0.52 s); " + _NO_ROLLOUT + "."),
+              reset_options=("trace",), hard=True))
+_add(Scenario("routing-cluster-heterogeneous", "routing-cluster", "mooncake_gym/PrefillRouting-v1",
+              {"preset": "mooncake-hetero", "load": 0.55, "episode_requests": _CLUSTER_REQUESTS},
+              ("Preset mooncake-hetero: a prefill pool of 4 H800 and 4 A800 nodes (8 GPUs each), decode as "
+               "mooncake; at 0.55 times its measured saturation throughput (17.4 requests/s of the synthetic "
+               "mix), exact observation; 2,000-request episodes. A rule must weigh queued work against each "
+               "instance's speed. Measured (compare --seeds 3): best rule sizesplit 0.82 s mean TTFT, "
+               "relsplit 0.83 s, kvcentric 0.85 s (1.04x), bound 0.24 s = the unloaded TTFT (best rule at "
+               "load 0.1: 0.24 s); " + _NO_ROLLOUT + "."),
+              reset_options=("trace",), hard=True))
+_add(Scenario("routing-cluster-stale-multirouter", "routing-cluster", "mooncake_gym/PrefillRouting-v1",
+              {"preset": "mooncake", "load": 0.5, "episode_requests": _CLUSTER_REQUESTS, "observation": _STALE},
+              ("Preset mooncake at 0.5 times its saturation throughput (9.6 requests/s); 4 routers take turns "
+               "over the arrivals, each seeing load snapshots scraped every 0.5 s at its own phase, 0.1 s "
+               "late, plus only its own in-flight requests (the herd effect; observation mode scraped of "
+               "mooncake_gym.sim.observation); 2,000-request episodes. Measured (compare --seeds 3): best "
+               "rule relsplit 1.13 s mean TTFT, kvcentric 1.24 s (1.10x), against 0.90 s and 0.97 s on the "
+               "same episodes with the exact observation; bound 0.52 s; best rule at load 0.1 with the same "
+               "observation 0.57 s; " + _NO_ROLLOUT + "."),
+              reset_options=("trace",)))
+_add(Scenario("routing-cluster-long-context", "routing-cluster", "mooncake_gym/PrefillRouting-v1",
+              {"preset": "mooncake", "load": 0.45, "episode_requests": 1000},
+              ("Long prompts: requests drawn i.i.d. from Mooncake's public synthetic trace (FAST'25 release; "
+               "prompts of 15,326 tokens on average, P99 66,456, up to 191,378) with Poisson arrivals, on "
+               "preset mooncake at 0.45 times the saturation throughput of that mix (4.3 requests/s), exact "
+               "observation; 1,000-request episodes (a long prompt costs the simulator more). The knee is "
+               "steep: at 0.5 kvcentric's mean TTFT is 19 s. Not shipped: give base_trace=PATH (compare "
+               "--trace). Measured (compare --seeds 3): best rule relsplit 3.77 s mean TTFT, kvcentric 3.80 s "
+               "(1.01x), bound 1.39 s = the unloaded TTFT (best rule at load 0.1: 1.40 s); "
+               + _NO_ROLLOUT + "."),
+              requires=("base_trace",), reset_options=("trace",), trace_sha256=MOONCAKE_SYNTHETIC_SHA256))
+_add(Scenario("routing-cluster-mooncake-trace", "routing-cluster", "mooncake_gym/PrefillRouting-v1",
+              {"preset": "mooncake", "speed": 1.5},
+              ("Mooncake's public synthetic trace (FAST'25 release, 3,993 requests, mean prompt 15,326 "
+               "tokens) replayed on preset mooncake at 1.5 times its speed (5.9 requests/s, 0.61 times the "
+               "saturation throughput of its request mix), exact observation; each episode the whole trace "
+               "(17 min at speed 1: PrefillRouting-v1 has no window of a trace yet), so the seeds differ "
+               "only in the default router's tie-breaks. Not shipped: give trace=PATH. Measured (compare "
+               "--seeds 3): best rule relsplit 2.48 s mean TTFT, kvcentric 2.48 s (1.00x), bound 0.81 s = "
+               "the unloaded TTFT (best rule at speed 0.1: 0.81 s); " + _NO_ROLLOUT + "."),
+              requires=("trace",), reset_options=("trace",), trace_sha256=MOONCAKE_SYNTHETIC_SHA256, hard=True))
 
 # --- admission scenarios (OverloadAdmission-v1 on the realistic presets)
 # 16 prefill + 1 decode A800 nodes (LLaMA2-70B; the decode pool saturates first, as in Mooncake §7),

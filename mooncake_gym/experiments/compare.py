@@ -20,7 +20,7 @@ from mooncake_gym.analysis.rollout import DEFAULT_HORIZON, check_horizon, rollou
 from mooncake_gym.baselines import ROUTING_POLICIES
 from mooncake_gym.evaluation import problems
 from mooncake_gym.evaluation.episodes import check_model_fits, evaluate, ModelPolicy, RolloutPolicy
-from mooncake_gym.evaluation.scenarios import get_scenario, SCENARIOS
+from mooncake_gym.evaluation.scenarios import TRACE_ARGUMENTS, get_scenario, SCENARIOS
 from mooncake_gym.evaluation.statistics import iqm_ci95, mean_ci95, paired_ratio_ci95
 from mooncake_gym.reporting import tables as report
 from mooncake_gym.sim.observation import as_observation
@@ -335,19 +335,20 @@ def compare_scenarios(names="all", seeds: int = DEFAULT_SEEDS, trace=None, agent
     chosen = list(SCENARIOS.values()) if names == "all" else [get_scenario(n) for n in names]
     if agents is None:
         agents = shipped_agents()
-    given = {} if trace is None else {"trace": trace}
     plan, skipped = [], []
     for sc in chosen:
         if problems.of_scenario(sc.problem) is None:
             skipped.append(f"{sc.name}: skipped, compare has no table for {sc.problem} scenarios yet")
             continue
-        own = {k: v for k, v in given.items() if k in sc.requires}
+        own = sc.trace_kwargs(trace)
         missing = sc.missing(**own)
         if missing:
-            skipped.append(f"{sc.name}: skipped, it needs {', '.join('--' + m for m in missing)} (not given)")
+            skipped.append(f"{sc.name}: skipped, it needs "
+                           f"{', '.join(dict.fromkeys('--trace' if m in TRACE_ARGUMENTS else '--' + m for m in missing))}"
+                           " (not given)")
             continue
         s = scenario_setting(sc, **own)
-        s.trace = sc.trace_check(own.get("trace"))
+        s.trace = sc.trace_check(trace if own else None)
         docs = [d for d in tuned or [] if d.get("scenario") in (None, sc.name)]
         plan.append((s, {**with_tuned(policies_for(s.problem, agents_fitting(s, agents), sc.name), s.problem, docs),
                          **rollout_policies(s, rollouts, docs)}))

@@ -224,19 +224,18 @@ def tune_baseline(policy: str, env: str, budget: int | None = None, search: str 
         sc = get_scenario(scenario)
         if problems.of_scenario(sc.problem).decision != env:
             raise ValueError(f"--scenario: {scenario} is a {sc.problem} scenario, but --env is {env}")
-        if trace is not None and "trace" not in sc.requires:
+        given = sc.trace_kwargs(trace)
+        if trace is not None and not given:
             raise ValueError(f"--trace: has no effect with --scenario {scenario}: it fixes its own workload")
-        given = {} if trace is None else {"trace": trace}
-        missing = sc.missing(**given)
-        if missing:
-            raise ValueError(f"--scenario: {scenario} needs {', '.join('--' + m for m in missing)}")
+        if sc.missing(**given):
+            raise ValueError(f"--scenario: {scenario} needs --trace")
         s = scenario_setting(sc, **given)
         settings, env_id = [(s.label, s.env_kwargs)], s.env_id
         extra = {"scenario": sc.name, "fingerprint": s.fingerprint}
         env = s.problem  # an admission or Conductor scenario: the v1 admission rules, on token goodput
     else:
         settings = workloads(env, rates, loads, trace, speed, episode_requests)
-    knobs = knobs_of(env, policy)
+    knobs = knobs_of(problems.get(env).baselines if env in problems.PROBLEMS else env, policy)  # routing-cluster: routing's
     settings_to_try = candidates(knobs, search, budget, seed)
     seed_list = tune_seeds(seeds)
     metric, goal = metric_goal(env, metric)
