@@ -117,21 +117,8 @@ def _run_scenarios(args, agents, tuned) -> int:
         doc["skipped"] = skipped
         report.print_json(doc)
         return 0
-    seeds = cmp.seed_range(args.seeds, args.seed_base)
-    print(f"Mean ± 95% CI over {args.seeds} held-out seed{'s' if args.seeds > 1 else ''} "
-          f"({seeds[0]}..{seeds[-1]}), same workloads for every policy; ranked by the problem's main metric; "
-          f"x BEST: the paired ratio of means to the best rule's, 95% bootstrap CI.")
-    for path, doc in zip(args.tuned or [], tuned or []):
-        print(f"{doc['policy']} (tuned{' on ' + doc['scenario'] if doc.get('scenario') else ''}): {doc['knobs']} from {path}")
-    md = "`" if args.markdown else ""
-    for s in settings:
-        print(f"\n{'### ' if args.markdown else ''}{s.label}\n")
-        print(f"fingerprint: {md}{s.fingerprint}{md}\n")
-        if cmp.trace_line(s):
-            print(f"{cmp.trace_line(s)}\n")
-        print(cmp.format_setting(cmp.ranked(s), markdown=args.markdown))
-    for reason in skipped:
-        print(f"\n{reason}")
+    print(cmp.scenario_tables(settings, skipped, args.seeds, args.seed_base, list(zip(args.tuned or [], tuned or [])),
+                              markdown=args.markdown), end="")
     return 0
 
 

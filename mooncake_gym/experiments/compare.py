@@ -428,6 +428,27 @@ def compare_scenarios(names="all", seeds: int = DEFAULT_SEEDS, trace=None, agent
     return [s for s, _ in plan], skipped
 
 
+def scenario_tables(settings: list[Setting], skipped: list[str], seeds: int, seed_base: int = COMPARE_SEED_BASE,
+                    tuned: list = (), markdown: bool = False) -> str:
+    """What ``compare --scenario`` prints: a header, the tuned knobs (``tuned``: ``[(path, document)]``),
+    then per scenario its label, fingerprint, trace line and ranked table; the skipped scenarios last."""
+    seed_list = seed_range(seeds, seed_base)
+    out = [f"Mean ± 95% CI over {seeds} held-out seed{'s' if seeds > 1 else ''} "
+           f"({seed_list[0]}..{seed_list[-1]}), same workloads for every policy; ranked by the problem's main metric; "
+           f"x BEST: the paired ratio of means to the best rule's, 95% bootstrap CI."]
+    for path, doc in tuned:
+        out.append(f"{doc['policy']} (tuned{' on ' + doc['scenario'] if doc.get('scenario') else ''}): {doc['knobs']} from {path}")
+    md = "`" if markdown else ""
+    for s in settings:
+        out.append(f"\n{'### ' if markdown else ''}{s.label}\n")
+        out.append(f"fingerprint: {md}{s.fingerprint}{md}\n")
+        if trace_line(s):
+            out.append(f"{trace_line(s)}\n")
+        out.append(format_setting(ranked(s), markdown=markdown))
+    out += [f"\n{reason}" for reason in skipped]
+    return "\n".join(out) + "\n"
+
+
 def ranked(setting: Setting) -> Setting:
     """``setting`` with its rows sorted best first by the problem's main metric (``tune``'s default
     objective); the bound stays the last row."""
