@@ -305,7 +305,8 @@ def map_jobs(fn, items: list, workers: int = 1, progress=None, order=None) -> li
 def run_plan(plan: list, seed_list, progress: bool, threads: int | None, keep_results: bool = False,
              workers: int = 1) -> None:
     """Run every ``(setting, policies)`` of ``plan`` on ``seed_list``, then its problem's bound
-    (``Problem.bound``), with one progress bar; each policy (and each bound) one job of
+    (``Problem.bound``), with one progress bar (``progress``: True, False, or a function of the number
+    of jobs giving an object with ``update(n)``); each policy (and each bound) one job of
     :func:`map_jobs` over ``workers`` processes (the same rows whatever their number)."""
     jobs = [(s, name, policy) for s, pols in plan for name, policy in pols.items()]
     jobs += [(s, None, None) for s, _ in plan if problems.get(s.problem).bound is not None]
@@ -317,15 +318,18 @@ def run_plan(plan: list, seed_list, progress: bool, threads: int | None, keep_re
         return run_policy(s, policy, seed_list, keep_results, threads)
 
     bar = None
-    if progress:
-        from tqdm import tqdm
+    if callable(progress):  # a function of the number of jobs giving an object with update(n)
+        results = map_jobs(run, jobs, workers, progress(len(jobs)))
+    else:
+        if progress:
+            from tqdm import tqdm
 
-        bar = tqdm(total=len(jobs), desc="compare", unit="run", leave=False)
-    try:
-        results = map_jobs(run, jobs, workers, bar)
-    finally:
-        if bar is not None:
-            bar.close()
+            bar = tqdm(total=len(jobs), desc="compare", unit="run", leave=False)
+        try:
+            results = map_jobs(run, jobs, workers, bar)
+        finally:
+            if bar is not None:
+                bar.close()
     for (s, name, policy), result in zip(jobs, results):
         if name is None:
             s.bound = result

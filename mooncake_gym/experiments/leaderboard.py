@@ -1,8 +1,13 @@
-"""``docs/scenarios.md``: the table of every benchmark scenario, generated from the registry.
+"""``docs/scenarios.md``, the table of every benchmark scenario generated from the registry, and
+``make leaderboard``: ``docs/leaderboard.md``, its data ``docs/leaderboard.json`` and the tuned knobs
+under ``docs/leaderboard/tuned/``.
 
-``python -m mooncake_gym.experiments.leaderboard`` rewrites the page from :data:`mooncake_gym.evaluation.scenarios.SCENARIOS`
+``python -m mooncake_gym.experiments.leaderboard`` rewrites the scenario page from :data:`mooncake_gym.evaluation.scenarios.SCENARIOS`
 (``tests/test_scenarios.py`` checks that the page is up to date), so a scenario added to the
-registry appears in the docs with its parameters as they are, whatever its problem.
+registry appears in the docs with its parameters as they are, whatever its problem. With ``--run``
+it makes the leaderboard in one process (:func:`run`): every search of :func:`tune_jobs`, then
+``compare --scenario all`` with their results, each search and each policy's runs one job of a
+pool of worker processes (``--workers``), the same files whatever their number.
 """
 
 from __future__ import annotations
@@ -239,6 +244,18 @@ def leaderboard_json(settings: list, skipped: list[str], seeds: int, tuned: list
                         "scenarios": out, "skipped": list(skipped)})
 
 
+class _Progress:
+    """``update(n)`` as a progress bar has it: ``log`` a line at each tenth of ``total`` done."""
+
+    def __init__(self, log, what: str, total: int):
+        self.log, self.what, self.total, self.done = log, what, total, 0
+
+    def update(self, n: int = 1) -> None:
+        before, self.done = self.done, self.done + n
+        if self.done * 10 // max(self.total, 1) > before * 10 // max(self.total, 1):
+            self.log(f"{self.what}: {self.done}/{self.total}")
+
+
 def _tune(job: dict) -> dict:
     from mooncake_gym.experiments.tune import tune_baseline
 
@@ -263,9 +280,13 @@ def run(root, seeds: int = 5, tune_seeds: int = 3, admission_tune_seeds: int = 1
     ``compare --scenario all`` with those files on ``seeds`` held-out seeds, written as
     ``root/docs/leaderboard.md`` and ``root/JSON_PAGE``. The searches, then the policies of the
     tables, are jobs of a pool of ``workers`` processes (``compare.map_jobs``): the files are the
-    same whatever their number. Returns the wall-clock seconds of each phase; ``log(text)`` reports
-    progress. ``scenarios`` ("all" or names) and ``agents`` (default: the shipped ones) narrow it
-    (``compare_scenarios``' arguments; the searches run on those scenarios only)."""
+    same whatever their number. Returns the wall-clock seconds of each phase (``tune_s``,
+    ``tables_s``) and the CPU seconds of this process and its workers in each (``tune_cpu_s``,
+    ``tables_cpu_s``: on a busy machine, the time it would take on an idle one is about these over
+    the workers); ``log(text)`` reports progress. ``scenarios`` ("all" or names) and ``agents``
+    (default: the shipped ones) narrow it (``compare_scenarios``' arguments; the searches run on
+    those scenarios only, and the tuned files of the others stay)."""
+    import os
     import time
 
     from mooncake_gym.experiments.compare import check_workers, compare_scenarios, map_jobs, scenario_tables
@@ -276,35 +297,41 @@ def run(root, seeds: int = 5, tune_seeds: int = 3, admission_tune_seeds: int = 1
     log = log or (lambda text: None)
     timings = {}
     tuned_dir = root / TUNED_DIR
+
+    def cpu() -> float:  # this process and its finished workers
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+
     if tune:
-        start = time.monotonic()
+        start, start_cpu = time.monotonic(), cpu()
         jobs = [{**j, "seeds": tune_seeds} for j in tune_jobs("routing", trace, routing, budget, routing_full)]
         jobs += [{**j, "seeds": admission_tune_seeds} for j in tune_jobs("admission", trace, admission, budget, admission_full)]
         jobs = [j for j in jobs if scenarios == "all" or j["scenario"] in scenarios]
         log(f"tune: {len(jobs)} searches on {workers} worker{'s' if workers > 1 else ''}")
         order = sorted(range(len(jobs)), key=lambda i: -_tune_cost(jobs[i]))
-        docs = map_jobs(_tune, jobs, workers, order=order)
+        docs = map_jobs(_tune, jobs, workers, progress=_Progress(log, "tune", len(jobs)), order=order)
         tuned_dir.mkdir(parents=True, exist_ok=True)
-        for old in tuned_dir.glob("*.json"):
+        for old in tuned_dir.glob("*.json") if scenarios == "all" else ():  # every search was run again
             old.unlink()
         for job, doc in zip(jobs, docs):
             write_result(doc, tuned_dir / f"{job['policy']}-{job['scenario']}.json")
-        timings["tune_s"] = time.monotonic() - start
-        log(f"tune: done in {timings['tune_s']:.0f} s, written to {tuned_dir}")
-    start = time.monotonic()
+        timings["tune_s"], timings["tune_cpu_s"] = time.monotonic() - start, cpu() - start_cpu
+        log(f"tune: done in {timings['tune_s']:.0f} s ({timings['tune_cpu_s']:.0f} CPU-s), written to {tuned_dir}")
+    start, start_cpu = time.monotonic(), cpu()
     paths = sorted(tuned_dir.glob("*.json")) if tuned_dir.is_dir() else []
     shown = [p.relative_to(root).as_posix() if p.is_relative_to(root) else str(p) for p in paths]
     tuned = [read_tuned(p) for p in paths]  # what compare --tuned reads
     log(f"tables: every scenario, {seeds} held-out seeds, {len(tuned)} tuned rules")
-    settings, skipped = compare_scenarios(scenarios, seeds=seeds, trace=trace, agents=agents, tuned=tuned, progress=False,
-                                          workers=workers)
+    settings, skipped = compare_scenarios(scenarios, seeds=seeds, trace=trace, agents=agents, tuned=tuned,
+                                          progress=lambda total: _Progress(log, "tables", total), workers=workers)
     pairs = list(zip(shown, tuned))
     tables = scenario_tables(settings, skipped, seeds, tuned=pairs, markdown=True)
     check_tables(tables, "the tables", scenarios)
     write_atomic(root / PAGE_LEADERBOARD, leaderboard_page(tables, command, seeds))
     write_atomic(root / JSON_PAGE, json.dumps(leaderboard_json(settings, skipped, seeds, pairs, command), indent=1) + "\n")
-    timings["tables_s"] = time.monotonic() - start
-    log(f"tables: done in {timings['tables_s']:.0f} s, written to {root / PAGE_LEADERBOARD} and {root / JSON_PAGE}")
+    timings["tables_s"], timings["tables_cpu_s"] = time.monotonic() - start, cpu() - start_cpu
+    log(f"tables: done in {timings['tables_s']:.0f} s ({timings['tables_cpu_s']:.0f} CPU-s), written to "
+        f"{root / PAGE_LEADERBOARD} and {root / JSON_PAGE}")
     return timings
 
 
