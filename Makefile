@@ -124,12 +124,14 @@ fuzz: $(STAMP)
 # scenarios (LEADERBOARD_ROUTING_TUNE / LEADERBOARD_ADMISSION_TUNE: `all` or names). Each rule tries at
 # most LEADERBOARD_TUNE_BUDGET settings, drawn at random (seeded) from a larger grid, except the rules
 # of LEADERBOARD_*_FULL, searched on their whole grids: the best tuned rules, which the agents' targets
-# are measured against (LEADERBOARD_TUNE_BUDGET= searches every grid whole, about 3 hours).
-# `make leaderboard-tune` writes the tuned knobs to $(LEADERBOARD_DIR)/POLICY-SCENARIO.json (about an
-# hour on two cores); `make leaderboard-tables` writes the page from them (about 15 minutes);
-# `make leaderboard` does both. The scenario that replays Mooncake's trace runs where $(SHARED_TRACE)
-# exists, and is skipped with the reason otherwise.
-.PHONY: leaderboard leaderboard-tune leaderboard-tables
+# are measured against (LEADERBOARD_TUNE_BUDGET= searches every grid whole).
+# `make leaderboard` runs it all in one process (`python -m mooncake_gym.experiments.leaderboard --run`)
+# with LEADERBOARD_WORKERS worker processes (the same files whatever their number): it writes the tuned
+# knobs to docs/leaderboard/tuned/POLICY-SCENARIO.json (the files `compare --tuned` reads), then the
+# page and its tables as data, docs/leaderboard.json. `make leaderboard-tables` remakes the page and
+# the data from the tuned files already there. The scenario that replays Mooncake's trace runs where
+# $(SHARED_TRACE) exists, and is skipped with the reason otherwise.
+.PHONY: leaderboard leaderboard-tables
 LEADERBOARD_SEEDS ?= 5
 LEADERBOARD_TUNE_SEEDS ?= 3
 LEADERBOARD_ADMISSION_TUNE_SEEDS ?= 1
@@ -138,24 +140,15 @@ LEADERBOARD_ADMISSION_TUNE ?= all
 LEADERBOARD_TUNE_BUDGET ?= 6
 LEADERBOARD_ROUTING_FULL ?= kvcentric
 LEADERBOARD_ADMISSION_FULL ?= early context_predicted
-LEADERBOARD_DIR ?= build/leaderboard
+LEADERBOARD_WORKERS ?= 2
 LEADERBOARD_TRACE = $(if $(wildcard $(SHARED_TRACE)),--trace $(SHARED_TRACE),)
-LEADERBOARD_PLAN = $(BIN)/python -m mooncake_gym.experiments.leaderboard $(if $(LEADERBOARD_TUNE_BUDGET),--budget $(LEADERBOARD_TUNE_BUDGET),)
-leaderboard: leaderboard-tune
-	$(MAKE) leaderboard-tables
-leaderboard-tune: $(STAMP)
-	mkdir -p $(LEADERBOARD_DIR)
-	rm -f $(LEADERBOARD_DIR)/*.json
-	$(LEADERBOARD_PLAN) --tune-plan routing --policies "$(LEADERBOARD_ROUTING_TUNE)" --full "$(LEADERBOARD_ROUTING_FULL)" $(LEADERBOARD_TRACE) | while read s p args; do \
-	  $(BIN)/mooncake-gym tune --policy $$p --env routing --scenario $$s --seeds $(LEADERBOARD_TUNE_SEEDS) $$args \
-	    --out $(LEADERBOARD_DIR)/$$p-$$s.json --json > /dev/null || exit 1; \
-	done
-	$(LEADERBOARD_PLAN) --tune-plan admission --policies "$(LEADERBOARD_ADMISSION_TUNE)" --full "$(LEADERBOARD_ADMISSION_FULL)" | while read s p args; do \
-	  $(BIN)/mooncake-gym tune --policy $$p --env admission --scenario $$s --seeds $(LEADERBOARD_ADMISSION_TUNE_SEEDS) $$args \
-	    --out $(LEADERBOARD_DIR)/$$p-$$s.json --json > /dev/null || exit 1; \
-	done
-leaderboard-tables: $(STAMP)
-	$(BIN)/mooncake-gym compare --scenario all --seeds $(LEADERBOARD_SEEDS) --markdown --no-progress $(LEADERBOARD_TRACE) \
-	  $$(for f in $(LEADERBOARD_DIR)/*.json; do echo --tuned $$f; done) > $(LEADERBOARD_DIR)/tables.md
-	$(BIN)/python -m mooncake_gym.experiments.leaderboard --leaderboard $(LEADERBOARD_DIR)/tables.md \
-	  --seeds $(LEADERBOARD_SEEDS) --command "make leaderboard LEADERBOARD_SEEDS=$(LEADERBOARD_SEEDS) LEADERBOARD_TUNE_BUDGET=$(LEADERBOARD_TUNE_BUDGET)" --out docs/leaderboard.md
+LEADERBOARD_RUN = $(BIN)/python -m mooncake_gym.experiments.leaderboard --run --workers $(LEADERBOARD_WORKERS) \
+	--seeds $(LEADERBOARD_SEEDS) --tune-seeds $(LEADERBOARD_TUNE_SEEDS) --admission-tune-seeds $(LEADERBOARD_ADMISSION_TUNE_SEEDS) \
+	--routing "$(LEADERBOARD_ROUTING_TUNE)" --admission "$(LEADERBOARD_ADMISSION_TUNE)" \
+	--routing-full "$(LEADERBOARD_ROUTING_FULL)" --admission-full "$(LEADERBOARD_ADMISSION_FULL)" \
+	$(if $(LEADERBOARD_TUNE_BUDGET),--budget $(LEADERBOARD_TUNE_BUDGET),) $(LEADERBOARD_TRACE) \
+	--command "make leaderboard LEADERBOARD_SEEDS=$(LEADERBOARD_SEEDS) LEADERBOARD_TUNE_BUDGET=$(LEADERBOARD_TUNE_BUDGET)"
+leaderboard: $(ENGINE_STAMP)
+	$(LEADERBOARD_RUN)
+leaderboard-tables: $(ENGINE_STAMP)
+	$(LEADERBOARD_RUN) --tables-only

@@ -37,6 +37,8 @@ OPTIONS = (
              "imported: BOTH CAN RUN CODE (trusted files only)"),
     opt("--threads", type=int, default=1, limit="threads",
         help="torch threads for the agents' forward passes (default 1)"),
+    opt("--workers", type=int, default=1,
+        help="processes running the policies' episodes (default 1; the same tables whatever their number)"),
     opt("--agent-env", choices=list(DECISIONS), default=None,
         help="the problem --agent solves (default: found from its observation and action spaces)"),
     opt("--plot-dir", default=None, only=(_LECTURE, "the plots are drawn for the lecture's simulators only"),
@@ -76,6 +78,7 @@ RULES = (
 
 
 def check(args) -> None:
+    cmp.check_workers(args.workers)
     if args.scenario and args.scenario != "all":
         for name in args.scenario.split(","):
             get_scenario(name.strip())  # an unknown name is named before any work
@@ -106,7 +109,7 @@ def _run_scenarios(args, agents, tuned) -> int:
     names = "all" if args.scenario == "all" else [n.strip() for n in args.scenario.split(",") if n.strip()]
     settings, skipped = cmp.compare_scenarios(names, seeds=args.seeds, trace=args.trace, agents=agents, tuned=tuned,
                                               progress=not (args.json or args.no_progress), threads=args.threads,
-                                              seed_base=args.seed_base, rollouts=args.rollouts)
+                                              seed_base=args.seed_base, rollouts=args.rollouts, workers=args.workers)
     if args.json:
         doc = cmp.settings_json(settings, args.seeds, args.seed_base)
         for s, out in zip(settings, doc["settings"]):
@@ -114,21 +117,8 @@ def _run_scenarios(args, agents, tuned) -> int:
         doc["skipped"] = skipped
         report.print_json(doc)
         return 0
-    seeds = cmp.seed_range(args.seeds, args.seed_base)
-    print(f"Mean ± 95% CI over {args.seeds} held-out seed{'s' if args.seeds > 1 else ''} "
-          f"({seeds[0]}..{seeds[-1]}), same workloads for every policy; ranked by the problem's main metric; "
-          f"x BEST: the paired ratio of means to the best rule's, 95% bootstrap CI.")
-    for path, doc in zip(args.tuned or [], tuned or []):
-        print(f"{doc['policy']} (tuned{' on ' + doc['scenario'] if doc.get('scenario') else ''}): {doc['knobs']} from {path}")
-    md = "`" if args.markdown else ""
-    for s in settings:
-        print(f"\n{'### ' if args.markdown else ''}{s.label}\n")
-        print(f"fingerprint: {md}{s.fingerprint}{md}\n")
-        if cmp.trace_line(s):
-            print(f"{cmp.trace_line(s)}\n")
-        print(cmp.format_setting(cmp.ranked(s), markdown=args.markdown))
-    for reason in skipped:
-        print(f"\n{reason}")
+    print(cmp.scenario_tables(settings, skipped, args.seeds, args.seed_base, list(zip(args.tuned or [], tuned or [])),
+                              markdown=args.markdown), end="")
     return 0
 
 
@@ -139,7 +129,7 @@ def run(args) -> int:
     trace = read_trace(args.trace, format=trace_format(args)) if args.trace else None
     settings = cmp.compare(args.env, args.seeds, args.rates, args.loads, trace, args.speed, agents=agents,
                            plot_dir=args.plot_dir, progress=not (args.json or args.no_progress), threads=args.threads,
-                           tuned=tuned, preset=args.preset, seed_base=args.seed_base)
+                           tuned=tuned, preset=args.preset, seed_base=args.seed_base, workers=args.workers)
     elsewhere = cmp.agents_elsewhere(settings) if args.agent is None else []
     if args.json:
         report.print_json({**cmp.settings_json(settings, args.seeds, args.seed_base), "agents_elsewhere": elsewhere})

@@ -132,21 +132,31 @@ def with_tuned(policies: dict, problem: str, tuned: list) -> dict:
     return out
 
 
+def run_policy(setting: Setting, policy, seeds, keep_results: bool = False, threads: int | None = 1) -> list[dict]:
+    """The episodes of ``policy`` on ``setting``'s environment, one per seed (its environment made
+    with the setting's arguments and the ones the policy needs)."""
+    return evaluate(setting.env_id, policy, seeds, keep_result=keep_results, threads=threads,
+                    **{**setting.env_kwargs, **getattr(policy, "env_kwargs", {})})
+
+
+def add_row(setting: Setting, name: str, policy, episodes: list[dict]) -> None:
+    """Append the row of ``policy`` (its mean and CI per column over ``episodes``) to ``setting``."""
+    columns, make_row = columns_of(setting.problem)
+    setting.episodes[name] = episodes
+    rows = [make_row(name, e) for e in episodes]
+    row = {"policy": name, "episodes": len(episodes)}
+    for key, _, _ in columns[1:]:
+        m, ci = mean_ci95([r[key] for r in rows])
+        row[key] = m
+        row[f"{key}_ci95"] = ci
+    row["kind"] = getattr(policy, "kind", None) or ("agent" if isinstance(policy, ModelPolicy) else "rule")
+    setting.rows.append(row)
+
+
 def run_setting(setting: Setting, policies: dict, seeds, keep_results: bool = False, progress=None,
                 threads: int | None = 1) -> Setting:
-    columns, make_row = columns_of(setting.problem)
     for name, policy in policies.items():
-        episodes = evaluate(setting.env_id, policy, seeds, keep_result=keep_results, threads=threads,
-                            **{**setting.env_kwargs, **getattr(policy, "env_kwargs", {})})
-        setting.episodes[name] = episodes
-        rows = [make_row(name, e) for e in episodes]
-        row = {"policy": name, "episodes": len(episodes)}
-        for key, _, _ in columns[1:]:
-            m, ci = mean_ci95([r[key] for r in rows])
-            row[key] = m
-            row[f"{key}_ci95"] = ci
-        row["kind"] = getattr(policy, "kind", None) or ("agent" if isinstance(policy, ModelPolicy) else "rule")
-        setting.rows.append(row)
+        add_row(setting, name, policy, run_policy(setting, policy, seeds, keep_results, threads))
         if progress is not None:
             progress.update(1)
     return setting
@@ -214,7 +224,7 @@ def seed_range(seeds: int, seed_base: int = COMPARE_SEED_BASE) -> list[int]:
 def compare(env: str = "all", seeds: int = DEFAULT_SEEDS, rates=(4.0, 8.0), loads=None, trace=None, speed: float = 1.0,
             agents: dict | None = None, plot_dir: str | None = None, progress: bool = True,
             threads: int | None = 1, tuned: list | None = None, preset="lecture",
-            seed_base: int = COMPARE_SEED_BASE) -> list[Setting]:
+            seed_base: int = COMPARE_SEED_BASE, workers: int = 1) -> list[Setting]:
     """Evaluate every baseline and agent on ``preset``'s problems (:func:`settings`; ``loads`` None:
     each problem's default, 2 on the lecture's); returns the settings with their rows (mean and CI
     per metric), each table ending with its problem's bound row.
@@ -224,6 +234,7 @@ def compare(env: str = "all", seeds: int = DEFAULT_SEEDS, rates=(4.0, 8.0), load
     ``threads``: torch threads for the agents (default 1; ``None`` leaves torch's setting).
     ``tuned``: results of ``mooncake-gym tune`` (:func:`mooncake_gym.experiments.tune.read_tuned`); each adds its
     baseline with the tuned knobs, as ``NAME (tuned)`` right after the default row.
+    ``workers``: processes running the policies (:func:`run_plan`; the same tables whatever their number).
     """
     if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
         raise ValueError(f"--threads: expected an integer >= 1, got {threads!r}")
@@ -234,32 +245,98 @@ def compare(env: str = "all", seeds: int = DEFAULT_SEEDS, rates=(4.0, 8.0), load
     if agents is None:
         agents = shipped_agents() if any(s.problem in AGENT_PROBLEMS for s in chosen) else {}
     plan = [(s, with_tuned(policies_for(s.problem, agents), s.problem, tuned or [])) for s in chosen]
-    run_plan(plan, seed_list, progress, threads, keep_results=plot_dir is not None)
+    run_plan(plan, seed_list, progress, threads, keep_results=plot_dir is not None, workers=workers)
     if plot_dir is not None:
         compare_plots(chosen, plot_dir)
     return chosen
 
 
-def run_plan(plan: list, seed_list, progress: bool, threads: int | None, keep_results: bool = False) -> None:
-    """Run every ``(setting, policies)`` of ``plan`` on ``seed_list``, then its problem's bound
-    (``Problem.bound``), with one progress bar."""
-    bar = None
-    if progress:
-        from tqdm import tqdm
+#: At most this many worker processes (``--workers``).
+MAX_WORKERS = 256
 
-        bar = tqdm(total=sum(len(p) for _, p in plan), desc="compare", unit="policy", leave=False)
+
+def check_workers(workers) -> int:
+    """``workers`` if it is an integer in [1, ``MAX_WORKERS``], else ``ValueError`` naming ``--workers``."""
+    if not isinstance(workers, int) or isinstance(workers, bool) or not 1 <= workers <= MAX_WORKERS:
+        raise ValueError(f"--workers: expected an integer in [1, {MAX_WORKERS}], got {workers!r}")
+    return workers
+
+
+#: the jobs of the running :func:`map_jobs` (function, items), inherited by its forked workers
+_JOBS: tuple | None = None
+
+
+def _run_job(i: int):
+    fn, items = _JOBS
+    return i, fn(items[i])
+
+
+def map_jobs(fn, items: list, workers: int = 1, progress=None, order=None) -> list:
+    """``[fn(item) for item in items]``, over ``workers`` processes when more than one: forked
+    workers that inherit ``fn`` and ``items`` (only each item's index and its result cross a pipe,
+    so an item may hold agents or closures). ``order``: the indices in the order to start them
+    (longest first balances the workers); the results come back in the items' order whatever it
+    is, and each item's result is what ``fn`` gives it in this process (``fn`` must not depend on
+    the items run before it). ``progress.update(1)`` after each item."""
+    global _JOBS
+    check_workers(workers)
+    order = list(range(len(items))) if order is None else list(order)
+    out = [None] * len(items)
+    if workers == 1 or len(items) < 2:
+        for i in order:
+            out[i] = fn(items[i])
+            if progress is not None:
+                progress.update(1)
+        return out
+    import multiprocessing
+
+    _JOBS = (fn, items)
     try:
-        for s, pols in plan:
-            if bar is not None:
-                bar.set_postfix_str(s.label.split(",")[0])
-            run_setting(s, pols, seed_list, keep_results=keep_results, progress=bar, threads=threads)
-            bound = problems.get(s.problem).bound
-            if bound is not None:
-                s.bound = bound(s.env_id, s.env_kwargs, seed_list)
-            add_ratios(s)
+        with multiprocessing.get_context("fork").Pool(min(workers, len(items))) as pool:
+            for i, result in pool.imap_unordered(_run_job, order, chunksize=1):
+                out[i] = result
+                if progress is not None:
+                    progress.update(1)
     finally:
-        if bar is not None:
-            bar.close()
+        _JOBS = None
+    return out
+
+
+def run_plan(plan: list, seed_list, progress: bool, threads: int | None, keep_results: bool = False,
+             workers: int = 1) -> None:
+    """Run every ``(setting, policies)`` of ``plan`` on ``seed_list``, then its problem's bound
+    (``Problem.bound``), with one progress bar (``progress``: True, False, or a function of the number
+    of jobs giving an object with ``update(n)``); each policy (and each bound) one job of
+    :func:`map_jobs` over ``workers`` processes (the same rows whatever their number)."""
+    jobs = [(s, name, policy) for s, pols in plan for name, policy in pols.items()]
+    jobs += [(s, None, None) for s, _ in plan if problems.get(s.problem).bound is not None]
+
+    def run(job):
+        s, name, policy = job
+        if name is None:
+            return problems.get(s.problem).bound(s.env_id, s.env_kwargs, seed_list)
+        return run_policy(s, policy, seed_list, keep_results, threads)
+
+    bar = None
+    if callable(progress):  # a function of the number of jobs giving an object with update(n)
+        results = map_jobs(run, jobs, workers, progress(len(jobs)))
+    else:
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(jobs), desc="compare", unit="run", leave=False)
+        try:
+            results = map_jobs(run, jobs, workers, bar)
+        finally:
+            if bar is not None:
+                bar.close()
+    for (s, name, policy), result in zip(jobs, results):
+        if name is None:
+            s.bound = result
+        else:
+            add_row(s, name, policy, result)
+    for s, _ in plan:
+        add_ratios(s)
 
 
 def scenario_setting(scenario, **given) -> Setting:
@@ -324,13 +401,13 @@ def rollout_policies(setting: Setting, rollouts, tuned: list) -> dict:
 
 def compare_scenarios(names="all", seeds: int = DEFAULT_SEEDS, trace=None, agents: dict | None = None,
                       tuned: list | None = None, progress: bool = True, threads: int | None = 1,
-                      seed_base: int = COMPARE_SEED_BASE, rollouts=()) -> tuple[list[Setting], list[str]]:
+                      seed_base: int = COMPARE_SEED_BASE, rollouts=(), workers: int = 1) -> tuple[list[Setting], list[str]]:
     """``compare --scenario``: every baseline at its defaults, the tuned baselines (``tuned``: the
     results of ``tune`` for this problem, on this scenario or on no scenario), the agents that fit,
     the rollout references (``rollouts``: ``[(base, horizon)]``, :func:`rollout_policies`) and the
     bound, on each scenario of ``names`` ("all" or a list of names). A scenario whose
     ``requires`` are not given (``trace``) is skipped: returns ``(settings, skipped)``, ``skipped``
-    holding one reason per skipped scenario."""
+    holding one reason per skipped scenario. ``workers``: processes running the policies (:func:`run_plan`)."""
     seed_list = seed_range(seeds, seed_base)
     chosen = list(SCENARIOS.values()) if names == "all" else [get_scenario(n) for n in names]
     if agents is None:
@@ -352,8 +429,29 @@ def compare_scenarios(names="all", seeds: int = DEFAULT_SEEDS, trace=None, agent
         docs = [d for d in tuned or [] if d.get("scenario") in (None, sc.name)]
         plan.append((s, {**with_tuned(policies_for(s.problem, agents_fitting(s, agents), sc.name), s.problem, docs),
                          **rollout_policies(s, rollouts, docs)}))
-    run_plan(plan, seed_list, progress, threads)
+    run_plan(plan, seed_list, progress, threads, workers=workers)
     return [s for s, _ in plan], skipped
+
+
+def scenario_tables(settings: list[Setting], skipped: list[str], seeds: int, seed_base: int = COMPARE_SEED_BASE,
+                    tuned: list = (), markdown: bool = False) -> str:
+    """What ``compare --scenario`` prints: a header, the tuned knobs (``tuned``: ``[(path, document)]``),
+    then per scenario its label, fingerprint, trace line and ranked table; the skipped scenarios last."""
+    seed_list = seed_range(seeds, seed_base)
+    out = [f"Mean ± 95% CI over {seeds} held-out seed{'s' if seeds > 1 else ''} "
+           f"({seed_list[0]}..{seed_list[-1]}), same workloads for every policy; ranked by the problem's main metric; "
+           f"x BEST: the paired ratio of means to the best rule's, 95% bootstrap CI."]
+    for path, doc in tuned:
+        out.append(f"{doc['policy']} (tuned{' on ' + doc['scenario'] if doc.get('scenario') else ''}): {doc['knobs']} from {path}")
+    md = "`" if markdown else ""
+    for s in settings:
+        out.append(f"\n{'### ' if markdown else ''}{s.label}\n")
+        out.append(f"fingerprint: {md}{s.fingerprint}{md}\n")
+        if trace_line(s):
+            out.append(f"{trace_line(s)}\n")
+        out.append(format_setting(ranked(s), markdown=markdown))
+    out += [f"\n{reason}" for reason in skipped]
+    return "\n".join(out) + "\n"
 
 
 def ranked(setting: Setting) -> Setting:
