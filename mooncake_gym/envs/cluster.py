@@ -26,6 +26,7 @@ from gymnasium import spaces
 from mooncake_gym import _engine
 from mooncake_gym._engine.cluster import NativeClusterSimulator, preset_unsupported
 from mooncake_gym.sim.observation import as_observation
+from mooncake_gym.sim.policy import feedback_of
 from mooncake_gym.sim.cluster import ClusterAction, ClusterSimulator, saturation
 from mooncake_gym.sim.decode import TBT_TAIL_SHARE, tail_means
 from mooncake_gym.sim.admission import DEMO3_BASE_RATE
@@ -328,6 +329,8 @@ class ClusterEnv(gym.Env):
         self._use_buffers(np.zeros(self.observation_space.shape, np.float32), np.ones(self._n_mask(), np.int8),
                           np.zeros(NATIVE_INFO_FIELDS, np.float64))
         self._core = None  # the native core of the episode, else None
+        self._episode = None  # what reset drew: (trace, the simulator's seed, predicted output lengths)
+        self._actions: list = []
 
     def _n_mask(self) -> int:
         """The action mask's length (the native core's mask buffer): one per action (routing's
@@ -403,9 +406,21 @@ class ClusterEnv(gym.Env):
         if self.prediction:  # drawn after everything else, so the workload is the same with or without
             rng = np.random.default_rng(int(self.np_random.integers(2**31)))
             predicted = predict_output_tokens(trace.output_tokens, self.prediction_sigma, rng)
+        self._episode = (trace, sim_seed, predicted)
+        self._start(self.engine == "native")
+        if self.sim.done:
+            raise ValueError("trace: every request is too long for one decode instance; nothing to decide")
+        return self._observe(), {"requests": len(trace), "load": load,
+                                 "saturation_per_s": self.saturation.cluster_per_s, "sim_seed": sim_seed}
+
+    def _start(self, native: bool) -> None:
+        """Begin the episode drawn at reset (:attr:`_episode`) at its first arrival: on the native core
+        where ``native`` and the trace fits the engine, else on the reference."""
+        trace, sim_seed, predicted = self._episode
         self._core = None
+        self._actions: list = []  # the native episode's actions, replayed when the env is unpickled
         sim = None
-        if self.engine == "native":  # the reference where this trace cannot run natively (its caches' size)
+        if native:  # the reference where this trace cannot run natively (its caches' size)
             sim = NativeClusterSimulator(trace, self.preset, oracle=self.oracle, seed=sim_seed,
                                          predicted_output=predicted, observation=self.observation)
             if type(sim) is not NativeClusterSimulator:
@@ -414,15 +429,41 @@ class ClusterEnv(gym.Env):
             sim = _Simulator(trace, self.preset, oracle=self.oracle, seed=sim_seed, predicted_output=predicted,
                              observation=self.observation)
         self.sim = sim
-        if sim.done:
-            raise ValueError("trace: every request is too long for one decode instance; nothing to decide")
         self._good, self._good_n, self._wasted = 0, 0, 0.0
         if isinstance(sim, NativeClusterSimulator):
             self._core = core = _engine.native.ClusterEnvCore(sim._cluster, {**self._spec, "horizon": sim._horizon},
                                                               sim.predicted_output or [])
             core.bind(self._obs, self._mask_buffer, self._info_row)
-        return self._observe(), {"requests": len(trace), "load": load,
-                                 "saturation_per_s": self.saturation.cluster_per_s, "sim_seed": sim_seed}
+
+    def listen(self, policy) -> None:
+        """Tell ``policy`` each request's measured TTFT at its prefill's end (the feedback channel,
+        :mod:`mooncake_gym.sim.policy`), from this episode on; call it after ``reset`` and before the
+        first step. The engine has no feedback channel: an episode begun on it continues on the
+        reference, which gives the same episode."""
+        if feedback_of(policy) is None or self.sim is None:
+            return
+        if self._core is not None:
+            if self._actions:
+                raise RuntimeError("listen: call it after reset, before the episode's first step")
+            self._start(native=False)
+        self.sim.listen(policy)
+
+    def __getstate__(self) -> dict:
+        """A native episode pickles as what reset drew and the actions taken since (the engine's state
+        is not picklable); unpickling replays them on a new core, which gives the same state."""
+        state = self.__dict__.copy()
+        if state.get("_core") is not None:
+            state["_core"] = state["sim"] = None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if self.sim is None and getattr(self, "_episode", None) is not None and self._core is None:
+            actions = self._actions
+            self._start(native=True)
+            for a in actions:
+                self._actions.append(a)
+                self._step_core(self._core, a)
 
     def step(self, action):
         sim = self.sim
@@ -434,6 +475,7 @@ class ClusterEnv(gym.Env):
                 self._action(action)
                 raise RuntimeError("step: the episode has terminated; call reset()")
             reward, terminated, info = self._step_core(core, action)
+            self._actions.append(action)
             sim._view = sim._cached = None  # the simulator's Python caches of the last decision
             if terminated:
                 info.update(self._end_info())
