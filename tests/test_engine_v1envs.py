@@ -180,3 +180,23 @@ def test_after_the_last_step():
     with pytest.raises(RuntimeError, match="the episode has terminated"):
         env.step(1)
     assert env.decision_view() is None
+
+
+def test_conductor_core_flat_action_is_the_four_values():
+    """The core's step(action) (the vector env's interface) takes Conductor-v1's four values as one
+    flat index, ((admit x P + instance) x 2 + pull) x (D + 1) + decode: the same steps as the env's."""
+    kwargs = dict(preset=native_preset("mooncake"), episode_requests=120, engine="native")
+    env, flat = gym.make(CONDUCTOR, **kwargs).unwrapped, gym.make(CONDUCTOR, **kwargs).unwrapped
+    env.reset(seed=7)
+    flat.reset(seed=7)
+    p, d = env.preset.n_prefill, env.preset.n_decode
+    assert flat._core.n_actions == 2 * p * 2 * (d + 1)
+    env.action_space.seed(7)
+    terminated = False
+    while not terminated:
+        a = env.action_space.sample()
+        obs, reward, terminated, _, info = env.step(a)
+        r, t, i = flat._core.step(int(((a[0] * p + a[1]) * 2 + a[2]) * (d + 1) + a[3]))
+        assert (r, t) == (reward, terminated)
+        assert flat._obs.tobytes() == obs.tobytes() and flat._mask_buffer.tobytes() == info["action_mask"].tobytes()
+        assert i == {k: v for k, v in info.items() if k not in ("metrics", "action_mask")}
