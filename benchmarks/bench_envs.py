@@ -270,7 +270,7 @@ def run(seconds: float = 3.0, rounds: int = 3, env_cases: list[tuple[str, dict]]
     envs = {}
     for i, (name, (env_id, kwargs)) in enumerate(zip(names, cases), start=1):
         e = entry(i)
-        e["kwargs"] = dict(kwargs)
+        e["kwargs"] = {k: v.name if isinstance(v, ClusterPreset) else v for k, v in kwargs.items()}  # JSON-able
         e["engine"] = getattr(runners[i].env.unwrapped, "engine", None)
         e["ratio"] = e["steps_per_s"] / reference["steps_per_s"]
         e["step_only_ratio"] = e["step_only_steps_per_s"] / reference["step_only_steps_per_s"]

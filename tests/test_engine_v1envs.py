@@ -200,3 +200,28 @@ def test_conductor_core_flat_action_is_the_four_values():
         assert (r, t) == (reward, terminated)
         assert flat._obs.tobytes() == obs.tobytes() and flat._mask_buffer.tobytes() == info["action_mask"].tobytes()
         assert i == {k: v for k, v in info.items() if k not in ("metrics", "action_mask")}
+
+
+def test_env_benchmark_names_native_cases_and_stays_json():
+    """benchmarks/bench_envs.py measures the v1 envs on a native preset beside their defaults: one
+    row per case (the arguments in the name where an id comes twice), its engine, JSON-able."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from mooncake_gym.reporting.tables import to_jsonable
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_envs.py"
+    spec = importlib.util.spec_from_file_location("bench_envs_v1_native", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    cases = [(ADMISSION, {"preset": bench.native_preset("mooncake-overload"), "episode_requests": 30}),
+             (ADMISSION, {"episode_requests": 30})]
+    result = bench.run(seconds=0.05, rounds=1, env_cases=cases, verbose=False)
+    native, ref = (f"{ADMISSION} (preset=mooncake-overload+NO_ENGINE, episode_requests=30)",
+                   f"{ADMISSION} (episode_requests=30)")
+    assert list(result["envs"]) == [native, ref]
+    assert result["envs"][native]["engine"] == _engine.engine()
+    assert result["envs"][ref]["engine"] == "python" or preset_unsupported(get_preset("mooncake-overload")) is None
+    assert json.loads(json.dumps(to_jsonable(result)))["envs"][native]["kwargs"]["preset"] == "mooncake-overload+NO_ENGINE"
+    assert "[native]" in bench.format_report(result) or _engine.engine() == "python"
