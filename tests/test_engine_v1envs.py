@@ -225,3 +225,14 @@ def test_env_benchmark_names_native_cases_and_stays_json():
     assert result["envs"][ref]["engine"] == "python" or preset_unsupported(get_preset("mooncake-overload")) is None
     assert json.loads(json.dumps(to_jsonable(result)))["envs"][native]["kwargs"]["preset"] == "mooncake-overload+NO_ENGINE"
     assert "[native]" in bench.format_report(result) or _engine.engine() == "python"
+
+
+@pytest.mark.parametrize("env_id, preset", [(ROUTING, "mooncake"), (ADMISSION, "mooncake-overload"),
+                                            (CONDUCTOR, "mooncake")])
+def test_shipped_presets_once_native(env_id, preset):
+    """The environments' own presets as shipped (chunked prefill batching, shared NICs, recompute):
+    on the engine by default as soon as the native cluster runs them, with the reference's numbers."""
+    why = preset_unsupported(get_preset(preset))
+    if why is not None:
+        pytest.skip(f"not native yet: {why}")
+    episodes(env_id, (0,), preset=preset, episode_requests=200)
