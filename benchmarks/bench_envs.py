@@ -73,6 +73,12 @@ Compiling the prefill features with mypyc gained 3.4 -> 3.0 us; compiling ``cost
 simulators about 7 % but broke pickling its frozen dataclasses, and was dropped. So the 0.25 target
 is not reachable in Python, compiled or not: it needs the simulator and the observation in native
 code with native data structures (C, Cython ``cdef`` classes, Rust).
+
+Fifth round (2026-12-04, issue 25): the v1 environments on the native engine (``ClusterEnvCore``,
+docs/engine.md "The v1 environments on the engine"), measured here on presets the native cluster
+runs (the last three cases: ``native_preset``); the report names each case's engine. One run at
+load 9-10: 0.67 / 0.61 / 0.78x CartPole with resets (PrefillRouting-v1 / OverloadAdmission-v1 /
+Conductor-v1; the reference 0.056 / 0.073 / 0.076x in the same run), below issue 25's 1.5x.
 """
 
 from __future__ import annotations
@@ -87,20 +93,44 @@ import numpy as np
 
 import mooncake_gym  # noqa: F401  (registers the mooncake_gym/... ids)
 from mooncake_gym.envs.cluster import ClusterEnv
+from mooncake_gym.model.presets import NO_ENGINE, ClusterPreset, get_preset
+
+
+def native_preset(name: str) -> ClusterPreset:
+    """Preset ``name`` with ``presets.NO_ENGINE``'s prefill: a cluster the native engine runs (the v1
+    environments' episodes then run on it: docs/engine.md), named ``<name>+NO_ENGINE``."""
+    return get_preset(name).with_(name=f"{name}+NO_ENGINE", **NO_ENGINE)
+
 
 REFERENCE = ("CartPole-v1", {})
-#: (env id, constructor kwargs) of the environments to measure; their default settings.
+#: (env id, constructor kwargs) of the environments to measure: their default settings, then the v1
+#: environments on a cluster the native engine runs (their default presets are not native yet).
 ENV_CASES: list[tuple[str, dict]] = [
     ("mooncake_gym/PrefillRouting-v0", {}),
     ("mooncake_gym/OverloadAdmission-v0", {}),
     ("mooncake_gym/PrefillRouting-v1", {}),
     ("mooncake_gym/OverloadAdmission-v1", {}),
     ("mooncake_gym/Conductor-v1", {}),
+    ("mooncake_gym/PrefillRouting-v1", {"preset": native_preset("mooncake")}),
+    ("mooncake_gym/OverloadAdmission-v1", {"preset": native_preset("mooncake-overload")}),
+    ("mooncake_gym/Conductor-v1", {"preset": native_preset("mooncake")}),
 ]
 #: The issue's target: every env at least this fraction of CartPole's steps per second.
 TARGET_RATIO = 0.25
 _CHUNK = 1000  # steps between clock reads
 _POOL = 1 << 16  # pre-drawn actions, reused cyclically
+
+
+def case_names(cases: list[tuple[str, dict]]) -> list[str]:
+    """Each case's name in the report: its env id, with its arguments where the id comes twice."""
+    ids = [env_id for env_id, _ in cases]
+
+    def arg(v):
+        return v.name if isinstance(v, ClusterPreset) else repr(v)
+
+    return [env_id if ids.count(env_id) == 1 else
+            f"{env_id} ({', '.join(f'{k}={arg(v)}' for k, v in kwargs.items()) or 'defaults'})"
+            for env_id, kwargs in cases]
 
 
 def _actions(space: gym.spaces.Discrete, seed: int) -> list:
@@ -211,7 +241,8 @@ def run(seconds: float = 3.0, rounds: int = 3, env_cases: list[tuple[str, dict]]
     runners = [_Runner(*REFERENCE, wrapped=wrapped)] + [_Runner(env_id, kwargs, wrapped=wrapped)
                                                         for env_id, kwargs in cases]
     # the v1 environments' simulators alone, after the environments (index len(cases) + 1 on)
-    alone = [(env_id, _Runner(env_id, kwargs, alone=True)) for (env_id, kwargs), r in zip(cases, runners[1:])
+    names = case_names(cases)
+    alone = [(name, _Runner(env_id, kwargs, alone=True)) for name, (env_id, kwargs), r in zip(names, cases, runners[1:])
              if isinstance(r.env.unwrapped, ClusterEnv)]
     runners += [r for _, r in alone]
     for r in runners:  # warm-up: first calls, caches, one reset
@@ -237,18 +268,19 @@ def run(seconds: float = 3.0, rounds: int = 3, env_cases: list[tuple[str, dict]]
 
     reference = entry(0)
     envs = {}
-    for i, (env_id, kwargs) in enumerate(cases, start=1):
+    for i, (name, (env_id, kwargs)) in enumerate(zip(names, cases), start=1):
         e = entry(i)
-        e["kwargs"] = dict(kwargs)
+        e["kwargs"] = {k: v.name if isinstance(v, ClusterPreset) else v for k, v in kwargs.items()}  # JSON-able
+        e["engine"] = getattr(runners[i].env.unwrapped, "engine", None)
         e["ratio"] = e["steps_per_s"] / reference["steps_per_s"]
         e["step_only_ratio"] = e["step_only_steps_per_s"] / reference["step_only_steps_per_s"]
         e["meets_target"] = e["ratio"] >= TARGET_RATIO
-        envs[env_id] = e
-    for i, (env_id, _) in enumerate(alone, start=len(cases) + 1):
+        envs[name] = e
+    for i, (name, _) in enumerate(alone, start=len(cases) + 1):
         e = entry(i)
         e["ratio"] = e["steps_per_s"] / reference["steps_per_s"]
         e["step_only_ratio"] = e["step_only_steps_per_s"] / reference["step_only_steps_per_s"]
-        envs[env_id]["simulator_alone"] = e
+        envs[name]["simulator_alone"] = e
     for r in runners:
         r.env.close()
     result = {"reference": {"env_id": REFERENCE[0], **reference}, "envs": envs, "target_ratio": TARGET_RATIO,
@@ -260,19 +292,21 @@ def run(seconds: float = 3.0, rounds: int = 3, env_cases: list[tuple[str, dict]]
 
 def format_report(result: dict) -> str:
     ref = result["reference"]
+    labels = {name: name + (f" [{e['engine']}]" if e.get("engine") else "") for name, e in result["envs"].items()}
+    w = max([34] + [len(x) for x in labels.values()])
 
     def row(name: str, e: dict, ratio: float, step_ratio: float, mark: str = "") -> str:
-        return (f"{name:<34s} {e['steps_per_s']:>10,.0f} {ratio:>7.3f} {e['step_only_steps_per_s']:>10,.0f} "
+        return (f"{name:<{w}s} {e['steps_per_s']:>10,.0f} {ratio:>7.3f} {e['step_only_steps_per_s']:>10,.0f} "
                 f"{step_ratio:>7.3f} {e['reset_ms_per_episode']:>9.3f} {e['reset_share']:>6.1%} "
                 f"{e['episodes']:>8d}{mark}")
 
-    lines = [f"{'':<34s} {'with resets':>18s} {'step only':>18s} {'reset':>16s}",
-             f"{'environment':<34s} {'steps/s':>10s} {'ratio':>7s} {'steps/s':>10s} {'ratio':>7s} "
+    lines = [f"{'':<{w}s} {'with resets':>18s} {'step only':>18s} {'reset':>16s}",
+             f"{'environment [engine]':<{w}s} {'steps/s':>10s} {'ratio':>7s} {'steps/s':>10s} {'ratio':>7s} "
              f"{'ms/episode':>9s} {'share':>6s} {'episodes':>8s}",
              row(ref["env_id"], ref, 1.0, 1.0)]
-    for env_id, e in result["envs"].items():
+    for name, e in result["envs"].items():
         mark = "" if e["meets_target"] else f"  (below the {result['target_ratio']:g} target)"
-        lines.append(row(env_id, e, e["ratio"], e["step_only_ratio"], mark))
+        lines.append(row(labels[name], e, e["ratio"], e["step_only_ratio"], mark))
         a = e.get("simulator_alone")
         if a is not None:
             lines.append(row("  its cluster simulator alone", a, a["ratio"], a["step_only_ratio"]))
@@ -290,7 +324,8 @@ def _per_call_us(f, seconds: float) -> float:
 
 
 def parts(env_id: str, kwargs: dict | None = None, seconds: float = 1.0, warmup_steps: int = 300) -> dict:
-    """What a v1 environment's ``step`` spends around its simulator, part by part, in microseconds:
+    """What a v1 environment's ``step`` on the reference (``engine="python"``) spends around its
+    simulator, part by part, in microseconds:
     on one mid-episode state (after ``warmup_steps`` random steps of seed 0), the observation (its
     default route already computed), its four parts (the decode instances' load reads, the default
     router's choice that gives the predicted TTFT, the prefill features, clipping and packing the
@@ -300,6 +335,8 @@ def parts(env_id: str, kwargs: dict | None = None, seconds: float = 1.0, warmup_
     from mooncake_gym.envs.features import routing_features
 
     env = gym.make(env_id, **(kwargs or {})).unwrapped
+    if isinstance(env, ClusterEnv) and env.engine != "python":  # the parts of the reference's step
+        env = gym.make(env_id, **{**(kwargs or {}), "engine": "python"}).unwrapped
     if not isinstance(env, ClusterEnv):
         raise ValueError(f"env_id: expected a v1 environment (a ClusterEnv), got {env_id}")
     env.action_space.seed(0)

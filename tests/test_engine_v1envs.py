@@ -184,3 +184,59 @@ def test_after_the_last_step():
     with pytest.raises(RuntimeError, match="the episode has terminated"):
         env.step(1)
     assert env.decision_view() is None
+
+
+def test_conductor_core_flat_action_is_the_four_values():
+    """The core's step(action) (the vector env's interface) takes Conductor-v1's four values as one
+    flat index, ((admit x P + instance) x 2 + pull) x (D + 1) + decode: the same steps as the env's."""
+    kwargs = dict(preset=native_preset("mooncake"), episode_requests=120, engine="native")
+    env, flat = gym.make(CONDUCTOR, **kwargs).unwrapped, gym.make(CONDUCTOR, **kwargs).unwrapped
+    env.reset(seed=7)
+    flat.reset(seed=7)
+    p, d = env.preset.n_prefill, env.preset.n_decode
+    assert flat._core.n_actions == 2 * p * 2 * (d + 1)
+    env.action_space.seed(7)
+    terminated = False
+    while not terminated:
+        a = env.action_space.sample()
+        obs, reward, terminated, _, info = env.step(a)
+        r, t, i = flat._core.step(int(((a[0] * p + a[1]) * 2 + a[2]) * (d + 1) + a[3]))
+        assert (r, t) == (reward, terminated)
+        assert flat._obs.tobytes() == obs.tobytes() and flat._mask_buffer.tobytes() == info["action_mask"].tobytes()
+        assert i == {k: v for k, v in info.items() if k not in ("metrics", "action_mask")}
+
+
+def test_env_benchmark_names_native_cases_and_stays_json():
+    """benchmarks/bench_envs.py measures the v1 envs on a native preset beside their defaults: one
+    row per case (the arguments in the name where an id comes twice), its engine, JSON-able."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from mooncake_gym.reporting.tables import to_jsonable
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_envs.py"
+    spec = importlib.util.spec_from_file_location("bench_envs_v1_native", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    cases = [(ADMISSION, {"preset": bench.native_preset("mooncake-overload"), "episode_requests": 30}),
+             (ADMISSION, {"episode_requests": 30})]
+    result = bench.run(seconds=0.05, rounds=1, env_cases=cases, verbose=False)
+    native, ref = (f"{ADMISSION} (preset=mooncake-overload+NO_ENGINE, episode_requests=30)",
+                   f"{ADMISSION} (episode_requests=30)")
+    assert list(result["envs"]) == [native, ref]
+    assert result["envs"][native]["engine"] == _engine.engine()
+    assert result["envs"][ref]["engine"] == "python" or preset_unsupported(get_preset("mooncake-overload")) is None
+    assert json.loads(json.dumps(to_jsonable(result)))["envs"][native]["kwargs"]["preset"] == "mooncake-overload+NO_ENGINE"
+    assert "[native]" in bench.format_report(result) or _engine.engine() == "python"
+
+
+@pytest.mark.parametrize("env_id, preset", [(ROUTING, "mooncake"), (ADMISSION, "mooncake-overload"),
+                                            (CONDUCTOR, "mooncake")])
+def test_shipped_presets_once_native(env_id, preset):
+    """The environments' own presets as shipped (chunked prefill batching, shared NICs, recompute):
+    on the engine by default as soon as the native cluster runs them, with the reference's numbers."""
+    why = preset_unsupported(get_preset(preset))
+    if why is not None:
+        pytest.skip(f"not native yet: {why}")
+    episodes(env_id, (0,), preset=preset, episode_requests=200)

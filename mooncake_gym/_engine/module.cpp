@@ -499,6 +499,7 @@ NB_MODULE(_engine_native, m) {
              "cluster"_a, "spec"_a, "predicted"_a, nb::keep_alive<1, 2>())
         .def_prop_ro("n_obs", &ClusterEnvCore::n_obs)
         .def_prop_ro("n_mask", &ClusterEnvCore::n_mask)
+        .def_prop_ro("n_actions", &ClusterEnvCore::n_actions)
         .def_prop_ro("good_tokens", &ClusterEnvCore::good_tokens)
         .def_prop_ro("good_requests", &ClusterEnvCore::good_requests)
         .def("bind",
