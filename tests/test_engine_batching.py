@@ -265,3 +265,24 @@ def test_a_router_native_only_in_the_routing_simulator_runs_the_reference_or_is_
             cluster.simulate(t, "mooncake", routing=make_policy("routing", name), engine="native")
         py = cluster.simulate(t, "mooncake", routing=make_policy("routing", name), engine="python")
         assert_same_result(py, cluster.simulate(t, "mooncake", routing=make_policy("routing", name)))
+
+
+def test_reset_replays_the_same_run_with_batching_and_nics():
+    trace = Trace([0.0, 0.0, 0.5, 1.0, 1.0], [9000, 3000, 1000, 20000, 600], [50, 500, 5, 5, 40],
+                  [[1, 2], [1, 3], [1], [1, 2, 4], [5]], name="hand")
+    p = PRESETS["mooncake"].with_(n_prefill=2, n_decode=2, cache_blocks=8, prefill_token_budget=2048)
+    sim = ClusterSimulator(trace, p, router=make_policy("routing", "random"), seed=4, engine="native")
+    runs = []
+    for _ in range(2):
+        view = sim.reset()
+        while view is not None:
+            view = sim.step(ClusterAction(True, Route(view.index % 2, True), None))
+        runs.append(sim.result())
+    assert_same_result(*runs)
+    assert_same_prefill(*runs)
+    py = ClusterSimulator(trace, p, router=make_policy("routing", "random"), seed=4, engine="python")
+    view = py.view
+    while view is not None:
+        view = py.step(ClusterAction(True, Route(view.index % 2, True), None))
+    assert_same_result(py.result(), runs[0])
+    assert runs[0].prefill_result.metrics["fetched_tokens"] > 0
