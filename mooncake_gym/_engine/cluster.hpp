@@ -382,15 +382,14 @@ class Cluster {
                          NET_EVENT = 5;
     struct Event {
         double t;
-        int kind;
-        int64_t seq, r;  // the request (reserve decode, prefill done, join, pull), the decode instance (batching
+        uint64_t order;  // the kind in the top byte, the sequence number below: (kind, seq) in one key
+        int64_t r;       // the request (reserve decode, prefill done, join, pull), the decode instance (batching
                          // decode), the prefill instance (iteration) or the network's version
         int64_t j;       // the decode instance (join), the instance's version (batching decode), the prefill
                          // instance (pull)
+        int kind() const { return static_cast<int>(order >> 56); }
         bool operator>(const Event& o) const {  // heapq's tuple order (t, kind, seq)
-            if (t != o.t) return t > o.t;
-            if (kind != o.kind) return kind > o.kind;
-            return seq > o.seq;
+            return t != o.t ? t > o.t : order > o.order;
         }
     };
 
@@ -435,7 +434,7 @@ class Cluster {
 
     void push(double t, int kind, int64_t r, int64_t j = 0) {
         seq_ += 1;
-        heap_.push_back(Event{t, kind, seq_, r, j});
+        heap_.push_back(Event{t, (static_cast<uint64_t>(kind) << 56) | static_cast<uint64_t>(seq_), r, j});
         std::push_heap(heap_.begin(), heap_.end(), std::greater<Event>());
     }
 
@@ -467,12 +466,12 @@ class Cluster {
         const double inf = std::numeric_limits<double>::infinity();
         while (!heap_.empty() && heap_.front().t <= t) {
             // a prefill iteration starting at t waits for the arrivals at t (and the NICs with it)
-            if (heap_.front().kind >= ITER_EVENT && heap_.front().t == t && t < inf) break;
+            if (heap_.front().kind() >= ITER_EVENT && heap_.front().t == t && t < inf) break;
             std::pop_heap(heap_.begin(), heap_.end(), std::greater<Event>());
             const Event e = heap_.back();
             heap_.pop_back();
             if (next_sample_ < e.t) sample_until(e.t);
-            if (e.kind == DECODE_EVENT) {
+            if (e.kind() == DECODE_EVENT) {
                 if (!s_.batching) {
                     release(e.t, e.r);
                     continue;
@@ -484,13 +483,13 @@ class Cluster {
                     if (!ended_.empty()) ended(ended_);
                     schedule(d);
                 }
-            } else if (e.kind == PREFILL_DONE_EVENT) {
+            } else if (e.kind() == PREFILL_DONE_EVENT) {
                 prefill_done(e.t, e.r);
-            } else if (e.kind == JOIN_EVENT) {
+            } else if (e.kind() == JOIN_EVENT) {
                 join(e.r, e.j, e.t);
-            } else if (e.kind == ITER_EVENT) {
+            } else if (e.kind() == ITER_EVENT) {
                 iterate(e.t, e.r);
-            } else if (e.kind == PULLED_EVENT) {
+            } else if (e.kind() == PULLED_EVENT) {
                 pool_.pull_arrived(e.r, e.j, e.t);
                 if (!iterating_[static_cast<size_t>(e.j)]) start_iterations(e.j, e.t);
             } else {
