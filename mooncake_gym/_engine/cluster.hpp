@@ -1,7 +1,7 @@
 // The cluster simulator of mooncake_gym/sim/cluster.py (ClusterSimulator) on the native engine, for the
 // clusters whose prefill pool runs one request at a time or batches each queue per iteration (chunked
-// prefill, batching.hpp; each iteration an event here), with KV transfers over shared NICs (batching.hpp
-// Network) or each with a whole NIC, no chunked pipeline, and whose decode
+// prefill, batching.hpp; each iteration an event here; a long prompt possibly pipelined over its group),
+// with KV transfers over shared NICs (batching.hpp Network) or each with a whole NIC, and whose decode
 // pool is either the `reserve` model (sim/decode.py ReservingDecodeInstance: input + output reserved up
 // front, a fixed time per token; the `lecture` preset and the lecture's admission problem) or continuous
 // batching (decode.hpp's BatchingDecode: the realistic presets' decode, with the KV copy's tail after
@@ -74,6 +74,9 @@ struct ClusterSettings {
     int64_t n_prefill = 1;
     double nic_bandwidth = 1.0;     // each node's NIC (the RDMA figure)
     double pull_latency_s = 0.0;    // a pull arrives this long after its last byte (transfer_latency_s)
+    int64_t pipeline_nodes = 1;     // chunked pipeline parallelism over groups of this many instances
+    int64_t pipeline_min_tokens = 0;
+    std::vector<std::array<double, 3>> pipeline_send;  // per instance: send s per token, send latency, stage overhead
 };
 
 // The default router of the cluster (ClusterSimulator.router) and the routing policies of simulate():
@@ -110,6 +113,7 @@ class Cluster {
         if (s_.n_prefill != pool_.n_instances()) throw std::invalid_argument("n_prefill: expected the pool's instances");
         if (s_.shared_nics && !s_.prefill_batching)
             throw std::invalid_argument("shared_nics: the NICs are shared in the batching prefill's event loop");
+        pool_.set_pipeline(s_.pipeline_nodes, s_.pipeline_min_tokens, s_.pipeline_send);
         pool_.set_batching(s_.prefill_batching ? s_.prefill_token_budget : 0, s_.shared_nics,
                            s_.pull_kv_bytes_per_token);
         reset(router_.rng);
