@@ -20,7 +20,7 @@ from mooncake_gym import _engine
 from mooncake_gym.baselines import make_policy
 from mooncake_gym.baselines.admission import BaselineAdmission, EarlyRejection
 from mooncake_gym.model.costmodel import NODE_TIER_BANDWIDTH
-from mooncake_gym.model.presets import PIPELINE, PRESETS
+from mooncake_gym.model.presets import PIPELINE, PRESETS, SSD_TIER
 from mooncake_gym.model.workload import Trace
 from mooncake_gym.sim import cluster
 from mooncake_gym.sim.cluster import ClusterAction, ClusterSimulator
@@ -175,9 +175,12 @@ def test_shared_trace_x2_routing_policies_same_numbers(shared_trace, routing):
 @st.composite
 def engine_clusters(draw):
     """A shipped engine preset with drawn pools, caches, token budgets (small ones chunk every prompt),
-    NICs shared or not, decode capacities, running caps, SLOs and preemption modes."""
+    NICs shared or not, the chunked pipeline or not, decode capacities, running caps, SLOs and
+    preemption modes."""
     name, changes = cluster_changes(draw, ENGINE_PRESETS)
     changes.update(prefill_token_budget=draw(st.sampled_from([256, 2048, 8192])), shared_nics=draw(st.booleans()))
+    if draw(st.booleans()):  # chunked pipeline parallelism (opt-in): groups of 2-3, prompts from 0 or 4,000 tokens
+        changes.update(pipeline_nodes=draw(st.integers(2, 3)), pipeline_min_tokens=draw(st.sampled_from([0, 4000])))
     return PRESETS[name].with_(**changes)
 
 
@@ -237,14 +240,56 @@ def test_a_burst_at_one_time_waits_for_every_arrival_before_its_iteration():
     assert_same_result(a, b)
     assert_same_prefill(a, b)
     assert len(set(a.ttft_s.tolist())) < 10  # prompts ended by one iteration share their TTFT
-    assert sims[1]._cluster.prefill_iterations() == [math.ceil(10 * 3000 / 8192)]
+    assert sims[1]._cluster.prefill_runs()[0] == [math.ceil(10 * 3000 / 8192)]
 
 
 # --- the switch ---------------------------------------------------------------------------------------------
-def test_the_pipeline_is_refused_by_name_and_runs_the_reference():
+def test_a_pipelined_prompt_worked_by_hand():
+    """Two instances in one pipeline group (budget 8,192, prompts from 10,000 tokens): a 20,000-token
+    prompt's three chunks flow through the two stages, each stage half of a chunk's iteration less the
+    overhead plus the overhead, and an activation send between them; its first token comes when the
+    last stage finishes the last chunk, plus the request's own time; a short prompt on the second
+    instance waits for the pipeline to release it."""
+    p = PRESETS["mooncake"].with_(n_prefill=2, n_decode=1, cache_blocks=0, pipeline_nodes=2,
+                                  pipeline_min_tokens=10_000)
+    c = p.prefill_cost
+    f = c.prefill_time()
+    ovh = c.instance.iteration_overhead_s
+    send_per_token, latency = c.model.d_model * 2 / BW, c.transfer_latency_s
+    finish = [0.0, 0.0]
+    for a, b in ((0, 8192), (8192, 16384), (16384, 20000)):
+        stage = (f.iteration_s(f.chunk_compute_s(a, b), b - a, f.chunk_attention_s(a, b)) - ovh) / 2 + ovh
+        ready = 0.0
+        for k in range(2):
+            begin = ready if ready > finish[k] else finish[k]
+            finish[k] = begin + stage
+            ready = finish[k] + (latency + send_per_token * (b - a))
+    est = f(20000, 0)
+    end = finish[1] + max(0.0, est - f._chunked_compute(20000, 0))
+    trace = Trace([0.0, 0.0], [20000, 1000], [2, 2], [list(range(40)), [100, 101]], name="hand")
+    sims = both(trace, p, [ClusterAction(True, Route(0), None), ClusterAction(True, Route(1), None)])
+    for sim in sims:
+        r = sim.result()
+        assert r.ttft_s[0] == end and r.ttft_s[1] > finish[1]  # the second instance is held until then
+    assert sims[1]._cluster.prefill_runs()[1] == [1, 0]
+    assert_same_result(sims[0].result(), sims[1].result())
+    assert_same_prefill(sims[0].result(), sims[1].result())
+
+
+@pytest.mark.parametrize("name", ["mooncake", "mooncake-hetero"])
+def test_shared_trace_x2_with_the_pipeline_same_numbers(shared_trace, name):
+    trace = shared_trace.scaled(2)
+    p = PRESETS[name].with_(**PIPELINE)
+    py = cluster.simulate(trace, p, EarlyRejection(), seed=3, engine="python")
+    nat = cluster.simulate(trace, p, EarlyRejection(), seed=3, engine="native")
+    assert_same_result(py, nat)
+    assert_same_prefill(py, nat)
+
+
+def test_the_ssd_tier_is_refused_by_name_and_runs_the_reference():
     t = Trace([0.0, 1.0], [100, 200], [5, 5], [[1], [2]], name="small")
-    p = PRESETS["mooncake"].with_(**PIPELINE)
-    with pytest.raises(ValueError, match=r"pipeline_nodes=4 \(chunked pipeline parallelism\) is not native"):
+    p = PRESETS["mooncake"].with_(**SSD_TIER)
+    with pytest.raises(ValueError, match=r"the native engine has no SSD tier"):
         ClusterSimulator(t, p, engine="native")
     assert type(ClusterSimulator(t, p)) is ClusterSimulator  # the default: the reference
     py = cluster.simulate(t, p, engine="python")
@@ -265,3 +310,24 @@ def test_a_router_native_only_in_the_routing_simulator_runs_the_reference_or_is_
             cluster.simulate(t, "mooncake", routing=make_policy("routing", name), engine="native")
         py = cluster.simulate(t, "mooncake", routing=make_policy("routing", name), engine="python")
         assert_same_result(py, cluster.simulate(t, "mooncake", routing=make_policy("routing", name)))
+
+
+def test_reset_replays_the_same_run_with_batching_and_nics():
+    trace = Trace([0.0, 0.0, 0.5, 1.0, 1.0], [9000, 3000, 1000, 20000, 600], [50, 500, 5, 5, 40],
+                  [[1, 2], [1, 3], [1], [1, 2, 4], [5]], name="hand")
+    p = PRESETS["mooncake"].with_(n_prefill=2, n_decode=2, cache_blocks=8, prefill_token_budget=2048)
+    sim = ClusterSimulator(trace, p, router=make_policy("routing", "random"), seed=4, engine="native")
+    runs = []
+    for _ in range(2):
+        view = sim.reset()
+        while view is not None:
+            view = sim.step(ClusterAction(True, Route(view.index % 2, True), None))
+        runs.append(sim.result())
+    assert_same_result(*runs)
+    assert_same_prefill(*runs)
+    py = ClusterSimulator(trace, p, router=make_policy("routing", "random"), seed=4, engine="python")
+    view = py.view
+    while view is not None:
+        view = py.step(ClusterAction(True, Route(view.index % 2, True), None))
+    assert_same_result(py.result(), runs[0])
+    assert runs[0].prefill_result.metrics["fetched_tokens"] > 0

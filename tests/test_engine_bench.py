@@ -29,7 +29,7 @@ def test_bench_engine_reports_both_engines_per_preset(capsys):
 
 @pytest.mark.skipif(not _engine.available(), reason="the native engine is not built (no C++ compiler)")
 def test_bench_engine_cluster_reports_the_native_presets_and_why_the_others_are_not(capsys):
-    from mooncake_gym.model.presets import PIPELINE, PRESETS
+    from mooncake_gym.model.presets import PRESETS
     spec = importlib.util.spec_from_file_location("bench_engine_under_test", BENCH)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -41,8 +41,8 @@ def test_bench_engine_cluster_reports_the_native_presets_and_why_the_others_are_
     assert out["target_met"] == (min(lecture["ratio"], mooncake["ratio"]) >= 25.0)
     printed = capsys.readouterr().out
     assert "cluster target (native >= 25x" in printed
-    piped = PRESETS["mooncake"].with_(name="piped", **PIPELINE)
-    out = module.run_cluster(trace, 0.01, 1, presets=("lecture", piped))
-    assert "pipeline_nodes=4 (chunked pipeline parallelism) is not native" in out["presets"]["piped"]["not_native"]
+    tiered = PRESETS["mooncake"].with_(name="tiered", ssd_cache_blocks=1000)
+    out = module.run_cluster(trace, 0.01, 1, presets=("lecture", tiered))
+    assert "no SSD tier" in out["presets"]["tiered"]["not_native"]
     assert out["target_met"] is False  # a preset not native cannot meet it
     assert "not native" in capsys.readouterr().out

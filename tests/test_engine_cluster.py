@@ -222,10 +222,10 @@ def _small():
 
 def test_a_cluster_that_is_not_native_runs_the_reference_or_is_refused_by_name():
     t = _small()
-    piped = PRESETS["mooncake"].with_(pipeline_nodes=4, pipeline_min_tokens=32_768)
-    assert type(ClusterSimulator(t, piped)) is ClusterSimulator  # default: the reference
-    with pytest.raises(ValueError, match=r"pipeline_nodes=4 \(chunked pipeline parallelism\) is not native"):
-        ClusterSimulator(t, piped, engine="native")
+    tiered = PRESETS["mooncake"].with_(ssd_cache_blocks=1000)
+    assert type(ClusterSimulator(t, tiered)) is ClusterSimulator  # default: the reference
+    with pytest.raises(ValueError, match=r"the native engine has no SSD tier"):
+        ClusterSimulator(t, tiered, engine="native")
     with pytest.raises(ValueError, match="exact view only"):
         ClusterSimulator(t, "lecture", observation="scraped", engine="native")
 

@@ -215,11 +215,11 @@ def test_shared_trace_x2_realistic_without_prefill_mechanisms_same_numbers(share
 
 
 # --- the switch -------------------------------------------------------------------------------------------
-def test_the_prefill_mechanisms_are_native_and_the_pipeline_refused_by_name():
+def test_the_prefill_mechanisms_are_native_and_the_ssd_tier_refused_by_name():
     t = Trace([0.0, 1.0], [100, 200], [5, 5], [[1], [2]], name="small")
     assert getattr(ClusterSimulator(t, "mooncake"), "native", False)  # as shipped (tests/test_engine_batching.py)
-    with pytest.raises(ValueError, match=r"pipeline_nodes=4 \(chunked pipeline parallelism\) is not native"):
-        ClusterSimulator(t, PRESETS["mooncake"].with_(pipeline_nodes=4, pipeline_min_tokens=32_768), engine="native")
+    with pytest.raises(ValueError, match=r"the native engine has no SSD tier"):
+        ClusterSimulator(t, PRESETS["mooncake"].with_(ssd_cache_blocks=1000), engine="native")
     with pytest.raises(ValueError, match="shared_nics: .*set prefill_token_budget"):  # the preset refuses it first
         PRESETS["mooncake"].with_(prefill_token_budget=0)
     assert getattr(ClusterSimulator(t, realistic()), "native", False)  # the default, where it is native

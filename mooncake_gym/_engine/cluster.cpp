@@ -173,6 +173,14 @@ void bind_cluster(nb::module_& m) {
                      s.nic_bandwidth = setting<double>(d, "nic_bandwidth");
                      s.pull_latency_s = setting<double>(d, "pull_latency_s");
                      if (!(s.nic_bandwidth > 0)) throw nb::value_error("nic_bandwidth: expected > 0");
+                     s.pipeline_nodes = setting<int64_t>(d, "pipeline_nodes");
+                     if (s.pipeline_nodes > 1) {
+                         s.pipeline_min_tokens = setting<int64_t>(d, "pipeline_min_tokens");
+                         for (const auto& v : setting<std::vector<std::vector<double>>>(d, "pipeline_send")) {
+                             if (v.size() != 3) throw nb::value_error("pipeline_send: expected 3 numbers per instance");
+                             s.pipeline_send.push_back({v[0], v[1], v[2]});
+                         }
+                     }
                  }
                  if (!(s.sample_period_s > 0)) throw nb::value_error("sample_period_s: expected > 0");
                  try {
@@ -296,14 +304,18 @@ void bind_cluster(nb::module_& m) {
         .def("network_totals",
              [](const Cluster& c) { return nb::make_tuple(c.network().bytes_sent(), c.network().transfers()); },
              "Shared NICs: (bytes sent, transfers) so far (Network.bytes_sent, Network.transfers).")
-        .def("prefill_iterations",
+        .def("prefill_runs",
              [](Cluster& c) {
-                 std::vector<int64_t> out;
+                 std::vector<int64_t> iterations, pipelined;
                  if (c.pool().batched())
-                     for (int64_t i = 0; i < c.pool().n_instances(); ++i) out.push_back(c.pool().iterations(i));
-                 return out;
+                     for (int64_t i = 0; i < c.pool().n_instances(); ++i) {
+                         iterations.push_back(c.pool().iterations(i));
+                         pipelined.push_back(c.pool().pipelined_runs(i));
+                     }
+                 return nb::make_tuple(iterations, pipelined);
              },
-             "Batching prefill: each instance's iterations formed so far (PrefillEngine.iterations).")
+             "Batching prefill: each instance's (iterations formed, prompts pipelined from it) so far "
+             "(PrefillEngine.iterations, pipelined_runs).")
         .def("busy_until", [](Cluster& c) { return c.pool().busy_until(); },
              "Each prefill instance's busy-until time.")
         .def("used", [](const Cluster& c) { return c.used(); })

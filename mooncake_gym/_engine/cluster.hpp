@@ -1,7 +1,7 @@
 // The cluster simulator of mooncake_gym/sim/cluster.py (ClusterSimulator) on the native engine, for the
 // clusters whose prefill pool runs one request at a time or batches each queue per iteration (chunked
-// prefill, batching.hpp; each iteration an event here), with KV transfers over shared NICs (batching.hpp
-// Network) or each with a whole NIC, no chunked pipeline, and whose decode
+// prefill, batching.hpp; each iteration an event here; a long prompt possibly pipelined over its group),
+// with KV transfers over shared NICs (batching.hpp Network) or each with a whole NIC, and whose decode
 // pool is either the `reserve` model (sim/decode.py ReservingDecodeInstance: input + output reserved up
 // front, a fixed time per token; the `lecture` preset and the lecture's admission problem) or continuous
 // batching (decode.hpp's BatchingDecode: the realistic presets' decode, with the KV copy's tail after
@@ -74,6 +74,9 @@ struct ClusterSettings {
     int64_t n_prefill = 1;
     double nic_bandwidth = 1.0;     // each node's NIC (the RDMA figure)
     double pull_latency_s = 0.0;    // a pull arrives this long after its last byte (transfer_latency_s)
+    int64_t pipeline_nodes = 1;     // chunked pipeline parallelism over groups of this many instances
+    int64_t pipeline_min_tokens = 0;
+    std::vector<std::array<double, 3>> pipeline_send;  // per instance: send s per token, send latency, stage overhead
 };
 
 // The default router of the cluster (ClusterSimulator.router) and the routing policies of simulate():
@@ -110,6 +113,7 @@ class Cluster {
         if (s_.n_prefill != pool_.n_instances()) throw std::invalid_argument("n_prefill: expected the pool's instances");
         if (s_.shared_nics && !s_.prefill_batching)
             throw std::invalid_argument("shared_nics: the NICs are shared in the batching prefill's event loop");
+        pool_.set_pipeline(s_.pipeline_nodes, s_.pipeline_min_tokens, s_.pipeline_send);
         pool_.set_batching(s_.prefill_batching ? s_.prefill_token_budget : 0, s_.shared_nics,
                            s_.pull_kv_bytes_per_token);
         reset(router_.rng);
@@ -387,15 +391,14 @@ class Cluster {
                          NET_EVENT = 5;
     struct Event {
         double t;
-        int kind;
-        int64_t seq, r;  // the request (reserve decode, prefill done, join, pull), the decode instance (batching
+        uint64_t order;  // the kind in the top byte, the sequence number below: (kind, seq) in one key
+        int64_t r;       // the request (reserve decode, prefill done, join, pull), the decode instance (batching
                          // decode), the prefill instance (iteration) or the network's version
         int64_t j;       // the decode instance (join), the instance's version (batching decode), the prefill
                          // instance (pull)
+        int kind() const { return static_cast<int>(order >> 56); }
         bool operator>(const Event& o) const {  // heapq's tuple order (t, kind, seq)
-            if (t != o.t) return t > o.t;
-            if (kind != o.kind) return kind > o.kind;
-            return seq > o.seq;
+            return t != o.t ? t > o.t : order > o.order;
         }
     };
 
@@ -441,7 +444,7 @@ class Cluster {
 
     void push(double t, int kind, int64_t r, int64_t j = 0) {
         seq_ += 1;
-        heap_.push_back(Event{t, kind, seq_, r, j});
+        heap_.push_back(Event{t, (static_cast<uint64_t>(kind) << 56) | static_cast<uint64_t>(seq_), r, j});
         std::push_heap(heap_.begin(), heap_.end(), std::greater<Event>());
     }
 
@@ -473,12 +476,12 @@ class Cluster {
         const double inf = std::numeric_limits<double>::infinity();
         while (!heap_.empty() && heap_.front().t <= t) {
             // a prefill iteration starting at t waits for the arrivals at t (and the NICs with it)
-            if (heap_.front().kind >= ITER_EVENT && heap_.front().t == t && t < inf) break;
+            if (heap_.front().kind() >= ITER_EVENT && heap_.front().t == t && t < inf) break;
             std::pop_heap(heap_.begin(), heap_.end(), std::greater<Event>());
             const Event e = heap_.back();
             heap_.pop_back();
             if (next_sample_ < e.t) sample_until(e.t);
-            if (e.kind == DECODE_EVENT) {
+            if (e.kind() == DECODE_EVENT) {
                 if (!s_.batching) {
                     release(e.t, e.r);
                     continue;
@@ -490,13 +493,13 @@ class Cluster {
                     if (!ended_.empty()) ended(ended_);
                     schedule(d);
                 }
-            } else if (e.kind == PREFILL_DONE_EVENT) {
+            } else if (e.kind() == PREFILL_DONE_EVENT) {
                 prefill_done(e.t, e.r);
-            } else if (e.kind == JOIN_EVENT) {
+            } else if (e.kind() == JOIN_EVENT) {
                 join(e.r, e.j, e.t);
-            } else if (e.kind == ITER_EVENT) {
+            } else if (e.kind() == ITER_EVENT) {
                 iterate(e.t, e.r);
-            } else if (e.kind == PULLED_EVENT) {
+            } else if (e.kind() == PULLED_EVENT) {
                 pool_.pull_arrived(e.r, e.j, e.t);
                 if (!iterating_[static_cast<size_t>(e.j)]) start_iterations(e.j, e.t);
             } else {

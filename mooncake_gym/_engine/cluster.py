@@ -3,8 +3,9 @@
 
 Native today (docs/engine.md): clusters whose prefill instances serve one request at a time or
 batch their queues per iteration up to ``prefill_token_budget`` (chunked prefill, each iteration an
-event; ``_engine/batching.hpp``), with KV transfers over shared NICs or each with a whole NIC (not
-the chunked pipeline, ``pipeline_nodes`` > 1), and whose decode pool is the ``reserve`` model (the
+event; ``_engine/batching.hpp``), with or without chunked pipeline parallelism (``pipeline_nodes``)
+and KV transfers over shared NICs or each with a whole NIC, on local LRU caches (not the KV store's
+SSD tier or global store), and whose decode pool is the ``reserve`` model (the
 ``lecture`` preset: input + output reserved up front, a fixed time per token) or continuous batching
 (the realistic presets' decode: the cost model's step time, the KV copy's tail, the fastest
 accepting instance, preemption by abort, recompute or swap; each request's TBT from its token
@@ -33,7 +34,7 @@ import sys
 import numpy as np
 
 from mooncake_gym._engine import native
-from mooncake_gym._engine.routing import (NATIVE_POLICIES, PoolStats, make_engine, native_trace,
+from mooncake_gym._engine.routing import (NATIVE_POLICIES, PoolStats, make_engine, native_trace, store_unsupported,
                                           pool_unsupported, prefill_disagrees, prefill_fields, rng_state,
                                           set_rng_state)
 from mooncake_gym._engine.stepper import routing_view
@@ -106,9 +107,9 @@ def batching_disagrees(f) -> str | None:
 
 def preset_unsupported(p: ClusterPreset) -> str | None:
     """Why the engine cannot run preset ``p``'s cluster, or None."""
-    if p.pipeline_nodes > 1:
-        return (f"preset {p.name!r}: pipeline_nodes={p.pipeline_nodes} (chunked pipeline parallelism) is not native; "
-                f"the realistic presets' default (1) is")
+    why = store_unsupported(p.routing_config())
+    if why:
+        return f"preset {p.name!r}: {why}"
     if p.prefill_token_budget:
         for c in {c: None for c in p.routing_config().instance_costs(p.prefill_cost)}:
             why = batching_disagrees(c.prefill_time())
@@ -286,7 +287,12 @@ class NativeClusterSimulator(ClusterSimulator):
             settings.update(prefill_token_budget=int(p.prefill_token_budget), shared_nics=self._shared_nics,
                             pull_kv_bytes_per_token=int(p.prefill_cost.model.kv_bytes_per_token),
                             nic_bandwidth=float(NODE_TIER_BANDWIDTH["rdma"]),
-                            pull_latency_s=float(p.prefill_cost.transfer_latency_s))
+                            pull_latency_s=float(p.prefill_cost.transfer_latency_s), pipeline_nodes=int(p.pipeline_nodes))
+            if p.pipeline_nodes > 1:  # each instance's activation send and stage overhead (RoutingSimulator.reset)
+                costs = self._routing_config.instance_costs(p.prefill_cost)
+                settings.update(pipeline_min_tokens=int(p.pipeline_min_tokens),
+                                pipeline_send=[[c.model.d_model * 2 / NODE_TIER_BANDWIDTH["rdma"], c.transfer_latency_s,
+                                                c.instance.iteration_overhead_s] for c in costs])
         if not self.reserve:  # the instances as ClusterSimulator.reset builds them, and the KV copy's cost
             d, c = p.decode_cost, p.prefill_cost
             settings.update(check_tbt=self.check_tbt, kv_transfer=self.kv_transfer, idle_step_s=float(self._idle_step_s),

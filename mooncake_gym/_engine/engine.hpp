@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -516,8 +517,20 @@ class RoutingEngine {
         branch_.assign(n, 0);
         batchers_.clear();
         if (budget_ > 0)
-            for (size_t i = 0; i < n; ++i)
+            for (size_t i = 0; i < n; ++i) {
                 batchers_.emplace_back(budget_, prefill_[static_cast<size_t>(group_[i])]);
+                if (pipeline_depth_ > 1) {  // groups of consecutive instances, each instance's own first
+                    PrefillBatcher<PrefillTime>& b = batchers_.back();
+                    const size_t g = i - i % static_cast<size_t>(pipeline_depth_);
+                    b.group.push_back(static_cast<int64_t>(i));
+                    for (size_t j = g; j < g + static_cast<size_t>(pipeline_depth_) && j < n; ++j)
+                        if (j != i) b.group.push_back(static_cast<int64_t>(j));
+                    b.pipeline_min_tokens = pipeline_min_tokens_;
+                    b.send_s_per_token = pipeline_send_[i][0];
+                    b.send_latency_s = pipeline_send_[i][1];
+                    b.stage_overhead_s = pipeline_send_[i][2];
+                }
+            }
         row_of_.assign(budget_ > 0 ? static_cast<size_t>(trace_->size()) : 0, -1);
         prefill_ends_.clear();
         deferred_.clear();
@@ -684,7 +697,19 @@ class RoutingEngine {
         pull_kv_bytes_per_token_ = kv_bytes_per_token;
         reset();
     }
+    // Chunked pipeline parallelism (PrefillEngine.set_pipeline, as RoutingSimulator.reset sets it): groups
+    // of `depth` consecutive instances; per instance (send_s_per_token, send_latency_s, stage_overhead_s).
+    // Takes effect with set_batching (which starts over).
+    void set_pipeline(int64_t depth, int64_t min_tokens, std::vector<std::array<double, 3>> send) {
+        if (depth < 1) throw std::invalid_argument("pipeline_nodes: expected >= 1");
+        if (depth > 1 && send.size() != cache_blocks_.size())
+            throw std::invalid_argument("pipeline: expected one (send_s_per_token, send_latency_s, stage_overhead_s) per instance");
+        pipeline_depth_ = depth;
+        pipeline_min_tokens_ = min_tokens;
+        pipeline_send_ = std::move(send);
+    }
     bool batched() const { return !batchers_.empty(); }
+    int64_t pipelined_runs(int64_t i) const { return batchers_[static_cast<size_t>(i)].pipelined_runs; }
     int64_t waiting(int64_t i) const { return batchers_[static_cast<size_t>(i)].waiting; }
     double next_start(int64_t i) const { return batchers_[static_cast<size_t>(i)].next_start(); }
     int64_t iterations(int64_t i) const { return batchers_[static_cast<size_t>(i)].iterations; }
@@ -692,7 +717,20 @@ class RoutingEngine {
     // get their real TTFT in their rows (_collect) and are listed in prefill_ends().
     double form(int64_t i, double s) {
         PrefillBatcher<PrefillTime>& b = batchers_[static_cast<size_t>(i)];
-        const double end = b.form(totals(static_cast<size_t>(i)), s);
+        PrefillJob* pipelined = nullptr;
+        double end = b.form(totals(static_cast<size_t>(i)), s, &pipelined);
+        if (pipelined != nullptr) {  // its turn, alone, over the group (stage k: the group's k-th instance)
+            std::vector<PrefillBatcher<PrefillTime>*> mates;
+            std::vector<InstanceTotals> mate_totals;
+            std::vector<InstanceTotals*> mate_ptrs;
+            mate_totals.reserve(b.group.size());
+            for (int64_t m : b.group) {
+                mates.push_back(&batchers_[static_cast<size_t>(m)]);
+                mate_totals.push_back(totals(static_cast<size_t>(m)));
+            }
+            for (InstanceTotals& t : mate_totals) mate_ptrs.push_back(&t);
+            end = b.form_pipeline(totals(static_cast<size_t>(i)), *pipelined, s, mates, mate_ptrs);
+        }
         for (const auto& [k, e] : b.ended) {
             int64_t& pos = row_of_[static_cast<size_t>(k)];
             Row row = rows_.at(static_cast<size_t>(pos));
@@ -814,6 +852,9 @@ class RoutingEngine {
         branch_ = s.branch_;
         best_hit_ = s.best_hit_;
         budget_ = s.budget_;
+        pipeline_depth_ = s.pipeline_depth_;
+        pipeline_min_tokens_ = s.pipeline_min_tokens_;
+        pipeline_send_ = s.pipeline_send_;
         defer_pulls_ = s.defer_pulls_;
         pull_kv_bytes_per_token_ = s.pull_kv_bytes_per_token_;
         batchers_ = s.batchers_;
@@ -851,6 +892,8 @@ class RoutingEngine {
     bool defer_pulls_ = false;
     int64_t pull_kv_bytes_per_token_ = 0;
     std::vector<PrefillBatcher<PrefillTime>> batchers_;
+    int64_t pipeline_depth_ = 1, pipeline_min_tokens_ = 0;
+    std::vector<std::array<double, 3>> pipeline_send_;
     std::vector<int64_t> row_of_;  // request -> its row, until its TTFT is known
     std::vector<std::pair<int64_t, double>> prefill_ends_;
     std::vector<Pull> deferred_;  // pulls left to the caller (RoutingSimulator.pulls)
