@@ -73,6 +73,13 @@ Compiling the prefill features with mypyc gained 3.4 -> 3.0 us; compiling ``cost
 simulators about 7 % but broke pickling its frozen dataclasses, and was dropped. So the 0.25 target
 is not reachable in Python, compiled or not: it needs the simulator and the observation in native
 code with native data structures (C, Cython ``cdef`` classes, Rust).
+
+Issue 25's vector env (``--engine``; 2026-12-04, branch vec-speed, load average 15-17, the code
+before, 3fd16a7, and after alternating, one run each of ``python benchmarks/bench_envs.py --engine
+--seconds 2``): vector 16 native 2.36x and 2.18x CartPole-v1 before, 2.99x and 2.99x after, with
+resets (step only 3.02x / 2.71x before, 3.58x / 4.11x after); the target is >= 8x. In CPU time the
+engine's ``EnvBatch.step`` of 16 envs alone is 5.7-5.9x CartPole-v1's step, so the target needs the
+engine's routing step itself faster (docs/engine.md, "Measured speed").
 """
 
 from __future__ import annotations
