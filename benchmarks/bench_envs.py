@@ -79,6 +79,13 @@ docs/engine.md "The v1 environments on the engine"), measured here on presets th
 runs (the last three cases: ``native_preset``); the report names each case's engine. One run at
 load 9-10: 0.67 / 0.61 / 0.78x CartPole with resets (PrefillRouting-v1 / OverloadAdmission-v1 /
 Conductor-v1; the reference 0.056 / 0.073 / 0.076x in the same run), below issue 25's 1.5x.
+
+Issue 25's vector env (``--engine``; 2026-12-04, branch vec-speed, load average 15-17, the code
+before, 3fd16a7, and after alternating, one run each of ``python benchmarks/bench_envs.py --engine
+--seconds 2``): vector 16 native 2.36x and 2.18x CartPole-v1 before, 2.99x and 2.99x after, with
+resets (step only 3.02x / 2.71x before, 3.58x / 4.11x after); the target is >= 8x. In CPU time the
+engine's ``EnvBatch.step`` of 16 envs alone is 5.7-5.9x CartPole-v1's step, so the target needs the
+engine's routing step itself faster (docs/engine.md, "Measured speed").
 """
 
 from __future__ import annotations

@@ -17,9 +17,21 @@ updates):
 - *vector 16*: :class:`mooncake_gym.envs.vector.SB3VecEnv` of 16 native envs (one engine call per
   step of all 16).
 
+PyTorch runs on ``threads`` threads (``--threads``; default 1, as ``mooncake-gym train``'s
+``threads``): on the project's 2-core machines, shared with other jobs, two intra-op threads made
+every set-up 10-25x slower (PPO of the vector env 134 against 3,040 timesteps/s, of the native
+single env 40 against 1,023, 2026-12-04, load average 10), which hides what the environments cost.
+
 ``n_steps`` is per env, as in SB3, so a rollout holds ``n_steps x n_envs`` samples; the learner's
 cost per sample is the same in all three, and what the vector env saves is the rollout's per-step
 cost (one policy forward for 16 envs, one engine call). :func:`run` returns the figures.
+
+Figures (2026-12-04, branch vec-speed, ``--timesteps 16384``, load average 10-17): the vector env
+4.04x, 3.38x and 2.75x the single reference env in three runs (2.91x, 3.40x and 2.29x the single
+native env); the code before (3fd16a7) 5.74x in a run between them. The spread is the shared
+machine's: the update costs about 280 us of PyTorch per sample in every set-up, against rollouts of
+about 48 us per sample (vector) and 700 us (single env), so the ratio sits near 3-4x
+(docs/engine.md, "Measured speed").
 """
 
 from __future__ import annotations
@@ -65,7 +77,10 @@ def setups(hp: dict) -> dict:
             f"vector {VECTOR_ENVS} native": lambda: SB3VecEnv.routing(VECTOR_ENVS, **kwargs)}
 
 
-def run(timesteps: int = 20000, rounds: int = 2, seed: int = 0, verbose: bool = True) -> dict:
+def run(timesteps: int = 20000, rounds: int = 2, seed: int = 0, verbose: bool = True, threads: int = 1) -> dict:
+    import torch
+
+    torch.set_num_threads(threads)
     hp = load_hyperparams(ENV_ID)
     made = setups(hp)
     rates: dict[str, list[float]] = {name: [] for name in made}
@@ -82,7 +97,8 @@ def run(timesteps: int = 20000, rounds: int = 2, seed: int = 0, verbose: bool = 
     vec = f"vector {VECTOR_ENVS} native"
     result = {"steps_per_s": best, "rounds": rates, "ratio_to_single": best[vec] / base,
               "ratio_to_native_single": best[vec] / best[NATIVE_SINGLE],
-              "ratio_to_recipe": best[vec] / best[recipe], "target": TARGET_RATIO, "timesteps": timesteps}
+              "ratio_to_recipe": best[vec] / best[recipe], "target": TARGET_RATIO, "timesteps": timesteps,
+              "threads": threads}
     result["meets_target"] = result["ratio_to_single"] >= TARGET_RATIO
     if verbose:
         for name, v in best.items():
@@ -98,8 +114,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--timesteps", type=int, default=20000, help="timesteps per set-up and round (default 20000)")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds; the best of them counts (default 2)")
+    parser.add_argument("--threads", type=int, default=1, help="PyTorch's threads (default 1, as mooncake-gym train)")
     args = parser.parse_args(argv)
-    run(args.timesteps, args.rounds)
+    run(args.timesteps, args.rounds, threads=args.threads)
     return 0
 
 
