@@ -212,3 +212,15 @@ def test_a_knob_at_the_edge_of_its_grid_extends_the_grid_until_its_optimum_is_in
     # the step: the edge's ratio where both values are > 0, else its difference; integers stay integers
     assert _beyond([0.0, 0.5], "high") == 1.0 and _beyond([0.0, 0.5], "low") == -0.5
     assert _beyond([1, 2, 4], "low") == 0 and _beyond([1, 2], "high") == 4 and _beyond([2, 3], "high") == 4
+
+
+def test_a_tuned_file_of_a_cluster_scenario_names_its_problem_and_reads_back(tmp_path):
+    """A routing-cluster scenario's result (env 'routing-cluster') is read with routing's rules, as
+    tune searched them; a knob the rule does not take is refused naming the file."""
+    good = tmp_path / "relsplit-routing-cluster-saturated.json"
+    good.write_text(json.dumps({"policy": "relsplit", "env": "routing-cluster", "knobs": {}}))
+    assert tune.read_tuned(good)["env"] == "routing-cluster"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"policy": "relsplit", "env": "routing-cluster", "knobs": {"no_such_knob": 1}}))
+    with pytest.raises(ValueError, match="--tuned .*bad.json"):
+        tune.read_tuned(bad)

@@ -235,7 +235,7 @@ def tune_baseline(policy: str, env: str, budget: int | None = None, search: str 
         env = s.problem  # an admission or Conductor scenario: the v1 admission rules, on token goodput
     else:
         settings = workloads(env, rates, loads, trace, speed, episode_requests)
-    knobs = knobs_of(problems.get(env).baselines if env in problems.PROBLEMS else env, policy)  # routing-cluster: routing's
+    knobs = knobs_of(baselines_of(env), policy)
     settings_to_try = candidates(knobs, search, budget, seed)
     seed_list = tune_seeds(seeds)
     metric, goal = metric_goal(env, metric)
@@ -380,6 +380,12 @@ def write_result(doc: dict, path: str | os.PathLike) -> None:
     write_atomic(path, json.dumps(to_jsonable(doc), indent=2) + "\n")
 
 
+def baselines_of(env: str) -> str:
+    """The baselines' problem of a tune result's ``env``: a problem of the registry names its own
+    (``routing-cluster``: routing's rules), a decision ('routing', 'admission', 'admission-v1') is one."""
+    return problems.get(env).baselines if env in problems.PROBLEMS else env
+
+
 def read_tuned(path: str | os.PathLike) -> dict:
     """A baseline tune result written by :func:`write_result`, checked: its policy exists and its
     knobs are accepted by the policy's class (``ValueError`` naming the file otherwise)."""
@@ -408,7 +414,7 @@ def read_tuned(path: str | os.PathLike) -> dict:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ValueError(f"--tuned {path}: knob {knob} must be a finite number, got {value!r}")
     try:
-        make_policy(doc["env"], doc["policy"], **doc["knobs"])
+        make_policy(baselines_of(doc["env"]), doc["policy"], **doc["knobs"])
     except (TypeError, ValueError) as e:
         raise ValueError(f"--tuned {path}: {e}") from None
     return doc
