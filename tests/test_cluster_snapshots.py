@@ -67,7 +67,7 @@ def drawn_actions(draw, preset, n):
                           draw(st.none() | st.integers(0, preset.n_decode - 1))) for _ in range(n)]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trace=st.one_of(workloads(), long_workloads()), preset=snapshot_clusters(), data=st.data())
 def test_restore_then_the_same_actions_give_the_same_run_on_both_engines(trace, preset, data):
     """Two snapshots (at drawn decisions) of a run with drawn actions; restored in the order s2, s1
