@@ -190,3 +190,25 @@ def test_numpys_permutation_and_choice_are_ported(n, d, seed, draws):
     assert r.choice(n, d) == g.choice(n, size=d, replace=False).tolist()
     bridge.set_rng_state(h, r.state())
     assert h.bit_generator.state == g.bit_generator.state
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trace=traces(), pool=pools(), name=st.sampled_from(["dynamo", "llmd"]), seed=st.integers(0, 2**32))
+def test_active_blocks_in_hash_maps_same_numbers(trace, pool, name, seed):
+    # a trace with more (block, instance) cells than the flat counts hold keeps them in hash maps
+    config, cost = pool
+    spec_of = bridge.policy_spec
+
+    def hashed(policy):
+        spec = spec_of(policy)
+        spec.active_flat_limit = 0
+        return spec
+
+    a, ga = run(trace, name, "python", config, cost, seed)
+    try:
+        bridge.policy_spec = hashed
+        b, gb = run(trace, name, "native", config, cost, seed)
+    finally:
+        bridge.policy_spec = spec_of
+    assert_same(a, b)
+    assert ga == gb

@@ -877,6 +877,7 @@ class RoutingEngine {
         v.blocks = trace_->blocks.data() + trace_->block_start[static_cast<size_t>(k)];
         v.n_blocks = trace_->block_start[static_cast<size_t>(k) + 1] - trace_->block_start[static_cast<size_t>(k)];
         v.unique_ids = trace_->unique_ids.data();
+        v.n_unique = trace_->n_unique();
         v.n = cache_blocks_.size();
         v.hit_blocks = ks_.data();
         v.hit_tokens = hits_.data();

@@ -489,6 +489,10 @@ NB_MODULE(_engine_native, m) {
             "block_tokens", [](const PolicySpec& p) { return p.prod.block_tokens; },
             [](PolicySpec& p, double b) { p.prod.block_tokens = b; })
         .def_prop_rw(
+            "active_flat_limit", [](const PolicySpec& p) { return p.prod.flat_limit; },
+            [](PolicySpec& p, int64_t c) { p.prod.flat_limit = c; },
+            "Most (block, instance) cells of the flat active-block counts (dynamo, llmd; else hash maps).")
+        .def_prop_rw(
             "production_compensated_sum", [](const PolicySpec& p) { return p.prod.compensated_sum; },
             [](PolicySpec& p, bool c) { p.prod.compensated_sum = c; });
 

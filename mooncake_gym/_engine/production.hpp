@@ -28,6 +28,7 @@ struct ProdView {
     const int32_t* blocks = nullptr;  // the request's blocks (dense indices: one per distinct block id)
     int64_t n_blocks = 0;
     const int64_t* unique_ids = nullptr;  // dense index -> the trace's block id (chbl's key)
+    int64_t n_unique = 0;                 // distinct blocks of the trace (dense indices below it)
     size_t n = 0;
     const int64_t* hit_blocks = nullptr;
     const int64_t* hit_tokens = nullptr;
@@ -163,10 +164,16 @@ struct ProductionRouter {
     double block_tokens = 512.0;   // production.py's BLOCK_TOKENS
     bool compensated_sum = false;  // CPython >= 3.12's sum() of floats
 
-    // ActiveBlocks (dynamo, llmd): per instance, block -> in-flight requests holding it; the
-    // requests' finish times in a heap (finish, order, instance, blocks, n)
+    // ActiveBlocks (dynamo, llmd): per instance, block -> in-flight requests holding it (a flat
+    // array of (block, instance) counts where it has at most flat_limit cells, else a hash map per
+    // instance) and the number of distinct blocks held; the requests' finish times in a heap
+    // (finish, order, instance, blocks, n)
     using Finishing = std::tuple<double, int64_t, size_t, const int32_t*, int64_t>;
+    int64_t flat_limit = int64_t(1) << 24;
+    bool flat = false;
+    std::vector<int32_t> flat_refs;
     std::vector<std::unordered_map<int32_t, int32_t>> refs;
+    std::vector<int64_t> active;
     std::priority_queue<Finishing, std::vector<Finishing>, std::greater<Finishing>> finishing;
     int64_t order = 0;
     // _QPSWindow (vllm_prefix, vllm_kvaware): each instance's dispatch times in the window
@@ -186,8 +193,11 @@ struct ProductionRouter {
 
     double knob(size_t j) const { return knobs.at(j); }
 
-    void start(size_t n) {
+    void start(size_t n, int64_t n_unique) {
+        flat = needs_active() && static_cast<int64_t>(n) * n_unique <= flat_limit;
+        flat_refs.assign(flat ? n * static_cast<size_t>(n_unique) : 0, 0);
         refs.assign(n, {});
+        active.assign(n, 0);
         finishing = decltype(finishing)();
         order = 0;
         sent.assign(n, {});
@@ -200,7 +210,7 @@ struct ProductionRouter {
     }
 
     int64_t operator()(const ProdView& v, Pcg64& rng) {
-        if (!started || refs.size() != v.n) start(v.n);
+        if (!started || refs.size() != v.n) start(v.n, v.n_unique);
         switch (rule) {
             case Production::Dynamo: return dynamo(v, rng);
             case Production::LlmD: return llmd(v, rng);
@@ -217,26 +227,41 @@ struct ProductionRouter {
     }
 
     // --- ActiveBlocks ---
+    bool needs_active() const { return rule == Production::Dynamo || rule == Production::LlmD; }
+    int32_t* flat_ref(size_t i, int32_t b) { return &flat_refs[static_cast<size_t>(b) * refs.size() + i]; }
     void expire(double now) {
         while (!finishing.empty() && std::get<0>(finishing.top()) <= now) {
             const auto [f, o, i, ids, m] = finishing.top();
             finishing.pop();
-            auto& r = refs[i];
             for (int64_t j = 0; j < m; ++j) {
+                if (flat) {
+                    active[i] -= --*flat_ref(i, ids[j]) == 0;
+                    continue;
+                }
+                auto& r = refs[i];
                 auto it = r.find(ids[j]);
-                if (it->second == 1) r.erase(it); else --it->second;
+                if (it->second == 1) {
+                    r.erase(it);
+                    --active[i];
+                } else {
+                    --it->second;
+                }
             }
         }
     }
     void add(const ProdView& v, size_t i) {
-        auto& r = refs[i];
-        for (int64_t j = 0; j < v.n_blocks; ++j) ++r[v.blocks[j]];
+        for (int64_t j = 0; j < v.n_blocks; ++j)
+            active[i] += (flat ? (*flat_ref(i, v.blocks[j]))++ : refs[i][v.blocks[j]]++) == 0;
         finishing.emplace((v.now + v.queue_s[i]) + v.prefill_s[i], order++, i, v.blocks, v.n_blocks);
     }
     // decode blocks (dynamo): active blocks + the request's blocks not yet active there
-    int64_t new_blocks(const ProdView& v, size_t i) const {
-        const auto& r = refs[i];
+    int64_t new_blocks(const ProdView& v, size_t i) {
         int64_t c = 0;
+        if (flat) {
+            for (int64_t j = 0; j < v.n_blocks; ++j) c += *flat_ref(i, v.blocks[j]) == 0;
+            return c;
+        }
+        const auto& r = refs[i];
         for (int64_t j = 0; j < v.n_blocks; ++j) c += r.find(v.blocks[j]) == r.end();
         return c;
     }
@@ -248,7 +273,7 @@ struct ProductionRouter {
         const double b = block_tokens;
         d_.resize(v.n);
         for (size_t i = 0; i < v.n; ++i) {
-            const int64_t decode = static_cast<int64_t>(refs[i].size()) + new_blocks(v, i);
+            const int64_t decode = active[i] + new_blocks(v, i);
             const double x = static_cast<double>(v.queued_tokens[i] + v.input_tokens) / b -
                              credit * static_cast<double>(v.hit_tokens[i]) / b;
             const double m = x > 0.0 ? x : 0.0;
@@ -301,7 +326,7 @@ struct ProductionRouter {
         for (size_t i = 0; i < v.n; ++i) {
             const double s = qmax == qmin ? 1.0 : static_cast<double>(qmax - i_[i]) / static_cast<double>(qmax - qmin);
             const double p = total ? static_cast<double>(v.hit_blocks[i]) / static_cast<double>(total) : 0.0;
-            const int64_t a = static_cast<int64_t>(refs[i].size());
+            const int64_t a = active[i];
             const int64_t c = v.cache_blocks[i];
             double u;
             if (c > 0) {
