@@ -212,3 +212,16 @@ def test_active_blocks_in_hash_maps_same_numbers(trace, pool, name, seed):
         bridge.policy_spec = spec_of
     assert_same(a, b)
     assert ga == gb
+
+
+@pytest.mark.parametrize("name", ["sglang", "aibrix", "p2c", "dynamo", "vllm_prefix"])
+def test_rollout_over_a_production_router_same_on_both_engines(name):
+    # a stateless router's trials run in the engine (its generator as at the decision), a router
+    # holding running state (dynamo's active blocks, vLLM's window) continues it in Python
+    from mooncake_gym.evaluation.episodes import RolloutPolicy, evaluate
+
+    kw = dict(episode_requests=40, n_instances=4, rate=12)
+    env = "mooncake_gym/PrefillRouting-v0"
+    runs = [evaluate(env, RolloutPolicy(make_policy("routing", name), 3), [1, 2], engine=e, **kw)
+            for e in ("python", "native")]
+    assert runs[0] == runs[1]

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import copy
 
-from mooncake_gym._engine.routing import native_policy, policy_spec, rng_state
+from mooncake_gym._engine.routing import native_policy, policy_spec, production_unsupported, rng_state
 from mooncake_gym.sim.policy import feedback_of, policy_name
 from mooncake_gym.sim.views import Route, check_route
 
@@ -111,7 +111,8 @@ def rollout_trials(sim, base, horizon: int = DEFAULT_HORIZON, snapshot=None) -> 
     first = check_route(base(view), view.n_instances)
     tried = trials(view, first)
     snap = sim.snapshot() if snapshot is None else snapshot
-    native = hasattr(sim, "decide") and native_policy(base) is not None
+    # (a production router holding running state, its window or active blocks, continues it in Python)
+    native = hasattr(sim, "decide") and native_policy(base) is not None and production_unsupported(base) is None
     if native:
         from mooncake_gym._engine import native as _native
         state = rng_state(base.rng)  # (the native rules draw their ties from it: each trial the same draws)
