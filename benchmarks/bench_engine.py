@@ -2,7 +2,9 @@
 ``routing.simulate`` on the shared trace x2 (Mooncake's public synthetic trace at twice its
 speed; a synthetic trace at rate 8 where ../shared/traces is absent) with ``engine="python"`` and
 ``engine="native"``, for the ``lecture`` preset and a realistic one (``mooncake``), measured in one
-run, alternating the engines, so that the ratio is read under the same load.
+run, alternating the engines, so that the ratio is read under the same load. :func:`run_production`
+(part of :func:`run`) does the same for each production router of ``baselines/production.py`` on the
+trace's first 5,000 requests (``lecture``'s pool).
 
 Target (issue 25): native >= 25x the reference's decisions per second, for both presets. The
 native figure is the whole ``simulate`` call (the simulator's checks, the engine's run, the
@@ -99,6 +101,7 @@ def run(seconds: float = 2.0, rounds: int = 3, trace=None) -> dict:
     out["target_met"] = worst >= 25.0
     print(f"target (native >= 25x the reference, both presets): {'met' if out['target_met'] else 'NOT met'} "
           f"(lowest {worst:.1f}x)")
+    out["production"] = run_production(trace.head(PRODUCTION_REQUESTS), seconds, rounds)
     out["cluster"] = run_cluster(trace, seconds, rounds)
     out["snapshots"] = run_snapshots(seconds)
     return out
@@ -158,6 +161,31 @@ def _per_call(f, seconds: float) -> float:
     """Microseconds per call of ``f``, repeated for at least ``seconds``."""
     runs, elapsed = _timed(f, seconds)
     return elapsed / runs * 1e6
+
+
+#: The production routers' case runs on the trace's first requests (the reference is slow on all of them).
+PRODUCTION_REQUESTS = 5000
+
+
+def run_production(trace, seconds: float = 2.0, rounds: int = 3, preset: str = "lecture", names=None) -> dict:
+    """Decisions per second of ``routing.simulate`` with each production router (``baselines/production.py``,
+    native in ``_engine/production.hpp``; default knobs) on each engine, on ``preset``'s prefill pool."""
+    from mooncake_gym.baselines.production import PRODUCTION_ROUTING_POLICIES
+
+    p = PRESETS[preset]
+    config, cost = p.routing_config(), p.prefill_cost
+    n = len(trace)
+    out = {"trace": trace.name, "requests": n, "preset": preset, "routers": {}}
+    for name in names or PRODUCTION_ROUTING_POLICIES:
+        def once(engine, name=name):
+            routing.simulate(trace, make_policy("routing", name), config, cost, engine=engine)
+
+        rate = _rates({"python": lambda: once("python"), "native": lambda: once("native")}, n, seconds, rounds)
+        out["routers"][name] = {"python_per_s": rate["python"], "native_per_s": rate["native"],
+                                "ratio": rate["native"] / rate["python"]}
+        print(f"{preset:9s} {name:12s} reference {rate['python']:10,.0f}/s  native {rate['native']:12,.0f}/s "
+              f"({rate['native'] / rate['python']:5.1f}x)  [{trace.name}, {n} requests]")
+    return out
 
 
 def run_cluster(trace, seconds: float = 2.0, rounds: int = 3, presets=PRESET_NAMES) -> dict:

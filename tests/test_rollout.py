@@ -9,7 +9,7 @@ import pytest
 
 from helpers import trace_of
 from mooncake_gym import _engine
-from mooncake_gym._engine.routing import native_policy
+from mooncake_gym._engine.routing import native_policy, production_unsupported
 from mooncake_gym._engine.stepper import NativeRoutingSimulator
 from mooncake_gym.analysis.rollout import rollout_route, trials
 from mooncake_gym.baselines import make_policy
@@ -110,7 +110,12 @@ def test_same_seed_same_numbers_on_both_engines_with_a_random_base():
 def test_a_base_rule_without_a_native_twin_runs_its_trials_in_python_on_either_engine():
     kw = dict(episode_requests=40, n_instances=4, rate=12)
     env = "mooncake_gym/PrefillRouting-v0"
-    assert native_policy(make_policy("routing", "preble")) is None
+    # preble is native in whole runs, but at a decision it holds its load window (running state the
+    # engine does not take in): its trials run in Python
+    base = make_policy("routing", "preble")
+    assert native_policy(base) == "preble"
+    base(RoutingSimulator(TRACE, POOL).view)
+    assert "running state" in production_unsupported(base)
     runs = [evaluate(env, RolloutPolicy(make_policy("routing", "preble"), 4), [1], engine=e, **kw)
             for e in ["python"] + (["native"] if _engine.available() else [])]
     assert all(r == runs[0] for r in runs)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import copy
 
-from mooncake_gym._engine.routing import native_policy, policy_spec, rng_state
+from mooncake_gym._engine.routing import native_policy, policy_spec, production_unsupported, rng_state
 from mooncake_gym.sim.cluster import ClusterSimulator
 from mooncake_gym.sim.policy import feedback_of, policy_name
 from mooncake_gym.sim.views import Route, check_route
@@ -138,7 +138,9 @@ def rollout_trials(sim, base, horizon: int = DEFAULT_HORIZON, snapshot=None) -> 
     first = check_route(base(view), routing.n_instances)
     tried = trials(routing, first)
     snap = sim.snapshot() if snapshot is None else snapshot
-    native = not cluster and hasattr(sim, "decide") and native_policy(base) is not None
+    # (a production router holding running state, its window or active blocks, continues it in Python)
+    native = (not cluster and hasattr(sim, "decide") and native_policy(base) is not None
+              and production_unsupported(base) is None)
     if native:
         from mooncake_gym._engine import native as _native
         state = rng_state(base.rng)  # (the native rules draw their ties from it: each trial the same draws)
