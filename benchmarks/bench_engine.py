@@ -2,7 +2,9 @@
 ``routing.simulate`` on the shared trace x2 (Mooncake's public synthetic trace at twice its
 speed; a synthetic trace at rate 8 where ../shared/traces is absent) with ``engine="python"`` and
 ``engine="native"``, for the ``lecture`` preset and a realistic one (``mooncake``), measured in one
-run, alternating the engines, so that the ratio is read under the same load.
+run, alternating the engines, so that the ratio is read under the same load. :func:`run_production`
+(part of :func:`run`) does the same for each production router of ``baselines/production.py`` on the
+trace's first 5,000 requests (``lecture``'s pool).
 
 Target (issue 25): native >= 25x the reference's decisions per second, for both presets. The
 native figure is the whole ``simulate`` call (the simulator's checks, the engine's run, the
@@ -15,6 +17,13 @@ by the default router, early rejection, the decode rule at the prefill's end) on
 reserve decode pool) and ``mooncake`` as shipped (chunked prefill batching, KV transfers over shared
 NICs, continuous-batching decode with recompute): its decisions (arrivals) per second on each
 engine, and, for a preset whose cluster is not native, the reason.
+
+:func:`run_snapshots` (part of :func:`run`) times the snapshots of the default v1 cluster
+(``gym.make("mooncake_gym/PrefillRouting-v1")``: preset ``mooncake``, 1,000-request episodes)
+mid-episode (after ``at`` = 500 decisions by random actions): the env's ``snapshot()`` and
+``restore(s)`` (the simulator's state and the reward's sums; restore writes the observation), the
+native cluster's own, the Python reference's, and one env step for scale. Target (issue 25): at
+most 50 us each for the env's snapshot and restore.
 """
 
 from __future__ import annotations
@@ -92,7 +101,90 @@ def run(seconds: float = 2.0, rounds: int = 3, trace=None) -> dict:
     out["target_met"] = worst >= 25.0
     print(f"target (native >= 25x the reference, both presets): {'met' if out['target_met'] else 'NOT met'} "
           f"(lowest {worst:.1f}x)")
+    out["production"] = run_production(trace.head(PRODUCTION_REQUESTS), seconds, rounds)
     out["cluster"] = run_cluster(trace, seconds, rounds)
+    out["snapshots"] = run_snapshots(seconds)
+    return out
+
+
+#: The issue's target for a snapshot and a restore of the default v1 cluster, in microseconds.
+SNAPSHOT_TARGET_US = 50.0
+
+
+def run_snapshots(seconds: float = 2.0, at: int = 500) -> dict:
+    """Microseconds per ``snapshot()`` and per ``restore(s)`` of the default ``PrefillRouting-v1``
+    env after ``at`` decisions (random actions, seed 0), on the native engine (the env's, and its
+    cluster's alone) and on the reference, with one env step's for scale."""
+    import gymnasium as gym
+    import numpy as np
+
+    import mooncake_gym  # noqa: F401  (registers the environments)
+
+    out = {"at": at}
+    for engine in ("native", "python"):
+        env = gym.make("mooncake_gym/PrefillRouting-v1", engine=engine)
+        env.reset(seed=0)
+        u, rng = env.unwrapped, np.random.default_rng(0)
+        for _ in range(at):
+            env.step(int(rng.integers(env.action_space.n)))
+        snap = u.snapshot()
+        budget = seconds / 4 if engine == "native" else seconds / 8
+        row = {"snapshot_us": _per_call(u.snapshot, budget), "restore_us": _per_call(lambda: u.restore(snap), budget)}
+        actions = [int(a) for a in rng.integers(env.action_space.n, size=64)]
+
+        def steps(env=env, u=u, snap=snap, actions=actions):
+            u.restore(snap)
+            for a in actions:
+                env.step(a)
+
+        row["step_us"] = _per_call(steps, budget) / len(actions) - row["restore_us"] / len(actions)
+        if engine == "native":
+            c = u.sim._cluster
+            cs = c.snapshot()
+            row["cluster_snapshot_us"] = _per_call(c.snapshot, budget)
+            row["cluster_restore_us"] = _per_call(lambda: c.restore(cs), budget)
+        out[engine] = row
+        env.close()
+    nat, ref = out["native"], out["python"]
+    out["target_met"] = max(nat["snapshot_us"], nat["restore_us"]) <= SNAPSHOT_TARGET_US
+    print(f"snapshot  PrefillRouting-v1 (mooncake) after {at} decisions: native env snapshot {nat['snapshot_us']:.1f} us, "
+          f"restore {nat['restore_us']:.1f} us (cluster alone {nat['cluster_snapshot_us']:.1f} / "
+          f"{nat['cluster_restore_us']:.1f} us; one env step {nat['step_us']:.1f} us); reference "
+          f"{ref['snapshot_us']:,.0f} / {ref['restore_us']:,.0f} us ({ref['snapshot_us'] / nat['snapshot_us']:.0f}x / "
+          f"{ref['restore_us'] / nat['restore_us']:.0f}x the native)")
+    print(f"snapshot target (native env snapshot and restore <= {SNAPSHOT_TARGET_US:.0f} us each): "
+          f"{'met' if out['target_met'] else 'NOT met'}")
+    return out
+
+
+def _per_call(f, seconds: float) -> float:
+    """Microseconds per call of ``f``, repeated for at least ``seconds``."""
+    runs, elapsed = _timed(f, seconds)
+    return elapsed / runs * 1e6
+
+
+#: The production routers' case runs on the trace's first requests (the reference is slow on all of them).
+PRODUCTION_REQUESTS = 5000
+
+
+def run_production(trace, seconds: float = 2.0, rounds: int = 3, preset: str = "lecture", names=None) -> dict:
+    """Decisions per second of ``routing.simulate`` with each production router (``baselines/production.py``,
+    native in ``_engine/production.hpp``; default knobs) on each engine, on ``preset``'s prefill pool."""
+    from mooncake_gym.baselines.production import PRODUCTION_ROUTING_POLICIES
+
+    p = PRESETS[preset]
+    config, cost = p.routing_config(), p.prefill_cost
+    n = len(trace)
+    out = {"trace": trace.name, "requests": n, "preset": preset, "routers": {}}
+    for name in names or PRODUCTION_ROUTING_POLICIES:
+        def once(engine, name=name):
+            routing.simulate(trace, make_policy("routing", name), config, cost, engine=engine)
+
+        rate = _rates({"python": lambda: once("python"), "native": lambda: once("native")}, n, seconds, rounds)
+        out["routers"][name] = {"python_per_s": rate["python"], "native_per_s": rate["native"],
+                                "ratio": rate["native"] / rate["python"]}
+        print(f"{preset:9s} {name:12s} reference {rate['python']:10,.0f}/s  native {rate['native']:12,.0f}/s "
+              f"({rate['native'] / rate['python']:5.1f}x)  [{trace.name}, {n} requests]")
     return out
 
 

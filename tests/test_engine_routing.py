@@ -180,7 +180,8 @@ def test_a_python_policy_runs_on_the_reference_or_is_refused_by_name():
     res = routing.simulate(trace, Pinned(), engine=None)  # the default falls back to the reference
     assert res.instance.tolist() == [1, 1]
     with pytest.raises(ValueError, match=r"'native' cannot run this: policy .*Pinned is not native "
-                                         r"\(native: cache, kvcentric, load, random, relsplit, sizesplit\)"):
+                                         r"\(native: aibrix, cache, chbl, dynamo, kvcentric, llmd, llmd_precise, lmetric, load, "
+                                         r"p2c, preble, random, relsplit, sglang, sizesplit, vllm_kvaware, vllm_prefix\)"):
         routing.simulate(trace, Pinned(), engine="native")
     with pytest.raises(ValueError, match="exact view only"):
         routing.simulate(trace, make_policy("routing", "load"), observation="scraped", engine="native")
@@ -188,12 +189,18 @@ def test_a_python_policy_runs_on_the_reference_or_is_refused_by_name():
     assert plain.instance.tolist() == [0, 0]
 
 
-def test_a_production_router_is_not_native_and_runs_the_same_as_before():
+def test_a_production_routers_subclass_is_not_native_and_runs_the_same_as_before():
+    # the production routers are native by their exact class (tests/test_engine_production.py); a
+    # subclass may change the rule and runs the reference
+    from mooncake_gym.baselines.production import DynamoKV
+
+    class Dynamo(DynamoKV):
+        pass
+
     trace = trace_of([(0.0, 600, [1, 2]), (0.1, 600, [1, 2]), (0.2, 3000, [1, 2, 3])])
-    policy = make_policy("routing", "dynamo")
-    assert bridge.native_policy(policy) is None
-    a = routing.simulate(trace, make_policy("routing", "dynamo"), engine=None)
-    b = routing.simulate(trace, make_policy("routing", "dynamo"), engine="python")
+    assert bridge.native_policy(Dynamo()) is None
+    a = routing.simulate(trace, Dynamo(), engine=None)
+    b = routing.simulate(trace, Dynamo(), engine="python")
     assert_same(a, b)
 
 

@@ -6,11 +6,13 @@
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
 
 #include "cluster.hpp"
+#include "clusterenv.hpp"
 #include "fields.hpp"
 
 namespace nb = nanobind;
@@ -133,6 +135,15 @@ void bind_cluster(nb::module_& m) {
           "fields"_a, "chunks"_a,
           "One batched prefill iteration of chunks (p, e) in the engine: (the chunks' linear s, attention s, "
           "PrefillTime.iteration_s).");
+    nb::class_<Cluster::Snapshot>(m, "ClusterSnapshot", "An opaque copy of a Cluster's state (Cluster.snapshot).");
+    nb::class_<mooncake::ClusterEnvCore::Snapshot>(m, "ClusterEnvSnapshot",
+                                                   "An opaque copy of a ClusterEnvCore's reward sums (env_snapshot).");
+    m.def("env_snapshot", [](const mooncake::ClusterEnvCore& core) { return core.snapshot(); }, "core"_a,
+          "The v1 env core's reward sums, to take with its cluster's snapshot.");
+    m.def("env_restore",
+          [](mooncake::ClusterEnvCore& core, const mooncake::ClusterEnvCore::Snapshot& s) { core.restore(s); },
+          "core"_a, "snapshot"_a,
+          "Back to the core's sums of env_snapshot (after its cluster's restore); writes the pending observation.");
     nb::class_<Cluster>(m, "Cluster",
                                "sim/cluster.py's ClusterSimulator, one request at a time per prefill instance, reserve "
                         "or batching decode (mooncake_gym/_engine/cluster.py).")
@@ -193,6 +204,17 @@ void bind_cluster(nb::module_& m) {
              "trace"_a, "output_tokens"_a, "pool"_a, "settings"_a, "router"_a, "threshold"_a, "rng"_a,
              nb::keep_alive<1, 2>(), nb::keep_alive<1, 4>())
         .def("reset", [](Cluster& c, const Pcg64& rng) { c.reset(rng); }, "rng"_a)
+        .def("snapshot", &Cluster::snapshot,
+             "A copy of the whole state, its prefill pool's included (an opaque ClusterSnapshot for restore).")
+        .def("restore",
+             [](Cluster& c, const Cluster::Snapshot& s) {
+                 try {
+                     c.restore(s);
+                 } catch (const std::invalid_argument& e) {
+                     throw nb::value_error(e.what());
+                 }
+             },
+             "snapshot"_a, "Back to the state of a snapshot of this cluster (it stays valid for more restores).")
         .def_prop_ro("done", &Cluster::done)
         .def_prop_ro("index", &Cluster::index)
         .def_prop_ro("now", &Cluster::now)

@@ -764,6 +764,128 @@ class Cluster {
         }
         next_sample_ = s <= horizon ? s : std::numeric_limits<double>::infinity();
     }
+
+  public:
+    // --- snapshots (docs/engine.md "Snapshots") ------------------------------------------------------
+    // A copy of the whole state, for restore(): the prefill pool's (RoutingEngine::snapshot), the
+    // events, the decode instances, the NICs, the counters, the series, the default router's generator
+    // and the per-request records. A request's record is written only once it has arrived (index()), so
+    // the records of the requests from index() on hold their initial values and only the ones before are
+    // copied. The trace and the settings are shared.
+    struct Snapshot {
+        const Cluster* owner = nullptr;
+        std::unique_ptr<RoutingEngine> pool;
+        std::vector<int64_t> target_, reserved_, prefill_instance_, decode_instance_;
+        std::vector<int8_t> outcome_;
+        std::vector<double> ttft_s_, prefill_s_, decode_start_s_, end_s_, tbt_s_, prefill_end_s_, max_interval_s_,
+            mean_interval_s_;
+        Router router_;
+        std::vector<int64_t> used_, batch_;
+        std::vector<Event> heap_;
+        int64_t seq_ = 0, i_ = 0;
+        bool done_ = false;
+        std::vector<BatchingDecode> decoders_;
+        int64_t completed_ = 0, completed_in_ttft_slo_ = 0, admitted_ = 0, rejected_at_arrival_ = 0,
+                rejected_after_prefill_ = 0, refused_too_long_ = 0, granted_ = 0, granted_in_ttft_slo_ = 0,
+                in_prefill_ = 0, in_decode_ = 0, preempted_ = 0;
+        double wasted_prefill_s_ = 0.0;
+        std::vector<double> wasted_t_, wasted_s_;
+        std::vector<int64_t> completions_;
+        std::vector<double> samples_t_, samples_p_, samples_d_, samples_kv_;
+        int64_t k_sample_ = 0;
+        double next_sample_ = 0.0, horizon_ = 0.0;
+        bool routed_ = false;
+        DefaultRoute route_{};
+        std::vector<size_t> tbt_done_;
+        std::vector<char> iterating_;
+        std::vector<std::vector<std::pair<double, int64_t>>> fifo_;
+        Network network_;
+        int64_t net_version_ = -1;
+    };
+
+    std::unique_ptr<Snapshot> snapshot() const {
+        auto s = std::make_unique<Snapshot>();
+        s->owner = this;
+        s->pool = pool_.snapshot();
+        copy_state(*s, *this);
+        const size_t k = static_cast<size_t>(i_);
+        for_records(*s, *this, [k](auto& to, const auto& from, auto) { to.assign(from.begin(), from.begin() + k); });
+        return s;
+    }
+
+    // Back to the state of `s`, a snapshot of this cluster (it stays valid for more restores).
+    void restore(const Snapshot& s) {
+        if (s.owner != this) throw std::invalid_argument("restore: a snapshot of another cluster");
+        pool_.restore(*s.pool);
+        const size_t k = static_cast<size_t>(s.i_), now = static_cast<size_t>(i_);
+        // the snapshot's records, and the initial values from there to the requests this run has reached
+        for_records(*this, s, [k, now](auto& to, const auto& from, auto init) {
+            std::copy(from.begin(), from.end(), to.begin());
+            if (now > k) std::fill(to.begin() + static_cast<std::ptrdiff_t>(k), to.begin() + static_cast<std::ptrdiff_t>(now), init);
+        });
+        copy_state(*this, s);
+    }
+
+  private:
+    // the state a snapshot copies whole (both ways: Cluster -> Snapshot, Snapshot -> Cluster)
+    template <class To, class From>
+    static void copy_state(To& to, const From& from) {
+        to.router_ = from.router_;
+        to.used_ = from.used_;
+        to.batch_ = from.batch_;
+        to.heap_ = from.heap_;
+        to.seq_ = from.seq_;
+        to.i_ = from.i_;
+        to.done_ = from.done_;
+        to.decoders_ = from.decoders_;
+        to.completed_ = from.completed_;
+        to.completed_in_ttft_slo_ = from.completed_in_ttft_slo_;
+        to.admitted_ = from.admitted_;
+        to.rejected_at_arrival_ = from.rejected_at_arrival_;
+        to.rejected_after_prefill_ = from.rejected_after_prefill_;
+        to.refused_too_long_ = from.refused_too_long_;
+        to.granted_ = from.granted_;
+        to.granted_in_ttft_slo_ = from.granted_in_ttft_slo_;
+        to.in_prefill_ = from.in_prefill_;
+        to.in_decode_ = from.in_decode_;
+        to.preempted_ = from.preempted_;
+        to.wasted_prefill_s_ = from.wasted_prefill_s_;
+        to.wasted_t_ = from.wasted_t_;
+        to.wasted_s_ = from.wasted_s_;
+        to.completions_ = from.completions_;
+        to.samples_t_ = from.samples_t_;
+        to.samples_p_ = from.samples_p_;
+        to.samples_d_ = from.samples_d_;
+        to.samples_kv_ = from.samples_kv_;
+        to.k_sample_ = from.k_sample_;
+        to.next_sample_ = from.next_sample_;
+        to.horizon_ = from.horizon_;
+        to.routed_ = from.routed_;
+        to.route_ = from.route_;
+        to.tbt_done_ = from.tbt_done_;
+        to.iterating_ = from.iterating_;
+        to.fifo_ = from.fifo_;
+        to.network_ = from.network_;
+        to.net_version_ = from.net_version_;
+    }
+    // f(to's record, from's record, its initial value) for every per-request record
+    template <class To, class From, class F>
+    static void for_records(To& to, const From& from, F f) {
+        const double nan = std::numeric_limits<double>::quiet_NaN();
+        f(to.target_, from.target_, int64_t(-1));
+        f(to.reserved_, from.reserved_, int64_t(0));
+        f(to.prefill_instance_, from.prefill_instance_, int64_t(-1));
+        f(to.decode_instance_, from.decode_instance_, int64_t(-1));
+        f(to.outcome_, from.outcome_, static_cast<int8_t>(PENDING));
+        for (auto [t, s] : {std::make_pair(&to.ttft_s_, &from.ttft_s_), std::make_pair(&to.prefill_s_, &from.prefill_s_),
+                            std::make_pair(&to.decode_start_s_, &from.decode_start_s_),
+                            std::make_pair(&to.end_s_, &from.end_s_), std::make_pair(&to.tbt_s_, &from.tbt_s_),
+                            std::make_pair(&to.prefill_end_s_, &from.prefill_end_s_),
+                            std::make_pair(&to.max_interval_s_, &from.max_interval_s_),
+                            std::make_pair(&to.mean_interval_s_, &from.mean_interval_s_)})
+            f(*t, *s, nan);
+    }
+
 };
 
 }  // namespace mooncake

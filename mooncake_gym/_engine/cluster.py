@@ -233,6 +233,15 @@ def _counter(index: int):
     return property(lambda self: self._cluster.counters()[index])
 
 
+class ClusterSnapshot:
+    """An opaque copy of a native cluster's state (:meth:`NativeClusterSimulator.snapshot`)."""
+
+    __slots__ = ("cluster",)
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+
+
 class NativeClusterSimulator(ClusterSimulator):
     """:class:`~mooncake_gym.sim.cluster.ClusterSimulator` with its state in the native engine (see
     the module docstring). Made by ``ClusterSimulator(..., engine="native")`` (or the default where
@@ -312,6 +321,29 @@ class NativeClusterSimulator(ClusterSimulator):
         """Write the engine's router generator back into ``router.rng`` (the draws made so far)."""
         if self._routing_name != "least_queue":
             set_rng_state(self.router.rng, self._cluster.router_rng().state())
+
+    # -- snapshots ------------------------------------------------------------------------------------
+    def snapshot(self) -> "ClusterSnapshot":
+        """A copy of the whole simulation state (the engine's cluster and prefill pool: events,
+        decode instances, NICs, records, the default router's generator), for :meth:`restore`; the
+        trace and the set-up are shared, not copied."""
+        return ClusterSnapshot(self._cluster.snapshot())
+
+    def restore(self, snapshot: "ClusterSnapshot") -> ClusterView | None:
+        """Back to the state of ``snapshot`` (taken from this simulator; it stays valid for more
+        restores); returns the pending view."""
+        self.restore_state(snapshot)
+        return self.view
+
+    def restore_state(self, snapshot: "ClusterSnapshot") -> None:
+        """:meth:`restore` without making the pending view (an environment writes its observation
+        from the engine)."""
+        if not isinstance(snapshot, ClusterSnapshot):
+            raise ValueError(f"snapshot: expected a ClusterSnapshot of this simulator, got {type(snapshot).__name__}")
+        self._cluster.restore(snapshot.cluster)
+        self._view = None
+        self._cached = None
+        self._wasted = []  # (re-read from the engine when asked)
 
     # -- stepping ------------------------------------------------------------------------------------
     @property

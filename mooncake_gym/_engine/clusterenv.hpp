@@ -156,6 +156,25 @@ class ClusterEnvCore : public SteppableEnv {
     int64_t good_tokens() const { return good_tokens_; }
     int64_t good_requests() const { return good_requests_; }
 
+    // Snapshots: the reward's running sums, with the cluster's own snapshot (Cluster::snapshot) taken and
+    // restored beside them. The rows of finished requests (row_of_) are a cache: restore makes it rescan
+    // them at the next use, since the run it leaves may have finished other requests on other rows.
+    struct Snapshot {
+        int64_t good_tokens, good_requests;
+        size_t scored;
+        double last_wasted;
+    };
+    Snapshot snapshot() const { return {good_tokens_, good_requests_, scored_, last_wasted_}; }
+    // Back to `s` (taken with the cluster's snapshot just restored); writes the pending observation and mask.
+    void restore(const Snapshot& s) {
+        good_tokens_ = s.good_tokens;
+        good_requests_ = s.good_requests;
+        scored_ = s.scored;
+        last_wasted_ = s.last_wasted;
+        std::fill(seen_.begin(), seen_.end(), size_t(0));
+        observe();
+    }
+
   private:
     Cluster& c_;
     ClusterEnvSpec spec_;

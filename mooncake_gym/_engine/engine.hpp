@@ -73,7 +73,15 @@ struct Pcg64 {
         }
         return static_cast<int64_t>(m >> 32);
     }
+    // ``Generator.random()``: the top 53 bits of a 64-bit output, as numpy's next_double
+    double random() { return static_cast<double>(next64() >> 11) * (1.0 / 9007199254740992.0); }
 };
+
+}  // namespace mooncake
+
+#include "production.hpp"
+
+namespace mooncake {
 
 // --- the trace ----------------------------------------------------------------------------------
 // The trace in flat columns: request k's blocks are blocks[block_start[k] .. block_start[k+1]),
@@ -362,7 +370,7 @@ struct PoolCosts {
 };
 
 // --- the routing simulator -------------------------------------------------------------------
-enum class Policy { Random, Load, Cache, KVCentric, SizeSplit, RelSplit };
+enum class Policy { Random, Load, Cache, KVCentric, SizeSplit, RelSplit, Production };
 
 // A native policy's rule, knobs and running state. sizesplit and relsplit follow
 // mooncake_gym/baselines/sizesplit.py (SizeSplit, RelativeSizeSplit and its ServiceScale) operation for operation.
@@ -379,6 +387,7 @@ struct PolicySpec {
     bool compensated_sum = false;                  // CPython >= 3.12's sum() of floats
     double scale_sum = 0.0, scale_weight = 0.0;    // relsplit: ServiceScale's _sum, _weight
     double load_s = 0.0;                           // relsplit: _load_s of the last decision
+    ProductionRouter prod;                         // Production: the rule, its knobs and running state (production.hpp)
 
     // SizeSplit._is_long / RelativeSizeSplit._is_long (which counts the request in its scale)
     bool is_long(double size_s) {
@@ -794,6 +803,8 @@ class RoutingEngine {
                 const int64_t i = argmin(costs_, rng);
                 return {i, branch_[static_cast<size_t>(i)] != 0};
             }
+            case Policy::Production:
+                return {policy.prod(production_view(), rng), false};  // (none of these routers pulls)
         }
         throw std::logic_error("decide: unknown policy");
     }
@@ -899,6 +910,28 @@ class RoutingEngine {
     std::vector<Pull> deferred_;  // pulls left to the caller (RoutingSimulator.pulls)
 
     InstanceTotals totals(size_t i) { return InstanceTotals{busy_until_[i], busy_s_[i], queued_tokens_[i], requests_[i]}; }
+
+    // the pending view's fields the production rules read (production.hpp)
+    ProdView production_view() const {
+        ProdView v;
+        const int64_t k = k_;
+        v.now = trace_->arrival_s[static_cast<size_t>(k)];
+        v.input_tokens = trace_->input_tokens[static_cast<size_t>(k)];
+        v.blocks = trace_->blocks.data() + trace_->block_start[static_cast<size_t>(k)];
+        v.n_blocks = trace_->block_start[static_cast<size_t>(k) + 1] - trace_->block_start[static_cast<size_t>(k)];
+        v.unique_ids = trace_->unique_ids.data();
+        v.n_unique = trace_->n_unique();
+        v.n = cache_blocks_.size();
+        v.hit_blocks = ks_.data();
+        v.hit_tokens = hits_.data();
+        v.best_hit_tokens = best_hit_;
+        v.queue_s = queue_.data();
+        v.prefill_s = prefills_.data();
+        v.queued_requests = view_queued_.data();
+        v.queued_tokens = view_queued_tokens_.data();
+        v.cache_blocks = cache_blocks_.data();
+        return v;
+    }
 
     // KVCentric.estimates: each instance's TTFT estimate (costs_) and whether it took the transfer branch
     void kvcentric_costs(double threshold) {

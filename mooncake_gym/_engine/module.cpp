@@ -60,9 +60,30 @@ Policy policy_from(const std::string& name) {
         ("policy: expected one of random, load, cache, kvcentric, sizesplit, relsplit, got " + name).c_str());
 }
 
+// the production routers (production.hpp), by their names in mooncake_gym/baselines/production.py
+bool production_from(const std::string& name, mooncake::Production& rule) {
+    using mooncake::Production;
+    static const std::pair<const char*, Production> rules[] = {
+        {"dynamo", Production::Dynamo},       {"llmd", Production::LlmD},
+        {"llmd_precise", Production::LlmD},   {"sglang", Production::SGLang},
+        {"vllm_prefix", Production::VLLMPrefix}, {"vllm_kvaware", Production::VLLMKVAware},
+        {"aibrix", Production::AIBrix},       {"preble", Production::Preble},
+        {"lmetric", Production::LMetric},     {"p2c", Production::P2C},
+        {"chbl", Production::CHBL}};
+    for (const auto& [n, r] : rules)
+        if (name == n) {
+            rule = r;
+            return true;
+        }
+    return false;
+}
+
 PolicySpec spec_of(const std::string& name, double threshold) {
     PolicySpec p;
-    p.kind = policy_from(name);
+    if (production_from(name, p.prod.rule))
+        p.kind = Policy::Production;
+    else
+        p.kind = policy_from(name);
     p.threshold = threshold;
     return p;
 }
@@ -191,7 +212,21 @@ NB_MODULE(_engine_native, m) {
         .def("__init__", [](Pcg64* self, const RngState& s) { new (self) Pcg64(rng_from(s)); }, "state"_a)
         .def("state", [](const Pcg64& r) { return rng_state(r); })
         .def("integers", &Pcg64::integers, "n"_a)
-        .def("next64", &Pcg64::next64);
+        .def("next64", &Pcg64::next64)
+        .def("random", &Pcg64::random, "Generator.random()")
+        .def("permutation", [](Pcg64& r, int64_t n) { return mooncake::permutation(r, n); }, "n"_a,
+             "Generator.permutation(n) (production.hpp)")
+        .def(
+            "choice",
+            [](Pcg64& r, int64_t n, int64_t d) {
+                if (d < 0 || d > n) throw nb::value_error("choice: expected 0 <= size <= n");
+                try {
+                    return mooncake::choice_without_replacement(r, n, d);
+                } catch (const std::invalid_argument& e) {
+                    throw nb::value_error(e.what());
+                }
+            },
+            "n"_a, "size"_a, "Generator.choice(n, size, replace=False) (production.hpp)");
 
     nb::class_<TraceColumns>(m, "Trace", "A trace's columns as the engine reads them (made once per trace).")
         .def("__init__",
@@ -445,7 +480,21 @@ NB_MODULE(_engine_native, m) {
         .def_rw("compensated_sum", &PolicySpec::compensated_sum)
         .def_rw("scale_sum", &PolicySpec::scale_sum)
         .def_rw("scale_weight", &PolicySpec::scale_weight)
-        .def_rw("load_s", &PolicySpec::load_s);
+        .def_rw("load_s", &PolicySpec::load_s)
+        .def_prop_rw(
+            "knobs", [](const PolicySpec& p) { return p.prod.knobs; },
+            [](PolicySpec& p, std::vector<double> k) { p.prod.knobs = std::move(k); },
+            "A production router's knobs, in the order of _engine/routing.py PRODUCTION_KNOBS.")
+        .def_prop_rw(
+            "block_tokens", [](const PolicySpec& p) { return p.prod.block_tokens; },
+            [](PolicySpec& p, double b) { p.prod.block_tokens = b; })
+        .def_prop_rw(
+            "active_flat_limit", [](const PolicySpec& p) { return p.prod.flat_limit; },
+            [](PolicySpec& p, int64_t c) { p.prod.flat_limit = c; },
+            "Most (block, instance) cells of the flat active-block counts (dynamo, llmd; else hash maps).")
+        .def_prop_rw(
+            "production_compensated_sum", [](const PolicySpec& p) { return p.prod.compensated_sum; },
+            [](PolicySpec& p, bool c) { p.prod.compensated_sum = c; });
 
     nb::class_<SteppableEnv>(m, "SteppableEnv", "An environment core the native vector env steps (batch.hpp).")
         .def_prop_ro("done", &SteppableEnv::done);

@@ -8,7 +8,8 @@ generator state (numpy's PCG64, continued exactly in C++ and written back after 
 
 Native policies (:data:`NATIVE_POLICIES`): ``random``, ``load``, ``cache``, ``kvcentric``
 (any threshold), ``sizesplit`` and ``relsplit`` (any knobs; relsplit's running scale goes in and
-comes back out like the generator), recognised by their exact class (a subclass may change the rule: it runs in
+comes back out like the generator), and the production routers of ``baselines/production.py``
+(:data:`PRODUCTION_KNOBS`; their running state from a fresh ``reset``), recognised by their exact class (a subclass may change the rule: it runs in
 Python). Anything else, an observation mode other than the exact view, or a policy generator other
 than PCG64 is not native: :func:`unsupported` says why. This module is in the simulator's layer
 (tests/test_layers.py); it imports the model layer and the package's engine switch only.
@@ -22,7 +23,7 @@ import sys
 import numpy as np
 
 from mooncake_gym._engine import native
-from mooncake_gym.model.costmodel import NODE_TIER_BANDWIDTH, PrefillTime
+from mooncake_gym.model.costmodel import BLOCK_TOKENS, NODE_TIER_BANDWIDTH, PrefillTime
 
 #: The policies the engine runs natively: (module, class) -> the engine's name for the rule.
 NATIVE_POLICIES = {
@@ -32,7 +33,30 @@ NATIVE_POLICIES = {
     ("mooncake_gym.sim.policies", "KVCentric"): "kvcentric",
     ("mooncake_gym.baselines.sizesplit", "SizeSplit"): "sizesplit",
     ("mooncake_gym.baselines.sizesplit", "RelativeSizeSplit"): "relsplit",
+    **{("mooncake_gym.baselines.production", cls): name for cls, name in (
+        ("DynamoKV", "dynamo"), ("LlmD", "llmd"), ("LlmDPrecise", "llmd_precise"),
+        ("SGLangCacheAware", "sglang"), ("VLLMPrefix", "vllm_prefix"), ("VLLMKVAware", "vllm_kvaware"),
+        ("AIBrixPrefixCache", "aibrix"), ("PrebleE2", "preble"), ("LMetric", "lmetric"), ("PowerOfTwoChoices", "p2c"),
+        ("ConsistentHashBoundedLoad", "chbl"))},
 }
+#: The production routers' knobs as the engine reads them (production.hpp: ``knob(0)``, ``knob(1)``, ...).
+PRODUCTION_KNOBS = {
+    "dynamo": ("overlap_weight", "temperature", "credit", "active_request_weight"),
+    "llmd": ("prefix_weight", "queue_weight", "kv_weight"),
+    "llmd_precise": ("prefix_weight", "queue_weight", "kv_weight"),
+    "sglang": ("cache_threshold", "balance_abs_threshold", "balance_rel_threshold"),
+    "vllm_prefix": ("min_match_tokens", "window_s"),
+    "vllm_kvaware": ("kv_aware_threshold", "window_s"),
+    "aibrix": ("imbalance_factor", "imbalance_min_gap", "std_factor"),
+    "preble": ("window_s", "rebalance_ratio"),
+    "lmetric": (),
+    "p2c": ("choices",),
+    "chbl": ("balance", "prefix_blocks", "virtual_nodes"),
+}
+#: Each stateful production router's running state, as its ``reset`` leaves it (None): a native run
+#: starts from it and leaves it so (the window or active blocks of the run stay in the engine).
+PRODUCTION_STATE = {"dynamo": "_active_blocks", "llmd": "_active_blocks", "llmd_precise": "_active_blocks",
+                    "vllm_prefix": "_sent", "vllm_kvaware": "_sent", "preble": "_history"}
 #: PrefillTime's fields the engine's prefill time reads, with their Python types (the memo aside).
 PREFILL_FIELDS = {
     "n_layers": int, "linear": float, "attention": float, "flops": float, "kv_bytes": int, "bandwidth": float,
@@ -102,10 +126,37 @@ def unsupported(sim, policy) -> str | None:
         t = type(policy)
         return (f"policy {t.__module__}.{t.__qualname__} is not native (native: "
                 f"{', '.join(sorted(set(NATIVE_POLICIES.values())))})")
+    why = production_unsupported(policy)
+    if why:
+        return why
+    if native_policy(policy) == "p2c" and len(sim.costs) > 10000:
+        return "p2c: numpy samples more than 10,000 instances by a tail shuffle the engine does not port"
     rng = getattr(policy, "rng", None)
     if not isinstance(rng, np.random.Generator) or rng.bit_generator.state.get("bit_generator") != "PCG64":
         return "the policy's generator is not a numpy Generator over PCG64"
     return pool_unsupported(sim.trace, sim.costs, sim.config)
+
+
+def production_knobs(policy) -> list[float]:
+    """A native production router's knobs as the engine's doubles (:data:`PRODUCTION_KNOBS`)."""
+    return [float(getattr(policy, k)) for k in PRODUCTION_KNOBS[native_policy(policy)]]
+
+
+def production_unsupported(policy) -> str | None:
+    """Why a production router (:data:`PRODUCTION_KNOBS`) cannot run on the engine: a knob that is
+    not a number a double holds exactly, or running state left from decisions made before (the
+    engine starts from the state ``reset`` leaves); None if it can, or if ``policy`` is no production router."""
+    name = native_policy(policy)
+    if name not in PRODUCTION_KNOBS:
+        return None
+    for k in PRODUCTION_KNOBS[name]:
+        v = getattr(policy, k)
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or float(v) != v:
+            return f"{name}: knob {k}={v!r} is not a number the engine holds exactly"
+    state = PRODUCTION_STATE.get(name)
+    if state and getattr(policy, state, None) is not None:
+        return f"{name}: the policy holds running state ({state}) from earlier decisions; reset it first"
+    return None
 
 
 def pool_unsupported(trace, costs, config) -> str | None:
@@ -217,6 +268,10 @@ def policy_spec(policy):
     if name == "sizesplit":
         spec.has_long = policy.long_s is not None
         spec.long_s = float(policy.long_s) if spec.has_long else 0.0
+    if name in PRODUCTION_KNOBS:
+        spec.knobs = production_knobs(policy)
+        spec.block_tokens = float(BLOCK_TOKENS)
+        spec.production_compensated_sum = sys.version_info >= (3, 12)
     if name == "relsplit":
         spec.has_factor = policy.long_factor is not None
         spec.long_factor = float(policy.long_factor) if spec.has_factor else 0.0

@@ -21,14 +21,21 @@ not provably so. ``compare --rollout BASE[:H]`` shows it as a ``reference`` row.
 
 Runs on :class:`~mooncake_gym.sim.routing.RoutingSimulator` and its native twin
 (:class:`~mooncake_gym._engine.stepper.NativeRoutingSimulator`, where a native base rule's trials
-run in the engine: ``decide``); same numbers on both (tests/test_rollout.py).
+run in the engine: ``decide``), and on the cluster simulator of ``PrefillRouting-v1``
+(:class:`~mooncake_gym.sim.cluster.ClusterSimulator`, either engine: the ``routing-cluster``
+scenarios), where the base rule acts on the :class:`~mooncake_gym.sim.views.ClusterView` (a routing
+baseline behind ``OnRoutingView``) and every request is admitted with the default decode rule. There
+a prompt's TTFT is final once its last prefill iteration is formed; a trial's requests whose prompts
+are still queued when it ends are charged the TTFT estimated at their dispatch (the truncated
+rollout's terminal cost). Same numbers on both engines (tests/test_rollout.py).
 """
 
 from __future__ import annotations
 
 import copy
 
-from mooncake_gym._engine.routing import native_policy, policy_spec, rng_state
+from mooncake_gym._engine.routing import native_policy, policy_spec, production_unsupported, rng_state
+from mooncake_gym.sim.cluster import ClusterSimulator
 from mooncake_gym.sim.policy import feedback_of, policy_name
 from mooncake_gym.sim.views import Route, check_route
 
@@ -88,6 +95,24 @@ def _trial_python(sim, route, base, horizon: int) -> float:
     return total
 
 
+def _trial_cluster(sim, route, base, horizon: int) -> float:
+    rule = copy.deepcopy(base)  # its running state as it is at the decision
+    n = sim.preset.n_prefill
+    served = [sim.view.index]
+    sim.apply(True, Route(*route), None)
+    for _ in range(horizon):
+        if sim.done:
+            break
+        view = sim.view
+        served.append(view.index)
+        sim.apply(True, check_route(rule(view), n), None)
+    ttft = sim.ttft_s  # (final where the prompt's last iteration is formed, else the estimate at dispatch)
+    total = 0.0
+    for r in served:
+        total += ttft[r]
+    return float(total)
+
+
 def rollout_route(sim, base, horizon: int = DEFAULT_HORIZON, snapshot=None) -> tuple[Route, list[float]]:
     """The rollout's answer at ``sim``'s pending decision, and each trial's TTFT sum (in the order
     of :func:`trials`). ``base`` sees the pending view once (its state advances as if it routed
@@ -108,10 +133,14 @@ def rollout_trials(sim, base, horizon: int = DEFAULT_HORIZON, snapshot=None) -> 
     view = sim.view
     if view is None:
         raise RuntimeError("rollout: the trace is exhausted")
-    first = check_route(base(view), view.n_instances)
-    tried = trials(view, first)
+    cluster = isinstance(sim, ClusterSimulator)
+    routing = view.routing if cluster else view
+    first = check_route(base(view), routing.n_instances)
+    tried = trials(routing, first)
     snap = sim.snapshot() if snapshot is None else snapshot
-    native = hasattr(sim, "decide") and native_policy(base) is not None
+    # (a production router holding running state, its window or active blocks, continues it in Python)
+    native = (not cluster and hasattr(sim, "decide") and native_policy(base) is not None
+              and production_unsupported(base) is None)
     if native:
         from mooncake_gym._engine import native as _native
         state = rng_state(base.rng)  # (the native rules draw their ties from it: each trial the same draws)
@@ -126,6 +155,7 @@ def rollout_trials(sim, base, horizon: int = DEFAULT_HORIZON, snapshot=None) -> 
         for route in tried:
             sim.restore(snap)
             costs.append(_trial_native(sim, route, spec_of, rng_of, horizon) if native
+                         else _trial_cluster(sim, route, base, horizon) if cluster
                          else _trial_python(sim, route, base, horizon))
     finally:
         sim.restore(snap)

@@ -501,6 +501,31 @@ class ClusterEnv(gym.Env):
             info["metrics"] = sim.result("env").metrics
         return self._observe(), float(self._reward(info)), terminated, False, info
 
+    # -- snapshots -----------------------------------------------------------------------------------
+    def snapshot(self):
+        """An opaque copy of the episode's state (the simulator's, on either engine, and the reward's
+        running sums), for :meth:`restore`: valid for many restores, in any order, during this episode."""
+        sim = self.sim
+        if sim is None:
+            raise RuntimeError("snapshot: call reset() first")
+        core = None if self._core is None else _engine.native.env_snapshot(self._core)
+        return (sim, sim.snapshot(), core, (self._good, self._good_n, self._wasted))
+
+    def restore(self, snapshot) -> np.ndarray:
+        """Back to the state of ``snapshot`` (from :meth:`snapshot` during this episode); returns the
+        pending decision's observation. Continuing with the same actions gives the same rewards,
+        observations and infos as the run the snapshot was taken in."""
+        if not (isinstance(snapshot, tuple) and len(snapshot) == 4 and snapshot[0] is self.sim):
+            raise ValueError("snapshot: expected a snapshot of this env's current episode")
+        sim, state, core, sums = snapshot
+        if core is not None:
+            sim.restore_state(state)
+            _engine.native.env_restore(self._core, core)  # (writes the observation and the mask)
+        else:
+            sim.restore(state)
+        self._good, self._good_n, self._wasted = sums
+        return self._observe()
+
     def goodput_reward(self, info: dict) -> float:
         """The reward of ``OverloadAdmission-v1`` and ``Conductor-v1`` (:data:`GOODPUT_REWARD_DOC`)."""
         return info["good_tokens"] / self.mean_output_tokens - self.waste_penalty * info["wasted_s"] / self.mean_prefill_s

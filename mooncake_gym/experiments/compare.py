@@ -383,13 +383,30 @@ def parse_rollout(text: str) -> tuple[str, int]:
     return base, horizon
 
 
+#: The problems whose scenarios the rollout reference runs on (mooncake_gym.analysis.rollout).
+ROLLOUT_PROBLEMS = ("routing", "routing-cluster")
+
+
+def rollout_unsupported(setting: Setting) -> str | None:
+    """Why the rollout reference cannot run on ``setting`` (None: it can)."""
+    if setting.problem not in ROLLOUT_PROBLEMS:
+        return f"the rollout reference routes prefill requests ({', '.join(ROLLOUT_PROBLEMS)} scenarios), not {setting.problem}"
+    if not as_observation(setting.env_kwargs.get("observation")).exact:
+        return "the rollout reference needs the exact observation (its trials read the simulator's true state)"
+    return None
+
+
 def rollout_policies(setting: Setting, rollouts, tuned: list) -> dict:
     """The rollout reference rows (``--rollout BASE[:H]``: :class:`~mooncake_gym.evaluation.episodes.RolloutPolicy`)
-    of a routing scenario's setting on the exact observation (the trials need the simulator's
-    snapshots and its true state): each over BASE with the knobs of its tuned document if one is
-    given (``tuned``), else its defaults. Elsewhere none."""
-    if not rollouts or setting.problem != "routing" or not as_observation(setting.env_kwargs.get("observation")).exact:
+    of a routing scenario's setting (the toy's or the cluster's) on the exact observation (the
+    trials need the simulator's snapshots and its true state): each over BASE with the knobs of its
+    tuned document if one is given (``tuned``), else its defaults. Elsewhere a ``ValueError`` saying
+    why (:func:`rollout_unsupported`)."""
+    if not rollouts:
         return {}
+    why = rollout_unsupported(setting)
+    if why is not None:
+        raise ValueError(f"--rollout: no rollout row on {setting.scenario or setting.label}: {why}")
     out = {}
     for base, horizon in rollouts:
         doc = next((d for d in tuned if d["env"] == setting.problem and d["policy"] == base), None)
@@ -427,8 +444,13 @@ def compare_scenarios(names="all", seeds: int = DEFAULT_SEEDS, trace=None, agent
         s = scenario_setting(sc, **own)
         s.trace = sc.trace_check(trace if own else None)
         docs = [d for d in tuned or [] if d.get("scenario") in (None, sc.name)]
+        if rollouts and names == "all" and rollout_unsupported(s) is not None:  # (named, it is an error)
+            skipped.append(f"{sc.name}: no rollout row, {rollout_unsupported(s)}")
+            rows = {}
+        else:
+            rows = rollout_policies(s, rollouts, docs)
         plan.append((s, {**with_tuned(policies_for(s.problem, agents_fitting(s, agents), sc.name), s.problem, docs),
-                         **rollout_policies(s, rollouts, docs)}))
+                         **rows}))
     run_plan(plan, seed_list, progress, threads, workers=workers)
     return [s for s, _ in plan], skipped
 

@@ -55,6 +55,7 @@ slot was won under load. :func:`length_class_of` splits requests by output lengt
 from __future__ import annotations
 
 import bisect
+import copy
 import heapq
 import math
 from collections import deque
@@ -341,6 +342,45 @@ class ClusterSimulator:
     @property
     def now(self) -> float:
         return self._arrival[self._i] if self._i < len(self._arrival) else self._horizon
+
+    # -- snapshots ------------------------------------------------------------------------------------
+    #: What a snapshot shares with the simulator instead of copying (set at construction, never
+    #: changed; the lazily made tables are constants of the trace). The default router and the
+    #: listeners stay the same objects: a snapshot holds a copy of the router's attributes instead.
+    _SHARED = ("trace", "preset", "router", "_listeners", "observation", "predicted_output", "_routing_config",
+               "_arrival", "_input", "_output", "_footprint", "_never_fits", "_output_sorted", "_quantile_tables",
+               "_survival")
+
+    def _shared_memo(self) -> dict:
+        d = self.__dict__
+        shared = [d[k] for k in self._SHARED if k in d]
+        shared += [getattr(self.preset, f) for f in self.preset.__dataclass_fields__]  # (the instances' cost models)
+        memo = {id(v): v for v in shared}
+        memo.update(self.prefill._shared_memo())
+        memo[id(self)] = self  # (the pending view's simulator)
+        return memo
+
+    def snapshot(self) -> dict:
+        """A copy of the whole simulation state (the prefill pool's snapshot included, the decode
+        instances, the events, the NICs, the records, the pending view, the default router's
+        attributes), for :meth:`restore`: a deep copy of everything but the trace and the set-up
+        (the reference's; the native engine's is
+        ``mooncake_gym._engine.cluster.NativeClusterSimulator.snapshot``)."""
+        state = {k: v for k, v in self.__dict__.items() if k not in self._SHARED}
+        state["_router_state"] = getattr(self.router, "__dict__", None)
+        return copy.deepcopy(state, self._shared_memo())
+
+    def restore(self, snapshot: dict):
+        """Back to the state of ``snapshot`` (from :meth:`snapshot` of this simulator; it stays
+        valid for more restores); returns the pending view."""
+        if not isinstance(snapshot, dict) or "_router_state" not in snapshot:
+            raise ValueError(f"snapshot: expected a snapshot of this simulator, got {type(snapshot).__name__}")
+        state = copy.deepcopy(snapshot, self._shared_memo())
+        router = state.pop("_router_state")
+        if router is not None:
+            self.router.__dict__.update(router)
+        self.__dict__.update(state)
+        return self.view
 
     # -- stepping -----------------------------------------------------------------------------------
     def step(self, action) -> ClusterView | None:

@@ -752,8 +752,8 @@ def simulate(trace: Trace, policy: Callable, config: RoutingConfig | None = None
     if any, is drawn from a generator spawned from ``seed``, apart from the policy's own.
 
     ``engine``: ``"native"`` runs the whole loop in the native engine (docs/engine.md; the policies
-    ``random``, ``load``, ``cache`` and ``kvcentric`` on the exact view, else a ``ValueError`` saying
-    why), ``"python"`` this module; None (default) the native engine where the run is native
+    of ``mooncake_gym._engine.routing.NATIVE_POLICIES``, the production routers among them, on the
+    exact view, else a ``ValueError`` saying why), ``"python"`` this module; None (default) the native engine where the run is native
     (``mooncake_gym.engine()`` says whether it is built) and this module otherwise. Both give the same
     numbers (tests/test_engine_routing.py)."""
     sim = RoutingSimulator(trace, config, cost, observation, observation_rng(seed), seed=seed)
