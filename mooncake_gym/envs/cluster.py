@@ -233,15 +233,12 @@ SPEED_DOC = """\
     ``benchmarks/bench_envs.py`` (``mooncake-gym bench --only envs``) measures raw ``step``
     throughput next to Gymnasium's CartPole-v1 in the same run, and next to the environment's
     cluster simulator stepped alone through the same episodes with the same decisions. On the
-    native engine (a cluster it runs: ``get_preset("mooncake").with_(**NO_ENGINE)``,
-    ``mooncake-overload`` likewise; docs/engine.md) the v1 environments made 0.61-0.78x CartPole's
-    steps per second with resets (0.72-0.92x step only; one run, 2026-12-04, on a loaded 2-core
-    machine), within 5-25 % of their native simulators alone; on the reference, in the same run,
-    0.056-0.076x. Issue 25's aim of 1.5x is not met: a 1,000-request episode spends about 2.9 ms in
-    the engine's steps, 2-3 ms in ``reset`` (drawing the workload, building the native simulator)
-    and 2-3 ms on its final TBTs and metrics (docs/engine.md has the breakdown). On the reference a
-    step is the cluster simulator's decision plus the observation in Python (on 2026-12-01,
-    0.09-0.12x CartPole)."""
+    native engine, which runs every shipped preset (docs/engine.md), the v1 environments made
+    0.29-0.34x CartPole's steps per second through ``gym.make`` with resets on their default presets
+    (0.39-0.43x step only; one run, 2026-12-04, ``bench_envs.py --wrapped``), against 0.056-0.08x on the
+    reference. Issue 25's aim of 1.5x is not met: a 1,000-request episode spends about 2.9 ms in the
+    engine's steps, 2-3 ms in ``reset`` (drawing the workload, building the native simulator) and
+    2-3 ms on its final TBTs and metrics (docs/engine.md has the breakdown)."""
 
 GOODPUT_REWARD_DOC = """\
     The reward of a step is for the decision and for what happened between it and the next
