@@ -442,8 +442,8 @@ def test_compare_runs_a_cluster_routing_scenario_end_to_end(monkeypatch, capsys)
 
 
 def test_hard_cluster_scenarios_are_those_whose_best_rule_measured_at_least_3x_the_bound():
-    """On the cluster there is no rollout reference; ``hard`` marks the scenarios whose description
-    measured the best rule at 3 or more times the bound (docs/scenarios.md)."""
+    """On the cluster ``hard`` marks the scenarios whose description measured the best rule at 3 or
+    more times the bound (docs/scenarios.md; the rollout reference was measured on one of them only)."""
     import re
 
     hard = set()
