@@ -945,23 +945,8 @@ class RoutingEngine {
         }
     }
 
-    // sum(view.queue_s) / len(view.queue_s), as CPython's sum() adds floats (compensated from 3.12)
-    double mean_queue(bool compensated) const {
-        const size_t n = queue_.size();
-        double total = queue_[0], c = 0.0;
-        for (size_t i = 1; i < n; ++i) {
-            const double x = queue_[i];
-            if (compensated) {
-                const double t = total + x;
-                c += std::fabs(total) >= std::fabs(x) ? (total - t) + x : (x - t) + total;
-                total = t;
-            } else {
-                total += x;
-            }
-        }
-        if (compensated && c != 0.0 && std::isfinite(c)) total += c;
-        return total / static_cast<double>(n);
-    }
+    // sum(view.queue_s) / len(view.queue_s), as CPython's sum() adds floats (production.hpp py_sum)
+    double mean_queue(bool compensated) const { return py_sum(queue_, compensated) / static_cast<double>(queue_.size()); }
 
     void ensure_view() {
         if (done()) throw std::out_of_range("view: the trace is exhausted");
