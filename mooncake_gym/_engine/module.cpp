@@ -91,6 +91,19 @@ PolicySpec spec_of(const std::string& name, double threshold) {
 using F32Out = nb::ndarray<float, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using I8Out = nb::ndarray<int8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using F64Out = nb::ndarray<double, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+// An env core's bind(obs, mask, info): the buffers it writes from now on, checked against the
+// observation's, the mask's (n_mask) and the info row's (n_info) sizes; then the pending observation.
+template <class Env>
+void bind_buffers(Env& env, F32Out obs, I8Out mask, F64Out info, int64_t n_mask, int64_t n_info) {
+    if (obs.shape(0) != static_cast<size_t>(env.n_obs()) || mask.shape(0) != static_cast<size_t>(n_mask) ||
+        info.shape(0) != static_cast<size_t>(n_info))
+        throw nb::value_error("bind: expected buffers of the observation's, the mask's and the info's sizes");
+    env.obs = obs.data();
+    env.mask = mask.data();
+    env.info = info.data();
+    env.observe();
+}
 using BoolArr = nb::ndarray<bool, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using BoolIn = nb::ndarray<const bool, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using I64In = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
@@ -510,13 +523,7 @@ NB_MODULE(_engine_native, m) {
              "engine"_a, "time_scale"_a, "slo_s"_a, "ttft_reward"_a, "allow_pull"_a)
         .def("bind",
              [](RoutingEnv& env, F32Out obs, I8Out mask, F64Out info) {
-                 if (obs.shape(0) != static_cast<size_t>(env.n_obs()) || mask.shape(0) != static_cast<size_t>(env.n_actions()) ||
-                     info.shape(0) != static_cast<size_t>(mooncake::ROUTING_INFO_FIELDS))
-                     throw nb::value_error("bind: expected buffers of the observation's, the actions' and the info's sizes");
-                 env.obs = obs.data();
-                 env.mask = mask.data();
-                 env.info = info.data();
-                 env.observe();
+                 bind_buffers(env, obs, mask, info, env.n_actions(), mooncake::ROUTING_INFO_FIELDS);
              },
              "obs"_a, "mask"_a, "info"_a, nb::keep_alive<1, 2>(), nb::keep_alive<1, 3>(), nb::keep_alive<1, 4>(),
              "Write into these buffers from now on (and the pending observation and mask now).")
@@ -553,13 +560,7 @@ NB_MODULE(_engine_native, m) {
         .def_prop_ro("good_requests", &ClusterEnvCore::good_requests)
         .def("bind",
              [](ClusterEnvCore& env, F32Out obs, I8Out mask, F64Out info) {
-                 if (obs.shape(0) != static_cast<size_t>(env.n_obs()) || mask.shape(0) != static_cast<size_t>(env.n_mask()) ||
-                     info.shape(0) != static_cast<size_t>(mooncake::V1_INFO_FIELDS))
-                     throw nb::value_error("bind: expected buffers of the observation's, the mask's and the info's sizes");
-                 env.obs = obs.data();
-                 env.mask = mask.data();
-                 env.info = info.data();
-                 env.observe();
+                 bind_buffers(env, obs, mask, info, env.n_mask(), mooncake::V1_INFO_FIELDS);
              },
              "obs"_a, "mask"_a, "info"_a, nb::keep_alive<1, 2>(), nb::keep_alive<1, 3>(), nb::keep_alive<1, 4>(),
              "Write into these buffers from now on (and the pending observation and mask now).")
