@@ -33,7 +33,8 @@ from mooncake_gym.sim.admission import DEMO3_BASE_RATE
 from mooncake_gym.model.prediction import DEFAULT_PREDICTION_SIGMA, check_sigma, predict_output_tokens
 from mooncake_gym.model.presets import ClusterPreset, get_preset
 from mooncake_gym.model.workload import synthetic_trace
-from mooncake_gym.envs.common import ValueOrRange, as_float32, as_trace, check_range, clipped, episode_workload
+from mooncake_gym.envs.common import (ValueOrRange, as_float32, as_trace, check_range, clipped, episode_workload,
+                                      native_or_python)
 from mooncake_gym.envs.features import (DEFAULT_WASTE_PENALTY, IN_PREFILL_CAP_PER_INSTANCE, OUTPUT_TOKENS_CAP,
                                         PER_INSTANCE_FEATURES, QUEUE_CAP_SLO, TIME_UNIT_S, TTFT_CAP_SLO, routing_features)
 
@@ -345,11 +346,7 @@ class ClusterEnv(gym.Env):
             why = "the native engine shows the exact observation only (observation modes run in Python)"
         else:
             why = preset_unsupported(self.preset)
-        if why is None:
-            return "native"
-        if engine == "native":
-            raise ValueError(f"engine: 'native' cannot run this environment: {why}; pass engine='python'")
-        return "python"
+        return native_or_python(engine, why)
 
     def _use_buffers(self, obs: np.ndarray, mask: np.ndarray, info: np.ndarray) -> None:
         """Where the native core writes this env's observation, action mask and info row (float32 of

@@ -228,3 +228,14 @@ class PicturedEnv(gym.Env):
         if self.render_mode == "ansi":
             return self._picture()
         return self._frame()
+
+
+def native_or_python(engine: str | None, why: str | None) -> str:
+    """The engine of an environment's episodes once ``engine`` (``"native"`` or None, resolved) is
+    asked for: ``"native"`` where nothing stops it (``why`` is None), else ``"python"`` for the
+    default, and for ``engine="native"`` a ``ValueError`` saying ``why``."""
+    if why is None:
+        return "native"
+    if engine == "native":
+        raise ValueError(f"engine: 'native' cannot run this environment: {why}; pass engine='python'")
+    return "python"

@@ -15,7 +15,8 @@ from mooncake_gym.sim.credit import QueueCredit
 from mooncake_gym.sim.observation import as_observation
 from mooncake_gym.sim.policy import feedback_of
 from mooncake_gym.sim.routing import RoutingConfig, RoutingSimulator, RoutingView, check_route
-from mooncake_gym.envs.common import INTEGER_TYPES, in_space, PicturedEnv, WorkloadSpec, as_float32, check, check_render_mode
+from mooncake_gym.envs.common import (INTEGER_TYPES, in_space, PicturedEnv, WorkloadSpec, as_float32, check, check_render_mode,
+                                      native_or_python)
 from mooncake_gym.envs.features import PER_INSTANCE_FEATURES, QUEUE_CAP_SLO, TIME_UNIT_S, routing_features
 from mooncake_gym.envs.viewer import RoutingViewer
 
@@ -304,11 +305,7 @@ class PrefillRoutingEnv(PicturedEnv):
                 why = next(filter(None, (_native_routing.prefill_disagrees(c.prefill_time()) for c in self._costs)), None)
             except ValueError as e:
                 why = str(e)
-        if why is None:
-            return "native"
-        if engine == "native":
-            raise ValueError(f"engine: 'native' cannot run this environment: {why}; pass engine='python'")
-        return "python"
+        return native_or_python(engine, why)
 
     def _use_buffers(self, obs: np.ndarray, mask: np.ndarray, info: np.ndarray) -> None:
         """Where the native engine writes this env's observation, action mask and info row (float32
