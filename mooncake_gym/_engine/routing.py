@@ -122,6 +122,11 @@ def unsupported(sim, policy) -> str | None:
         return "the native engine is not built"
     if not sim.observation.exact:
         return "the native engine shows the exact view only (observation modes run in Python)"
+    return policy_unsupported(policy, len(sim.costs)) or pool_unsupported(sim.trace, sim.costs, sim.config)
+
+
+def policy_unsupported(policy, n_instances: int) -> str | None:
+    """Why ``policy`` cannot make its decisions in the engine on a pool of ``n_instances``, or None."""
     if native_policy(policy) is None:
         t = type(policy)
         return (f"policy {t.__module__}.{t.__qualname__} is not native (native: "
@@ -129,12 +134,12 @@ def unsupported(sim, policy) -> str | None:
     why = production_unsupported(policy)
     if why:
         return why
-    if native_policy(policy) == "p2c" and len(sim.costs) > 10000:
+    if native_policy(policy) == "p2c" and n_instances > 10000:
         return "p2c: numpy samples more than 10,000 instances by a tail shuffle the engine does not port"
     rng = getattr(policy, "rng", None)
     if not isinstance(rng, np.random.Generator) or rng.bit_generator.state.get("bit_generator") != "PCG64":
         return "the policy's generator is not a numpy Generator over PCG64"
-    return pool_unsupported(sim.trace, sim.costs, sim.config)
+    return None
 
 
 def production_knobs(policy) -> list[float]:

@@ -10,10 +10,12 @@ This module is in the simulator's layer (tests/test_layers.py).
 
 from __future__ import annotations
 
-from mooncake_gym._engine.routing import PoolStats, make_engine, store_unsupported
+from mooncake_gym._engine import native
+from mooncake_gym._engine.routing import (PoolStats, make_engine, policy_spec, policy_unsupported, rng_state, set_policy_state,
+                                          set_rng_state, store_unsupported)
 from mooncake_gym.sim.observation import as_observation
 from mooncake_gym.sim.routing import RoutingResult, RoutingSimulator, RoutingView
-from mooncake_gym.sim.views import check_route
+from mooncake_gym.sim.views import Route, check_route
 
 _new_tuple = tuple.__new__
 
@@ -165,3 +167,34 @@ class NativeRoutingSimulator:
     def result(self, policy: str = "?") -> RoutingResult:
         stats = [PoolStats(b, r) for b, r in zip(self._engine.busy_s(), self._engine.requests())]
         return RoutingResult(policy, self.trace.name, self.config, self._engine.rows(), stats, self.cost)
+
+
+class NativeDecider:
+    """A native ``policy``'s decisions made by the engine of a stepped routing simulator
+    (:class:`NativeRoutingSimulator`, e.g. a ``PrefillRouting-v0``
+    episode on the engine): ``decider()`` is the ``Route`` that ``policy(sim.view)`` would answer,
+    without building the view in Python. The policy's ties are drawn from an engine copy of its
+    generator; :meth:`close` writes the generator (and relsplit's running scale) back into the
+    policy, so that it ends where answering the views in Python would leave it (a production
+    router's window of recent requests is not written back, as with :func:`run`: its ``reset``
+    clears it)."""
+
+    def __init__(self, sim, policy):
+        self.sim, self.policy = sim, policy
+        self.spec = policy_spec(policy)
+        self.rng = native.Pcg64(rng_state(policy.rng))
+
+    @classmethod
+    def of(cls, sim, policy) -> "NativeDecider | None":
+        """A decider for ``policy`` on ``sim``, or None where the engine cannot make its decisions
+        (``sim`` on the reference, or :func:`policy_unsupported`)."""
+        if not isinstance(sim, NativeRoutingSimulator) or policy_unsupported(policy, len(sim.costs)):
+            return None
+        return cls(sim, policy)
+
+    def __call__(self):
+        return Route(*self.sim.decide(self.spec, self.rng))
+
+    def close(self) -> None:
+        set_rng_state(self.policy.rng, self.rng.state())
+        set_policy_state(self.policy, self.spec)

@@ -23,28 +23,46 @@ from typing import Any, Callable, Sequence
 import gymnasium as gym
 import numpy as np
 
+from mooncake_gym._engine.stepper import NativeDecider
 from mooncake_gym.agents.agentfile import as_agent
 from mooncake_gym.analysis.rollout import DEFAULT_HORIZON, check_base, check_horizon, rollout_name, rollout_route
 from mooncake_gym.sim.policy import policy_name, reset_policy
 
 
 class ViewPolicy:
-    """Adapter: a policy over the simulator's decision view, acting on an env."""
+    """Adapter: a policy over the simulator's decision view, acting on an env.
+
+    Where the episode's simulator runs on the native engine and the policy is one of the engine's
+    rules (``PrefillRouting-v0`` with kvcentric, relsplit, a production router, ...:
+    :class:`~mooncake_gym._engine.stepper.NativeDecider`), the engine makes the policy's decisions
+    without a view built in Python: the same actions, drawn from the same generator stream (the
+    differential tests of the engine's rules), so the same episode, several times faster."""
 
     def __init__(self, policy: Callable, name: str | None = None):
         self.policy = policy
         self.name = name or policy_name(policy)
+        self._decider = None
 
     def reset(self, env: gym.Env, seed: int | None) -> None:
+        self.finish()
         reset_policy(self.policy, seed)
         # the feedback channel, if the policy has one (sim/policy.py): the env's, else its episode's simulator's
         listen = getattr(env.unwrapped, "listen", None) or getattr(getattr(env.unwrapped, "sim", None), "listen", None)
         if listen is not None:
             listen(self.policy)
+        self._decider = NativeDecider.of(getattr(env.unwrapped, "sim", None), self.policy)
 
     def act(self, env: gym.Env, obs) -> int:
         base = env.unwrapped
+        if self._decider is not None:
+            return base.encode_action(self._decider())
         return base.encode_action(self.policy(base.decision_view()))
+
+    def finish(self) -> None:
+        """End the episode: the policy's generator and running state as answering in Python leaves them."""
+        if self._decider is not None:
+            self._decider.close()
+            self._decider = None
 
 
 class RolloutPolicy(ViewPolicy):
@@ -59,6 +77,10 @@ class RolloutPolicy(ViewPolicy):
         check_base(policy)
         self.horizon = check_horizon(horizon)
         super().__init__(policy, name or rollout_name(policy_name(policy), self.horizon))
+
+    def reset(self, env: gym.Env, seed: int | None) -> None:
+        super().reset(env, seed)
+        self._decider = None  # (the base rule answers the views of the trials, in Python or on the engine)
 
     def act(self, env: gym.Env, obs) -> int:
         base = env.unwrapped
@@ -172,6 +194,8 @@ def run_episode(env: gym.Env, policy, seed: int | None = None, options: dict | N
         total += reward
         steps += 1
         if terminated or truncated:
+            if isinstance(p, ViewPolicy):
+                p.finish()
             return _finish(env, info, total, steps, seed, keep_result)
 
 
