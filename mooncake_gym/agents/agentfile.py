@@ -640,6 +640,10 @@ def _load_weights(zip_path: Path, card: dict, trusted: bool) -> Agent:
     if norm is not None and norm.mean.shape != obs_space.shape:
         raise AgentFormatError(f"agent card: obs_normalization has {norm.mean.shape[0]} entries, observations {obs_space.shape}")
     state = _read_weights(zip_path, max_weight_bytes)
+    if "ortho_init" in inspect.signature(policy_cls).parameters:
+        # every parameter is overwritten by the weights below (strict): SB3's orthogonal initialisation
+        # (a QR factorisation per layer, about 1.4 s per agent here) would be thrown away
+        kwargs["ortho_init"] = False
     try:
         policy = policy_cls(obs_space, act_space, lambda _: 0.0, **kwargs)
     except (TypeError, ValueError, RuntimeError, MemoryError) as e:

@@ -428,7 +428,8 @@ def compare_scenarios(names="all", seeds: int = DEFAULT_SEEDS, trace=None, agent
     seed_list = seed_range(seeds, seed_base)
     chosen = list(SCENARIOS.values()) if names == "all" else [get_scenario(n) for n in names]
     if agents is None:
-        agents = shipped_agents()
+        tables = (problems.of_scenario(sc.problem) for sc in chosen)
+        agents = shipped_agents({t.name for t in tables if t is not None})
     plan, skipped = [], []
     for sc in chosen:
         if problems.of_scenario(sc.problem) is None:
@@ -514,9 +515,11 @@ def problem_of(model) -> str:
     return fits[0]
 
 
-def shipped_agents() -> dict:
-    """``{name: (problem, agent)}`` of the shipped agents present (sha256 verified, loaded without unpickling)."""
-    return {name: (problem, load_agent(name)) for name, problem in available().items()}
+def shipped_agents(of_problems=None) -> dict:
+    """``{name: (problem, agent)}`` of the shipped agents present (sha256 verified, loaded without
+    unpickling); with ``of_problems``, only those of these problems (the others are not loaded)."""
+    return {name: (problem, load_agent(name)) for name, problem in available().items()
+            if of_problems is None or problem in of_problems}
 
 
 def agents_elsewhere(settings: list[Setting]) -> list[dict]:

@@ -866,9 +866,10 @@ class ClusterSimulator:
                 used[j] -= tokens
                 batch[j] -= 1
             tokens = inputs[r] + out
-            best = min(range(len(used)), key=used.__getitem__)
-            if used[best] + tokens <= cap:
-                used[best] += tokens
+            low = min(used)
+            if low + tokens <= cap:
+                best = used.index(low)  # the first instance with the fewest tokens
+                used[best] = low + tokens
                 batch[best] += 1
                 if finish + td <= at_s:
                     push(departures, (finish + td, tokens, best))
