@@ -742,3 +742,22 @@ def test_admission_reset_options_trace_and_speed():
     assert env.unwrapped.sim.trace.arrival_s.tolist() == [0.0, 0.0005, 2.5, 3.0]
     _, info = env.reset(seed=0)
     assert info["requests"] == 300 and info["load"] == 2.0
+
+
+def test_a_trace_file_is_read_once_while_unchanged(tmp_path):
+    """compare and tune make many envs on one trace file: they share one read, until the file changes."""
+    import os
+
+    from mooncake_gym.envs.common import as_trace
+
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 600, "output_length": 10, "hash_ids": [1, 2]}\n')
+    first = as_trace("trace", path)
+    assert as_trace("trace", str(path)) is first
+    path.write_text('{"timestamp": 0, "input_length": 600, "output_length": 10, "hash_ids": [1, 2]}\n'
+                    '{"timestamp": 5, "input_length": 100, "output_length": 3, "hash_ids": [1]}\n')
+    os.utime(path, ns=(1, 1))
+    second = as_trace("trace", path)
+    assert second is not first and len(second) == 2 and second.input_tokens.tolist() == [600, 100]
+    with pytest.raises(Exception, match="missing.jsonl"):
+        as_trace("trace", tmp_path / "missing.jsonl")

@@ -40,16 +40,38 @@ def check_reset_options(options, known: tuple[str, ...]) -> dict:
     return options
 
 
+#: The traces read from files by :func:`as_trace`, last few: {(real path, inode, size, mtime): Trace}.
+#: compare, tune and the leaderboard make an env per policy and seed range on one trace file; a
+#: trace is not changed after it is made, so the envs share it (and what is cached on it).
+_READ: dict = {}
+_READ_KEPT = 4
+
+
 def as_trace(name: str, value) -> Trace:
-    """A :class:`Trace` from a trace or a JSONL path; ``ValueError`` naming ``name`` otherwise, or
-    if it has no requests."""
+    """A :class:`Trace` from a trace or a JSONL path (a file read once while it is unchanged);
+    ``ValueError`` naming ``name`` otherwise, or if it has no requests."""
     if isinstance(value, (str, os.PathLike)):
-        value = read_trace(value)
+        value = _read(value)
     elif not isinstance(value, Trace):
         raise ValueError(f"{name}: expected a path or a Trace, got {type(value).__name__}")
     if len(value) == 0:
         raise ValueError(f"{name}: expected a trace with at least one request, got an empty one")
     return value
+
+
+def _read(path) -> Trace:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return read_trace(path)  # (its error names the file)
+    key = (os.path.realpath(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    trace = _READ.get(key)
+    if trace is None:
+        trace = read_trace(path)
+        if len(_READ) >= _READ_KEPT:
+            _READ.pop(next(iter(_READ)))
+        _READ[key] = trace
+    return trace
 
 
 class ValueOrRange:
