@@ -16,7 +16,7 @@ from mooncake_gym.model.costmodel import CostModel
 from mooncake_gym.sim.admission import (DEMO3_BASE_RATE, REJECTED_AFTER_PREFILL, REJECTED_AT_ARRIVAL, LectureAdmission,
                                         OverloadConfig, check_admit, check_load_samples, decode_capacity_rate)
 from mooncake_gym.sim.views import AdmissionView
-from mooncake_gym.model.workload import synthetic_trace
+from mooncake_gym.model.workload import Trace, synthetic_trace
 from mooncake_gym.envs.common import (INTEGER_TYPES, PicturedEnv, ValueOrRange, as_trace, check,
                                       check_render_mode, episode_workload, in_space, native_or_python)
 from mooncake_gym.envs.features import (DEFAULT_WASTE_PENALTY, IN_PREFILL_CAP_PER_INSTANCE, INPUT_TOKENS_CAP,
@@ -122,7 +122,7 @@ class OverloadAdmissionEnv(PicturedEnv):
     Empty pools. The episode's workload is drawn at ``reset`` from the env's ``np_random``:
     ``episode_requests`` requests drawn i.i.d. from the base trace with Poisson arrivals at ``load``
     times the decode pool's capacity rate (or a load drawn uniformly from ``load_range``), as in
-    lecture demo 3. The capacity rate is ``n_decode x decode_capacity_tokens`` / the base trace's
+    lecture demo 3 (the drawn requests carry no block ids: the cluster caches nothing). The capacity rate is ``n_decode x decode_capacity_tokens`` / the base trace's
     mean (input + output) x output x ``tbt_s`` token-seconds. The base trace is ``base_trace`` (a
     path or Trace) or the synthetic trace of seed 0 at 4 sessions/s. ``trace=`` (or
     ``reset(options={"trace": ...})``) replays a given trace whole at ``speed`` instead
@@ -197,6 +197,11 @@ class OverloadAdmissionEnv(PicturedEnv):
         self.base = as_trace("base_trace", base_trace) if base_trace is not None else \
             synthetic_trace(0, DEMO3_BASE_RATE)
         self.trace = as_trace("trace", trace) if trace is not None else None
+        # what the episodes are drawn from: the base trace's requests without their block ids (the
+        # cluster caches nothing, cache_blocks=0, so they change no number; the engine then need not
+        # index some 30,000 block ids at every reset)
+        b = self.base
+        self._draw_from = Trace(b.arrival_s, b.input_tokens, b.output_tokens, [()] * len(b), b.session_ids, b.name)
         self.capacity_rate = decode_capacity_rate(self.base, self.config.preset(self.cost))
         self.mean_prefill_s = float(np.mean([self.cost.prefill_s(n, 0) for n in self.base.input_tokens.tolist()]))
         # degenerate base traces, refused here rather than failing at every step: the waste penalty
@@ -309,7 +314,7 @@ class OverloadAdmissionEnv(PicturedEnv):
     # -- Gymnasium API ------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        trace, load = episode_workload(self.np_random, options, self.trace, self.speed, self.base,
+        trace, load = episode_workload(self.np_random, options, self.trace, self.speed, self._draw_from,
                                        self.episode_requests, self.load, self.capacity_rate)
         self._episode = trace
         self._start(self.engine == "native")
