@@ -122,8 +122,9 @@ class OverloadAdmissionEnv(PicturedEnv):
     Empty pools. The episode's workload is drawn at ``reset`` from the env's ``np_random``:
     ``episode_requests`` requests drawn i.i.d. from the base trace with Poisson arrivals at ``load``
     times the decode pool's capacity rate (or a load drawn uniformly from ``load_range``), as in
-    lecture demo 3 (the drawn requests carry no block ids: the cluster caches nothing). The capacity rate is ``n_decode x decode_capacity_tokens`` / the base trace's
-    mean (input + output) x output x ``tbt_s`` token-seconds. The base trace is ``base_trace`` (a
+    lecture demo 3 (the drawn requests carry no block ids: the cluster caches nothing). The
+    capacity rate is ``n_decode x decode_capacity_tokens`` / the base trace's mean (input +
+    output) x output x ``tbt_s`` token-seconds. The base trace is ``base_trace`` (a
     path or Trace) or the synthetic trace of seed 0 at 4 sessions/s. ``trace=`` (or
     ``reset(options={"trace": ...})``) replays a given trace whole at ``speed`` instead
     (``episode_requests`` and ``load`` then do not apply; the reward's ``mean_prefill_s`` and
@@ -175,7 +176,8 @@ class OverloadAdmissionEnv(PicturedEnv):
 
     ## Version History
 
-    * v0: initial version.
+    * v0: initial version. On 2026-12-04 it gained ``engine=`` and runs on the native engine by
+      default, with the same episodes (observations, rewards, infos and metrics bit for bit).
     """
 
     def __init__(self, load=None, load_range=None, base_trace=None, trace=None, speed: float = 1.0,
