@@ -339,3 +339,16 @@ def test_config_of_the_engine_matches_the_reference():
     env.reset(seed=0)
     assert env.config == OverloadConfig(n_prefill=2, n_decode=3)
     assert env._core.n_obs == 11 and env.sim.cluster._cluster.used() == [0, 0, 0]
+
+
+@pytest.mark.parametrize("model", ["llama2-70b", "opt-13b", "llama3-70b", "llama3-8b"])
+def test_the_engines_prefill_times_are_the_pools(model):
+    # the native core computes each request's prefill time itself (LectureAdmission's prefill_s, the
+    # pool's uncached_prefill_s(0) on the reference)
+    native, ref = make_pair(model=model, episode_requests=500)
+    native.reset(seed=9)
+    ref.reset(seed=9)
+    expect = ref.sim.cluster.prefill.uncached_prefill_s(0)
+    assert native._core.prefill_times() == expect and native.sim._prefill_times() == expect
+    assert [type(x) for x in native.sim._prefill_times()] == [float] * 500
+    assert native.sim.result("x").prefill_s.tobytes() == ref.sim.result("x").prefill_s.tobytes()

@@ -44,12 +44,14 @@ constexpr int ADMISSION_INFO_FIELDS = 8;
 
 class AdmissionEnv : public SteppableEnv {
   public:
-    // `prefill_s`: each request's prefill time on any instance (LectureAdmission._prefill_s);
-    // `survival`: P(output > k) over the workload (ClusterSimulator._survival_table).
-    AdmissionEnv(Cluster& cluster, AdmissionSpec spec, std::vector<double> prefill_s, std::vector<double> survival)
-        : c_(cluster), spec_(spec), prefill_s_(std::move(prefill_s)), surv_(std::move(survival)) {
-        if (prefill_s_.size() != c_.outcome().size())
-            throw std::invalid_argument("prefill_s: expected one prefill time per request");
+    // `prefill`: the prefill time of the pool's instances (the first's: LectureAdmission's prefill_s is
+    // RoutingSimulator.uncached_prefill_s(0)); `survival`: P(output > k) over the workload
+    // (ClusterSimulator._survival_table).
+    AdmissionEnv(Cluster& cluster, AdmissionSpec spec, const PrefillTime& prefill, std::vector<double> survival)
+        : c_(cluster), spec_(spec), surv_(std::move(survival)) {
+        const int64_t n = static_cast<int64_t>(c_.outcome().size());
+        prefill_s_.resize(static_cast<size_t>(n));  // each request's, without a prefix hit
+        for (int64_t r = 0; r < n; ++r) prefill_s_[static_cast<size_t>(r)] = prefill(c_.pool().input_tokens(r), 0);
         n_prefill_ = c_.pool().n_instances();
         queue_.resize(static_cast<size_t>(n_prefill_));
         start();
@@ -199,6 +201,9 @@ class AdmissionEnv : public SteppableEnv {
         }
         return {uniform, expected};
     }
+
+    // Each request's prefill time on any instance (LectureAdmission's prefill_s).
+    const std::vector<double>& prefill_times() const { return prefill_s_; }
 
     // The pending view's fields of LectureAdmission._view (the rest are the episode's constants).
     int64_t index() const { return i_; }

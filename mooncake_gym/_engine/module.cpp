@@ -677,7 +677,7 @@ NB_MODULE(_engine_native, m) {
         nb::class_<AdmissionEnv, SteppableEnv>(m, "AdmissionEnv",
                                                "OverloadAdmission-v0's view, observation, reward and info on a Cluster.")
             .def("__init__",
-                 [](AdmissionEnv* self, mooncake::Cluster& cluster, const nb::dict& d, std::vector<double> prefill_s,
+                 [](AdmissionEnv* self, mooncake::Cluster& cluster, const nb::dict& d, const nb::dict& prefill,
                     std::vector<double> survival) {
                      const char* w = "spec";
                      mooncake::AdmissionSpec s;
@@ -699,14 +699,17 @@ NB_MODULE(_engine_native, m) {
                      s.waste_penalty = mooncake::dict_field<double>(d, "waste_penalty", w);
                      s.mean_prefill_s = mooncake::dict_field<double>(d, "mean_prefill_s", w);
                      try {
-                         new (self) AdmissionEnv(cluster, s, std::move(prefill_s), std::move(survival));
+                         new (self) AdmissionEnv(cluster, s, prefill_from(prefill), std::move(survival));
                      } catch (const std::invalid_argument& e) {
                          throw nb::value_error(e.what());
                      }
                  },
-                 "cluster"_a, "spec"_a, "prefill_s"_a, "survival"_a, nb::keep_alive<1, 2>(),
-                 "The core of the episode on `cluster` (just reset): its first view and observation.")
+                 "cluster"_a, "spec"_a, "prefill"_a, "survival"_a, nb::keep_alive<1, 2>(),
+                 "The core of the episode on `cluster` (just reset; `prefill`: its instances' prefill time's "
+                 "fields): its first view and observation.")
             .def_prop_ro("n_obs", &AdmissionEnv::n_obs)
+            .def("prefill_times", &AdmissionEnv::prefill_times,
+                 "Each request's prefill time on any instance (LectureAdmission's prefill_s).")
             .def("bind",
                  [](AdmissionEnv& env, F32Out obs, I8Out mask, F64Out info) {
                      bind_buffers(env, obs, mask, info, env.n_actions(), mooncake::ADMISSION_INFO_FIELDS);

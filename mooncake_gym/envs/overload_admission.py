@@ -11,7 +11,7 @@ from gymnasium import spaces
 
 from mooncake_gym import _engine
 from mooncake_gym._engine.cluster import NativeClusterSimulator
-from mooncake_gym._engine.routing import prefill_disagrees
+from mooncake_gym._engine.routing import prefill_disagrees, prefill_fields
 from mooncake_gym.model.costmodel import CostModel
 from mooncake_gym.sim.admission import (DEMO3_BASE_RATE, REJECTED_AFTER_PREFILL, REJECTED_AT_ARRIVAL, LectureAdmission,
                                         OverloadConfig, check_admit, check_load_samples, decode_capacity_rate)
@@ -250,8 +250,11 @@ class OverloadAdmissionEnv(PicturedEnv):
         chosen = _engine.resolve(engine)
         if chosen != "native":
             return chosen
+        # the prefill time of the pool's (first) instance, which the engine computes each request's with
+        prefill = self.config.preset(self.cost).routing_config().instance_costs(self.cost)[0].prefill_time()
         try:
-            why = prefill_disagrees(self.cost.prefill_time())
+            why = prefill_disagrees(prefill)
+            self._prefill_fields = prefill_fields(prefill)
         except ValueError as e:
             why = str(e)
         return native_or_python(engine, why)
@@ -347,8 +350,9 @@ class OverloadAdmissionEnv(PicturedEnv):
                 "rejected_den": rejected_den, "wasted_den": wasted_den, "in_prefill_den": in_prefill_den,
                 "log1p_input_cap": LOG1P_INPUT_TOKENS_CAP, "output_cap": OUTPUT_TOKENS_CAP,
                 "waste_penalty": self.waste_penalty, "mean_prefill_s": self.mean_prefill_s}
-        self._core = core = _engine.native.AdmissionEnv(cluster._cluster, spec, sim._prefill_s,
+        self._core = core = _engine.native.AdmissionEnv(cluster._cluster, spec, self._prefill_fields,
                                                         cluster._survival_table())
+        sim._prefill_s = core.prefill_times()  # (the same as the pool's uncached_prefill_s(0): tested)
         core.bind(self._obs, self._mask_buffer, self._info_row)
         self._view = None  # (made from the core when asked: decision_view)
 
