@@ -25,26 +25,12 @@ from mooncake_gym.model.costmodel import CostModel
 from mooncake_gym.model.workload import Request, Trace
 from mooncake_gym.sim.admission import ADMISSION_VIEW_FIELDS, OverloadConfig, simulate
 from mooncake_gym.sim.cluster import ClusterSimulator
+from test_engine_v1envs import assert_same_info, same  # values and types, NaN equal to NaN; infos with metrics
 
 pytestmark = pytest.mark.skipif(not _engine.available(), reason="the native engine is not built")
 
 ADMISSION = "mooncake_gym/OverloadAdmission-v0"
 F32 = np.float32
-
-
-def same(x, y) -> bool:
-    return type(x) is type(y) and (x == y or (isinstance(x, float) and math.isnan(x) and math.isnan(y)))
-
-
-def assert_same_info(a: dict, b: dict, step) -> None:
-    assert list(a) == list(b), (step, list(a), list(b))
-    for k in a:
-        if k == "metrics":
-            assert list(a[k]) == list(b[k])
-            for m in a[k]:
-                assert same(a[k][m], b[k][m]), (step, m, a[k][m], b[k][m])
-        else:
-            assert same(a[k], b[k]), (step, k, a[k], b[k], type(a[k]), type(b[k]))
 
 
 def assert_same_view(a, b, step) -> None:

@@ -61,8 +61,8 @@ class AdmissionEnv : public SteppableEnv {
     int64_t n_actions() const override { return 2; }
     bool done() const override { return c_.done(); }
 
-    // The episode from the cluster's state as it is (just reset or restored): LectureAdmission.reset's
-    // fresh window (or the restored one), the env's running counters, the pending view and observation.
+    // The episode from the cluster's state as it is (just reset): LectureAdmission.reset's fresh window,
+    // the env's running counters, the pending view and observation.
     void start() {
         rej_.clear();
         waste_.clear();
@@ -217,38 +217,6 @@ class AdmissionEnv : public SteppableEnv {
     int64_t recent_rejected_after_prefill() const { return static_cast<int64_t>(waste_.size()); }
     double recent_wasted_s() const { return waste_sum_; }
 
-    // Snapshots: the window, the reward's running values and the doomed requests; the cluster's own
-    // snapshot (Cluster::snapshot) is taken and restored beside them.
-    struct Snapshot {
-        std::deque<double> rej;
-        std::deque<std::pair<double, double>> waste;
-        double waste_sum;
-        size_t seen_waste;
-        int64_t granted;
-        double wasted;
-        std::vector<std::tuple<double, int64_t, double>> doomed;
-    };
-    Snapshot snapshot() const {
-        Snapshot s{rej_, waste_, waste_sum_, seen_waste_, granted_, wasted_, {}};
-        auto heap = doomed_;
-        for (; !heap.empty(); heap.pop()) s.doomed.push_back(heap.top());
-        return s;
-    }
-    // Back to `s` (taken with the cluster's snapshot just restored); writes the pending observation.
-    void restore(const Snapshot& s) {
-        rej_ = s.rej;
-        waste_ = s.waste;
-        waste_sum_ = s.waste_sum;
-        seen_waste_ = s.seen_waste;
-        granted_ = s.granted;
-        wasted_ = s.wasted;
-        doomed_ = {};
-        for (const auto& d : s.doomed) doomed_.push(d);
-        rebuild();
-        if (!c_.done()) view_fields();
-        observe();
-    }
-
   private:
     using Doomed = std::tuple<double, int64_t, double>;  // (prefill finish, request, prefill s): heapq's order
     Cluster& c_;
@@ -276,7 +244,7 @@ class AdmissionEnv : public SteppableEnv {
 
     static float clip(double x) { return static_cast<float>(x < 0.0 ? 0.0 : (x > 1.0 ? 1.0 : x)); }
 
-    // The lists from the cluster's records (at the start and after a restore).
+    // The lists from the cluster's records (at the start).
     void rebuild() {
         decode_.clear();
         fifo_.assign(static_cast<size_t>(n_prefill_), {});

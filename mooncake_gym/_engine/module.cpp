@@ -672,8 +672,6 @@ NB_MODULE(_engine_native, m) {
             for (int k = 5; k < mooncake::ADMISSION_INFO_FIELDS; ++k) d[admission_keys[k]] = static_cast<int64_t>(r[k]);
             return d;
         };
-        nb::class_<AdmissionEnv::Snapshot>(m, "AdmissionEnvSnapshot",
-                                           "An opaque copy of an AdmissionEnv's window and running values.");
         nb::class_<AdmissionEnv, SteppableEnv>(m, "AdmissionEnv",
                                                "OverloadAdmission-v0's view, observation, reward and info on a Cluster.")
             .def("__init__",
@@ -737,9 +735,6 @@ NB_MODULE(_engine_native, m) {
                  "predicted_prefill_finish, predicted_ttft_s, recent_rejected, recent_rejected_after_prefill, "
                  "recent_wasted_s).")
             .def("projections", &AdmissionEnv::projections, "at_s"_a, "decode_s"_a,
-                 "ClusterSimulator.decode_token_projections(at_s, decode_s) on the engine's state.")
-            .def("snapshot", &AdmissionEnv::snapshot, "The window and running values, to take with the cluster's.")
-            .def("restore", &AdmissionEnv::restore, "snapshot"_a,
-                 "Back to a snapshot's values (after its cluster's restore); writes the pending observation.");
+                 "ClusterSimulator.decode_token_projections(at_s, decode_s) on the engine's state.");
     }
 }

@@ -365,6 +365,9 @@ class OverloadAdmissionEnv(PicturedEnv):
         return state
 
     def __setstate__(self, state: dict) -> None:
+        # (an env pickled before the engine ran it: its episode on the reference)
+        for k, v in (("engine", "python"), ("_core", None), ("_episode", None), ("_actions", [])):
+            state.setdefault(k, v)
         self.__dict__.update(state)
         if self.sim is None and self._episode is not None and self.engine == "native":
             # its own buffers (not the pickled ones'), then the episode replayed

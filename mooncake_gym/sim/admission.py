@@ -315,7 +315,8 @@ class LectureAdmission:
             if q < best_q:
                 best, best_q = k, q
         queues = tuple(queue)
-        ps = (self._prefill_s or self._prefill_times())[i]  # its prefill there (the view's prefill_s: no cache, every instance alike)
+        # its prefill there (the view's prefill_s: no cache, every instance alike)
+        ps = (self._prefill_s or self._prefill_times())[i]
         finish = now + best_q + ps
         # the recent window: the cluster's rejections after prefill since the last view (after this
         # layer's rejection at arrival of the last request, if any: in time order), then the old ones out
