@@ -86,6 +86,13 @@ before, 3fd16a7, and after alternating, one run each of ``python benchmarks/benc
 resets (step only 3.02x / 2.71x before, 3.58x / 4.11x after); the target is >= 8x. In CPU time the
 engine's ``EnvBatch.step`` of 16 envs alone is 5.7-5.9x CartPole-v1's step, so the target needs the
 engine's routing step itself faster (docs/engine.md, "Measured speed").
+
+``OverloadAdmission-v0`` on the native engine (2026-12-04, branch adm-native; its row's engine tag is
+the env's ``engine``, native by default now): ``python benchmarks/bench_envs.py --wrapped --seconds 2``,
+one run each at load average 6-10, 1.40 / 1.70 / 1.54 / 1.50 / 1.46 / 1.95 / 1.57x CartPole-v1 with
+resets (the reference was 0.248x on an idle machine; 0.258x against the engine's 1.82x in one run);
+step only 2.1-2.7x; the rest is the episode's start (building the native cluster) and its final
+metrics (docs/engine.md, "OverloadAdmission-v0 on the engine").
 """
 
 from __future__ import annotations

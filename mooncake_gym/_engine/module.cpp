@@ -13,6 +13,7 @@
 
 #include <cstring>
 
+#include "admission.hpp"
 #include "clusterenv.hpp"
 #include "engine.hpp"
 #include "fields.hpp"
@@ -650,4 +651,90 @@ NB_MODULE(_engine_native, m) {
              "actions"_a, "active"_a.none(), "threads"_a = 1,
              "Step every active env (all with active=None) with its (checked) action into the bound outputs; "
              "returns how many of them ended (terminated or truncated).");
+
+    // ---- OverloadAdmission-v0's core (admission.hpp; the Python side: mooncake_gym/envs/overload_admission.py) ----
+    {
+        using mooncake::AdmissionEnv;
+        static nb::object admission_keys[mooncake::ADMISSION_INFO_FIELDS];
+        // OverloadAdmissionEnv.step's info dict from the core's info row
+        auto admission_info = [](const double* r) {
+            static const char* keys[] = {"index", "admitted", "granted", "doomed_s", "wasted_s", "completed",
+                                         "rejected_at_arrival", "rejected_after_prefill"};
+            if (!admission_keys[0].is_valid())
+                for (int k = 0; k < mooncake::ADMISSION_INFO_FIELDS; ++k)
+                    admission_keys[k] = nb::steal(PyUnicode_InternFromString(keys[k]));
+            nb::dict d;
+            d[admission_keys[0]] = static_cast<int64_t>(r[0]);
+            d[admission_keys[1]] = r[1] != 0.0;
+            d[admission_keys[2]] = static_cast<int64_t>(r[2]);
+            d[admission_keys[3]] = r[3];
+            d[admission_keys[4]] = r[4];
+            for (int k = 5; k < mooncake::ADMISSION_INFO_FIELDS; ++k) d[admission_keys[k]] = static_cast<int64_t>(r[k]);
+            return d;
+        };
+        nb::class_<AdmissionEnv, SteppableEnv>(m, "AdmissionEnv",
+                                               "OverloadAdmission-v0's view, observation, reward and info on a Cluster.")
+            .def("__init__",
+                 [](AdmissionEnv* self, mooncake::Cluster& cluster, const nb::dict& d, const nb::dict& prefill,
+                    std::vector<double> survival) {
+                     const char* w = "spec";
+                     mooncake::AdmissionSpec s;
+                     s.pool_capacity_tokens = mooncake::dict_field<int64_t>(d, "pool_capacity_tokens", w);
+                     s.capacity_tokens = mooncake::dict_field<int64_t>(d, "capacity_tokens", w);
+                     s.ttft_slo_s = mooncake::dict_field<double>(d, "ttft_slo_s", w);
+                     s.recent_window_s = mooncake::dict_field<double>(d, "recent_window_s", w);
+                     s.tbt_s = mooncake::dict_field<double>(d, "tbt_s", w);
+                     s.oracle = mooncake::dict_field<bool>(d, "oracle", w);
+                     s.mean_output_tokens = mooncake::dict_field<double>(d, "mean_output_tokens", w);
+                     s.mean_decode_s = mooncake::dict_field<double>(d, "mean_decode_s", w);
+                     s.projection_output_tokens = mooncake::dict_field<double>(d, "projection_output_tokens", w);
+                     s.ttft_den = mooncake::dict_field<double>(d, "ttft_den", w);
+                     s.rejected_den = mooncake::dict_field<double>(d, "rejected_den", w);
+                     s.wasted_den = mooncake::dict_field<double>(d, "wasted_den", w);
+                     s.in_prefill_den = mooncake::dict_field<double>(d, "in_prefill_den", w);
+                     s.log1p_input_cap = mooncake::dict_field<double>(d, "log1p_input_cap", w);
+                     s.output_cap = mooncake::dict_field<double>(d, "output_cap", w);
+                     s.waste_penalty = mooncake::dict_field<double>(d, "waste_penalty", w);
+                     s.mean_prefill_s = mooncake::dict_field<double>(d, "mean_prefill_s", w);
+                     try {
+                         new (self) AdmissionEnv(cluster, s, prefill_from(prefill), std::move(survival));
+                     } catch (const std::invalid_argument& e) {
+                         throw nb::value_error(e.what());
+                     }
+                 },
+                 "cluster"_a, "spec"_a, "prefill"_a, "survival"_a, nb::keep_alive<1, 2>(),
+                 "The core of the episode on `cluster` (just reset; `prefill`: its instances' prefill time's "
+                 "fields): its first view and observation.")
+            .def_prop_ro("n_obs", &AdmissionEnv::n_obs)
+            .def("prefill_times", &AdmissionEnv::prefill_times,
+                 "Each request's prefill time on any instance (LectureAdmission's prefill_s).")
+            .def("bind",
+                 [](AdmissionEnv& env, F32Out obs, I8Out mask, F64Out info) {
+                     bind_buffers(env, obs, mask, info, env.n_actions(), mooncake::ADMISSION_INFO_FIELDS);
+                 },
+                 "obs"_a, "mask"_a, "info"_a, nb::keep_alive<1, 2>(), nb::keep_alive<1, 3>(), nb::keep_alive<1, 4>(),
+                 "Write into these buffers from now on (and the pending observation now).")
+            .def("observe", &AdmissionEnv::observe)
+            .def("step",
+                 [admission_info](AdmissionEnv& env, int64_t action) {
+                     if (env.done()) throw nb::index_error("step: the trace is exhausted");
+                     if (action < 0 || action > 1) throw nb::value_error("step: action out of range");
+                     bool terminated = false;
+                     const double reward = env.step(action, terminated);
+                     return nb::make_tuple(reward, terminated, admission_info(env.info));
+                 },
+                 "action"_a, "The decision (0 reject, 1 admit): (reward, terminated, info).")
+            .def("view",
+                 [](const AdmissionEnv& env) {
+                     return nb::make_tuple(env.now(), env.index(), nb::tuple(nb::cast(env.queue_s())),
+                                           env.prefill_instance(), env.prefill_s(), env.finish(),
+                                           env.predicted_ttft_s(), env.recent_rejected(),
+                                           env.recent_rejected_after_prefill(), env.recent_wasted_s());
+                 },
+                 "The pending view's fields: (now, index, prefill_queue_s, prefill_instance, prefill_s, "
+                 "predicted_prefill_finish, predicted_ttft_s, recent_rejected, recent_rejected_after_prefill, "
+                 "recent_wasted_s).")
+            .def("projections", &AdmissionEnv::projections, "at_s"_a, "decode_s"_a,
+                 "ClusterSimulator.decode_token_projections(at_s, decode_s) on the engine's state.");
+    }
 }

@@ -9,12 +9,16 @@ import struct
 import numpy as np
 from gymnasium import spaces
 
+from mooncake_gym import _engine
+from mooncake_gym._engine.cluster import NativeClusterSimulator
+from mooncake_gym._engine.routing import prefill_disagrees, prefill_fields
 from mooncake_gym.model.costmodel import CostModel
 from mooncake_gym.sim.admission import (DEMO3_BASE_RATE, REJECTED_AFTER_PREFILL, REJECTED_AT_ARRIVAL, LectureAdmission,
                                         OverloadConfig, check_admit, check_load_samples, decode_capacity_rate)
-from mooncake_gym.model.workload import synthetic_trace
+from mooncake_gym.sim.views import AdmissionView
+from mooncake_gym.model.workload import Trace, synthetic_trace
 from mooncake_gym.envs.common import (INTEGER_TYPES, PicturedEnv, ValueOrRange, as_trace, check,
-                                      check_render_mode, episode_workload, in_space)
+                                      check_render_mode, episode_workload, in_space, native_or_python)
 from mooncake_gym.envs.features import (DEFAULT_WASTE_PENALTY, IN_PREFILL_CAP_PER_INSTANCE, INPUT_TOKENS_CAP,
                                         OUTPUT_TOKENS_CAP, TTFT_CAP_SLO)
 from mooncake_gym.envs.viewer import AdmissionViewer
@@ -24,6 +28,8 @@ LOG1P_INPUT_TOKENS_CAP = math.log1p(INPUT_TOKENS_CAP)  # request length feature:
 DEFAULT_LOAD = 2.0
 #: The observation's floats as float32 bytes, by its size (a module's: a Struct does not pickle).
 _PACK = {n: struct.Struct(f"={n}f").pack for n in (11, 12)}
+#: The native core's info row of a step (``AdmissionEnv``, ``_engine/admission.hpp``), in its order.
+NATIVE_INFO_FIELDS = 8
 
 
 class OverloadAdmissionEnv(PicturedEnv):
@@ -116,8 +122,9 @@ class OverloadAdmissionEnv(PicturedEnv):
     Empty pools. The episode's workload is drawn at ``reset`` from the env's ``np_random``:
     ``episode_requests`` requests drawn i.i.d. from the base trace with Poisson arrivals at ``load``
     times the decode pool's capacity rate (or a load drawn uniformly from ``load_range``), as in
-    lecture demo 3. The capacity rate is ``n_decode x decode_capacity_tokens`` / the base trace's
-    mean (input + output) x output x ``tbt_s`` token-seconds. The base trace is ``base_trace`` (a
+    lecture demo 3 (the drawn requests carry no block ids: the cluster caches nothing). The
+    capacity rate is ``n_decode x decode_capacity_tokens`` / the base trace's mean (input +
+    output) x output x ``tbt_s`` token-seconds. The base trace is ``base_trace`` (a
     path or Trace) or the synthetic trace of seed 0 at 4 sessions/s. ``trace=`` (or
     ``reset(options={"trace": ...})``) replays a given trace whole at ``speed`` instead
     (``episode_requests`` and ``load`` then do not apply; the reward's ``mean_prefill_s`` and
@@ -137,12 +144,16 @@ class OverloadAdmissionEnv(PicturedEnv):
     ``gym.make("mooncake_gym/OverloadAdmission-v0", load=None, load_range=None, base_trace=None,
     trace=None, speed=1.0, episode_requests=2000, n_prefill=8, n_decode=8,
     decode_capacity_tokens=60000, tbt_s=0.05, ttft_slo_s=30.0, oracle=False, waste_penalty=0.1,
-    model="llama2-70b", render_mode=None)``. With neither ``load`` nor ``load_range`` the load is 2.
+    model="llama2-70b", render_mode=None, engine=None)``. With neither ``load`` nor ``load_range`` the load is 2.
     ``load`` (finite, > 0) is the arrival rate as a multiple of the decode capacity rate;
     ``load_range`` a pair ``(low, high)``, finite, ``0 < low <= high``, not with ``load``.
     ``model`` is a preset of ``mooncake_gym.model.costmodel.MODELS``. ``render_mode="ansi"``: ``render()``
     returns a text picture; ``"rgb_array"``: a picture of the two pools (see Rendering). An invalid
-    argument raises ``ValueError`` naming it and its allowed range.
+    argument raises ``ValueError`` naming it and its allowed range. ``engine`` (``"native"``,
+    ``"python"`` or None) chooses the simulator, as ``PrefillRouting-v0``'s does (``docs/engine.md``):
+    None (the default) runs the episodes on the native engine where it is built and runs ``model``'s
+    prefill times, else on the Python reference; ``"native"`` where it cannot raises ``ValueError``
+    saying why. Both give the same observations, rewards and infos, bit for bit.
 
     ## Rendering
 
@@ -165,14 +176,15 @@ class OverloadAdmissionEnv(PicturedEnv):
 
     ## Version History
 
-    * v0: initial version.
+    * v0: initial version. On 2026-12-04 it gained ``engine=`` and runs on the native engine by
+      default, with the same episodes (observations, rewards, infos and metrics bit for bit).
     """
 
     def __init__(self, load=None, load_range=None, base_trace=None, trace=None, speed: float = 1.0,
                  episode_requests: int = 2000, n_prefill: int = 8, n_decode: int = 8,
                  decode_capacity_tokens: int = 60_000, tbt_s: float = 0.05, ttft_slo_s: float = 30.0,
                  oracle: bool = False, waste_penalty: float = DEFAULT_WASTE_PENALTY, model: str = "llama2-70b",
-                 render_mode: str | None = None):
+                 render_mode: str | None = None, engine: str | None = None):
         self.load = ValueOrRange("load", load, load_range, DEFAULT_LOAD)
         check("requests", episode_requests, "episode_requests")
         check("speed", speed)
@@ -187,6 +199,11 @@ class OverloadAdmissionEnv(PicturedEnv):
         self.base = as_trace("base_trace", base_trace) if base_trace is not None else \
             synthetic_trace(0, DEMO3_BASE_RATE)
         self.trace = as_trace("trace", trace) if trace is not None else None
+        # what the episodes are drawn from: the base trace's requests without their block ids (the
+        # cluster caches nothing, cache_blocks=0, so they change no number; the engine then need not
+        # index some 30,000 block ids at every reset)
+        b = self.base
+        self._draw_from = Trace(b.arrival_s, b.input_tokens, b.output_tokens, [()] * len(b), b.session_ids, b.name)
         self.capacity_rate = decode_capacity_rate(self.base, self.config.preset(self.cost))
         self.mean_prefill_s = float(np.mean([self.cost.prefill_s(n, 0) for n in self.base.input_tokens.tolist()]))
         # degenerate base traces, refused here rather than failing at every step: the waste penalty
@@ -218,11 +235,49 @@ class OverloadAdmissionEnv(PicturedEnv):
         self._oracle = c.oracle
         self._denominators = (TTFT_CAP_SLO * c.ttft_slo_s, c.recent_window_s * self.capacity_rate,
                               c.recent_window_s * c.n_prefill, IN_PREFILL_CAP_PER_INSTANCE * c.n_prefill)
+        self.engine = self._choose_engine(engine)
+        # the buffers the native core writes (observation, its two always-legal actions, the info row)
+        self._obs = np.zeros(self.observation_space.shape, np.float32)
+        self._mask_buffer = np.ones(2, np.int8)
+        self._info_row = np.zeros(NATIVE_INFO_FIELDS, np.float64)
+        self._core = None  # the engine's core of the episode (native), else None
+        self._episode = None  # the episode's trace (native: replayed with _actions when unpickled)
+        self._actions: list = []
+
+    def _choose_engine(self, engine) -> str:
+        """The engine of the episodes: ``engine=`` resolved (``docs/engine.md``); the default falls
+        back to the reference where the native engine cannot run this environment."""
+        chosen = _engine.resolve(engine)
+        if chosen != "native":
+            return chosen
+        # the prefill time of the pool's (first) instance, which the engine computes each request's with
+        prefill = self.config.preset(self.cost).routing_config().instance_costs(self.cost)[0].prefill_time()
+        try:
+            why = prefill_disagrees(prefill)
+            self._prefill_fields = prefill_fields(prefill)
+        except ValueError as e:
+            why = str(e)
+        return native_or_python(engine, why)
 
     # -- the decision view and its encoding -----------------------------------------------------------
     def decision_view(self):
         """The simulator's view of the pending request (what hand-coded baselines read)."""
+        if self._view is None and self._core is not None and not self._core.done:
+            self._view = self._native_view()
         return self._view
+
+    def _native_view(self) -> AdmissionView:
+        """LectureAdmission's view of the pending request from the native core (the same fields; its
+        ``simulator`` the native cluster, whose projections run in Python on the engine's records)."""
+        sim, c = self.sim, self.config
+        now, i, queues, best, ps, finish, ttft, rejected, rejected_after, wasted = self._core.view()
+        cluster = sim.cluster
+        used = tuple(cluster._cluster.used())
+        in_prefill, in_decode = cluster._cluster.counters()[8:10]
+        return AdmissionView(now, i, sim._input[i], sim._output[i] if c.oracle else None, sum(used),
+                             sim._decode_pool_capacity_tokens, used, c.decode_capacity_tokens, queues, best, ps,
+                             finish, ttft, c.ttft_slo_s, rejected, rejected_after, wasted, in_prefill, in_decode,
+                             sim.mean_decode_s, sim.mean_output_tokens, cluster)
 
     def encode_action(self, admit) -> int:
         """The env action for a baseline's answer, checked by ``views.check_admit``."""
@@ -232,6 +287,8 @@ class OverloadAdmissionEnv(PicturedEnv):
         # The hot path of ``step``: plain Python floats into one list, one float32 array at the end
         # (a fresh one each step: the caller may keep it). The denominators are computed once in
         # ``__init__`` by the same expressions; the clips are ``clip01``.
+        if self._core is not None:
+            return self._obs.copy()
         v = self._view
         if v is None:
             return np.zeros(self.observation_space.shape, np.float32)
@@ -262,14 +319,65 @@ class OverloadAdmissionEnv(PicturedEnv):
     # -- Gymnasium API ------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        trace, load = episode_workload(self.np_random, options, self.trace, self.speed, self.base,
+        trace, load = episode_workload(self.np_random, options, self.trace, self.speed, self._draw_from,
                                        self.episode_requests, self.load, self.capacity_rate)
-        self.sim = LectureAdmission(trace, self.config, self.cost)
-        self._view = self.sim.reset()
+        self._episode = trace
+        self._start(self.engine == "native")
+        return self._observe(), {"requests": len(trace), "load": load, "capacity_rate_per_s": self.capacity_rate}
+
+    def _start(self, native: bool) -> None:
+        """Begin the episode drawn at reset (:attr:`_episode`) at its first arrival: on the native core
+        where ``native`` and the engine runs its cluster, else on the reference."""
+        trace = self._episode
+        self._core = None
+        self._actions = []
         self._granted = 0
         self._wasted = 0.0
         self._doomed: list = []  # (prefill finish, request, prefill s) of admitted requests doomed to miss the SLO
-        return self._observe(), {"requests": len(trace), "load": load, "capacity_rate_per_s": self.capacity_rate}
+        self.sim = sim = LectureAdmission(trace, self.config, self.cost, engine=None if native else "python")
+        cluster = sim.cluster
+        if type(cluster) is not NativeClusterSimulator:  # (None for an empty trace)
+            self._view = sim.reset()
+            return
+        # the engine's core over the native cluster (just constructed and reset: LectureAdmission.reset's state)
+        sim._started, sim._fresh = True, False
+        c = self.config
+        ttft_den, rejected_den, wasted_den, in_prefill_den = self._denominators
+        spec = {"pool_capacity_tokens": c.decode_pool_capacity_tokens, "capacity_tokens": c.decode_capacity_tokens,
+                "ttft_slo_s": c.ttft_slo_s, "recent_window_s": c.recent_window_s, "tbt_s": cluster.preset.tbt_s,
+                "oracle": c.oracle, "mean_output_tokens": sim.mean_output_tokens, "mean_decode_s": sim.mean_decode_s,
+                "projection_output_tokens": cluster.mean_output_tokens, "ttft_den": ttft_den,
+                "rejected_den": rejected_den, "wasted_den": wasted_den, "in_prefill_den": in_prefill_den,
+                "log1p_input_cap": LOG1P_INPUT_TOKENS_CAP, "output_cap": OUTPUT_TOKENS_CAP,
+                "waste_penalty": self.waste_penalty, "mean_prefill_s": self.mean_prefill_s}
+        self._core = core = _engine.native.AdmissionEnv(cluster._cluster, spec, self._prefill_fields,
+                                                        cluster._survival_table())
+        sim._prefill_s = core.prefill_times()  # (the same as the pool's uncached_prefill_s(0): tested)
+        core.bind(self._obs, self._mask_buffer, self._info_row)
+        self._view = None  # (made from the core when asked: decision_view)
+
+    def __getstate__(self) -> dict:
+        """A native episode pickles as the trace reset drew and the actions taken since (the engine's
+        state is not picklable); unpickling replays them on a new core, which gives the same state."""
+        state = self.__dict__.copy()
+        if state.get("_core") is not None:
+            state["_core"] = state["sim"] = state["_view"] = None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        # (an env pickled before the engine ran it: its episode on the reference)
+        for k, v in (("engine", "python"), ("_core", None), ("_episode", None), ("_actions", [])):
+            state.setdefault(k, v)
+        self.__dict__.update(state)
+        if self.sim is None and self._episode is not None and self.engine == "native":
+            # its own buffers (not the pickled ones'), then the episode replayed
+            self._obs, self._mask_buffer, self._info_row = (self._obs.copy(), self._mask_buffer.copy(),
+                                                            self._info_row.copy())
+            actions = self._actions
+            self._start(native=True)
+            for a in actions:
+                self._core.step(a)
+            self._actions = actions
 
     def step(self, action):
         if self.sim is None:
@@ -277,6 +385,20 @@ class OverloadAdmissionEnv(PicturedEnv):
         # fast path for Python and numpy integers; anything else goes through the space's own check
         if not ((action == 0 or action == 1) if type(action) in INTEGER_TYPES else in_space(self.action_space, action)):
             raise ValueError(f"action: expected 0 (reject) or 1 (admit), got {action!r}")
+        core = self._core
+        if core is not None:  # the engine applies the decision, writes the observation, makes the reward and info
+            a = int(action)
+            try:
+                reward, terminated, info = core.step(a)
+            except IndexError:  # the core's "trace is exhausted"
+                raise RuntimeError("step: the episode has terminated; call reset()") from None
+            self._actions.append(a)
+            self._view = None
+            cluster = self.sim.cluster
+            cluster._view = cluster._cached = None  # the native cluster's Python caches of the last decision
+            if terminated:
+                info["metrics"] = self.sim.result("env").metrics
+            return self._obs.copy(), reward, terminated, False, info
         if self.sim.done:
             raise RuntimeError("step: the episode has terminated; call reset()")
         admit = int(action) == 1
@@ -317,7 +439,7 @@ class OverloadAdmissionEnv(PicturedEnv):
 
     def _frame(self) -> np.ndarray:
         """The two pools as an RGB picture (``render_mode="rgb_array"``; ``envs/viewer.py``)."""
-        c, sim, v = self.config, self.sim, self._view
+        c, sim, v = self.config, self.sim, self.decision_view()
         if self._viewer is None:
             self._viewer = AdmissionViewer(c.n_prefill, c.n_decode, c.ttft_slo_s, c.tbt_s)
         decided = v.index if v is not None else len(sim.trace)  # requests decided so far
@@ -334,7 +456,7 @@ class OverloadAdmissionEnv(PicturedEnv):
 
     def _picture(self) -> str:
         """The text picture of the current state (``render_mode="ansi"``)."""
-        v = self._view
+        v = self.decision_view()
         if v is None:
             m = self.sim.result("env").metrics
             return (f"done: completed {m['completed']}, rejected {m['rejected_at_arrival']} at arrival and "

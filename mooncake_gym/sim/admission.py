@@ -218,14 +218,13 @@ class LectureAdmission:
         check_load_samples("trace", self._horizon, c)
         self.cluster: ClusterSimulator | None = None
         self._decode_pool_capacity_tokens = c.decode_pool_capacity_tokens
-        self._prefill_s: list[float] = []
+        # each request's prefill time on any instance of the pool (all alike, none caching): the
+        # prefill_s its views show, by the pool's own estimate, made when first needed (_prefill_times)
+        self._prefill_s: list[float] | None = None if n else []
         if n:
             self.cluster = ClusterSimulator(trace, c.preset(self.cost), router=LeastQueue(), refuse_never_fit=False,
                                             kv_transfer=False, oracle=c.oracle, sample_period_s=c.sample_period_s,
                                             warmup_s=c.warmup_s, load_series="lecture", engine=engine)
-            # each request's prefill time on any instance of the pool (all alike, none caching): the
-            # prefill_s its views show, computed once by the pool's own estimate
-            self._prefill_s = self.cluster.prefill.uncached_prefill_s(0)
         self._fresh = True  # the cluster as its constructor left it: reset() need not reset it again
         self._started = False
         self._reset_window()
@@ -258,6 +257,13 @@ class LectureAdmission:
     def decode_used_per_instance(self) -> list[int]:
         return [] if self.cluster is None else [d.used for d in self.cluster.decode]
 
+    def _prefill_times(self) -> list[float]:
+        """Each request's prefill time on any instance of the pool (made on first use)."""
+        if self._prefill_s is None:
+            assert self.cluster is not None  # (an empty trace has its empty list)
+            self._prefill_s = self.cluster.prefill.uncached_prefill_s(0)
+        return self._prefill_s
+
     # -- stepping -----------------------------------------------------------------------------------
     def reset(self) -> AdmissionView | None:
         """Start over; the view of the first arrival (None for an empty trace)."""
@@ -266,8 +272,7 @@ class LectureAdmission:
         if self.cluster is None:
             return None
         if not self._fresh:
-            self.cluster.reset()  # a new prefill pool: its prefill times once more
-            self._prefill_s = self.cluster.prefill.uncached_prefill_s(0)
+            self.cluster.reset()  # (the prefill times stay: the trace's and the cost model's)
         self._fresh = False
         return self._view()
 
@@ -310,7 +315,8 @@ class LectureAdmission:
             if q < best_q:
                 best, best_q = k, q
         queues = tuple(queue)
-        ps = self._prefill_s[i]  # its prefill there (the view's prefill_s: no cache, every instance alike)
+        # its prefill there (the view's prefill_s: no cache, every instance alike)
+        ps = (self._prefill_s or self._prefill_times())[i]
         finish = now + best_q + ps
         # the recent window: the cluster's rejections after prefill since the last view (after this
         # layer's rejection at arrival of the last request, if any: in time order), then the old ones out
@@ -430,7 +436,7 @@ class LectureAdmission:
             metrics=metrics,
             outcome=outcome,
             ttft_s=ttft,
-            prefill_s=np.asarray(self._prefill_s, dtype=np.float64),
+            prefill_s=np.asarray(self._prefill_times(), dtype=np.float64),
             prefill_instance=instance,
             decode_instance=decode_instance,
             decode_start_s=starts,
