@@ -213,9 +213,9 @@ _add(Scenario("routing-mooncake-trace", "routing", "mooncake_gym/PrefillRouting-
 # (mooncake_gym.analysis.rollout, over the cluster's snapshots) runs on these scenarios with the exact
 # observation but was measured on routing-cluster-saturated only (the leaderboard's tables have no
 # rollout row), so a scenario is marked hard where the best rule's mean TTFT is at least 3 times the bound (here the bound is about the unloaded TTFT, so that ratio is an
-# upper limit on the room, not the room). The toy's bursty scenario and a diurnal one have no version
-# here yet: PrefillRouting-v1 draws Poisson arrivals only (no ``arrivals`` argument), and it replays a
-# trace whole (no ``window_requests``).
+# upper limit on the room, not the room). The bursty, diurnal and trace-window scenarios use
+# PrefillRouting-v1's ``arrivals`` and ``window_requests`` (the arrival processes of
+# mooncake_gym.model.workload and the window of envs/common.py, the same code as PrefillRouting-v0's).
 _CLUSTER_REQUESTS = 2000
 #: the look-ahead reference on the cluster (analysis/rollout.py over the cluster's snapshots)
 _ROLLOUT = "the rollout reference runs here (compare --rollout relsplit:H), not measured for this page"
@@ -274,6 +274,42 @@ _add(Scenario("routing-cluster-mooncake-trace", "routing-cluster", "mooncake_gym
                "--seeds 3): best rule relsplit 2.48 s mean TTFT, kvcentric 2.48 s (1.00x), bound 0.81 s = "
                "the unloaded TTFT (best rule at speed 0.1: 0.81 s); " + _ROLLOUT + "."),
               requires=("trace",), reset_options=("trace",), trace_sha256=MOONCAKE_SYNTHETIC_SHA256, hard=True))
+
+_add(Scenario("routing-cluster-bursty", "routing-cluster", "mooncake_gym/PrefillRouting-v1",
+              {"preset": "mooncake", "load": 0.65, "episode_requests": _CLUSTER_REQUESTS,
+               "arrivals": {"burst_ratio": 2.0, "calm_s": 20.0, "burst_s": 10.0}},
+              ("routing-bursty's arrivals on preset mooncake: requests of the synthetic mix drawn i.i.d. "
+               "arriving as a two-state Markov-modulated Poisson process with mean 0.65 times the measured "
+               "saturation throughput (12.5 requests/s), 0.49 times it in calm periods (mean 20 s) and 0.98 "
+               "times it in bursts (mean 10 s), exact observation; 2,000-request episodes (about six bursts). "
+               "Queues built in a burst drain in the calm. Measured (compare --seeds 3): best rule relsplit "
+               "2.13 s mean TTFT, kvcentric 2.35 s (1.10x), sizesplit 3.20 s, bound 0.52 s = the unloaded "
+               "TTFT (best rule at load 0.1: 0.52 s); " + _ROLLOUT + "."),
+              reset_options=("trace",), hard=True))
+_add(Scenario("routing-cluster-diurnal", "routing-cluster", "mooncake_gym/PrefillRouting-v1",
+              {"preset": "mooncake", "load": 0.5, "episode_requests": _CLUSTER_REQUESTS,
+               "arrivals": {"amplitude": 0.5, "period_s": 100.0}},
+              ("A daily cycle compressed to 100 s on preset mooncake: requests of the synthetic mix drawn "
+               "i.i.d. arriving as a non-homogeneous Poisson process whose rate is 1 - 0.5 cos(2 pi t / 100 s) "
+               "times a mean of 0.5 times the measured saturation throughput (9.6 requests/s): from a trough "
+               "of 0.25 to a peak of 0.75 times it, about two cycles per 2,000-request episode (DiurnalArrivals "
+               "of mooncake_gym.model.workload), exact observation. Queues build over each peak. Measured "
+               "(compare --seeds 3): best rule relsplit 2.11 s mean TTFT, kvcentric 2.16 s (1.02x), sizesplit "
+               "2.28 s, bound 0.52 s = the unloaded TTFT (best rule at load 0.1: 0.52 s); " + _ROLLOUT + "."),
+              reset_options=("trace",), hard=True))
+_add(Scenario("routing-cluster-trace-window", "routing-cluster", "mooncake_gym/PrefillRouting-v1",
+              {"preset": "mooncake", "speed": 1.2, "window_requests": 1000},
+              ("Windows of Mooncake's public synthetic trace (FAST'25 release, 3,993 requests, mean prompt "
+               "15,326 tokens) on preset mooncake: each episode 1,000 consecutive requests from an offset "
+               "drawn from the episode's seed (reset option offset), replayed at 1.2 times the trace's speed "
+               "(about 4.6 requests/s), exact observation. The trace's later stretches have longer prompts "
+               "(a window's mean from 11,000 to 18,600 tokens), so the load differs from window to window. "
+               "Not shipped: give trace=PATH. Measured (compare --seeds 3): best rule relsplit 5.57 s mean "
+               "TTFT, kvcentric 5.60 s (1.01x), sizesplit 80 s (its default thresholds do not fit these "
+               "prompts), bound 1.41 s = the unloaded TTFT (best rule at speed 0.1: 1.41 s); at speed 1.0 "
+               "the best rule's mean TTFT is 2.45 s, at 1.5 19 s; " + _ROLLOUT + "."),
+              requires=("trace",), reset_options=("offset", "trace"), trace_sha256=MOONCAKE_SYNTHETIC_SHA256,
+              hard=True))
 
 # --- admission scenarios (OverloadAdmission-v1 on the realistic presets)
 # 16 prefill + 1 decode A800 nodes (LLaMA2-70B; the decode pool saturates first, as in Mooncake §7),
