@@ -167,3 +167,20 @@ def test_v1_workload_arguments_are_checked():
     env = gym.make(V1, load=0.5, episode_requests=50)
     with pytest.raises(ValueError, match="^options: unknown key 'offset'"):
         env.reset(options={"offset": 3})
+
+
+@pytest.mark.skipif(_engine.native is None, reason="the native engine is not built")
+def test_v0_takes_diurnal_sessions_on_both_engines():
+    """``PrefillRouting-v0``'s ``arrivals`` accepts the diurnal process too (the same generator call)."""
+    runs = []
+    for engine in ("python", "native"):
+        env = gym.make("mooncake_gym/PrefillRouting-v0", rate=6.0, episode_requests=200, arrivals=DIURNAL, engine=engine)
+        obs, _ = env.reset(seed=2)
+        assert "diurnal 0.8 x 60s" in env.unwrapped.sim.trace.name and env.unwrapped.engine == engine
+        assert (type(env.unwrapped.sim).__name__ == "NativeRoutingSimulator") == (engine == "native")
+        out, done = [], False
+        while not done:
+            obs, reward, done, _, info = env.step(int(np.argmin(obs[3:40:5])))
+            out += [obs.tobytes(), repr(reward), repr({k: v for k, v in info.items() if k != "action_mask"})]
+        runs.append(out)
+    assert runs[0] == runs[1]
