@@ -680,14 +680,15 @@ class DiurnalArrivals:
     times ``1 - amplitude * cos(2 pi t / period_s)``: a daily cycle compressed to ``period_s``
     seconds, starting at its trough (``1 - amplitude`` times the mean), peaking at ``period_s / 2``
     (``1 + amplitude`` times the mean), with the mean rate over every whole period. ``amplitude``
-    is in [0, 1) (0: a Poisson process at the mean rate, with the default generator's arrivals).
+    is in [0, 0.99] (0: a Poisson process at the mean rate, with the default generator's arrivals);
+    ``period_s`` in [0.001, 1e7] s.
 
     It is made by a time change, as :class:`BurstyArrivals` is: the homogeneous arrivals at the mean
     rate, at "operational times" ``s``, happen at the real times ``t`` where the cumulative rate
     multiplier ``t - amplitude * period_s / (2 pi) * sin(2 pi t / period_s)`` reaches ``s`` (the
     inverse of a continuous strictly increasing function, found by bisection). A unit-rate Poisson
     process mapped through the inverse of a cumulative intensity is the non-homogeneous Poisson
-    process of that intensity (Cinlar, "Introduction to Stochastic Processes", 1975, section 4.7),
+    process of that intensity (Cinlar, "Introduction to Stochastic Processes", 1975),
     the same law that thinning (Lewis and Shedler, Naval Research Logistics Quarterly 26(3),
     1979) samples; the time change needs no random numbers of its own, so every other draw, and
     the requests themselves, are the default generator's.
@@ -734,7 +735,7 @@ class DiurnalArrivals:
 #: halved 64 times is below a float's resolution of the times it brackets.
 _BISECTIONS = 64
 
-#: The arrival processes besides Poisson, and the fields of each (a dict of one's fields makes it).
+#: The arrival processes besides Poisson (:func:`as_arrivals` makes one from a dict of its fields).
 ARRIVAL_PROCESSES = (BurstyArrivals, DiurnalArrivals)
 
 
