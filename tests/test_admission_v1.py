@@ -174,7 +174,9 @@ def test_no_baseline_beats_the_bound(load):
             assert m["token_goodput"] <= b.token_goodput and m["goodput_requests"] <= b.goodput_requests, name
     row = admission_bound_row(ADMISSION_V1_ENV_ID, kwargs, seeds)
     assert row["token_goodput"] == pytest.approx(np.mean([b.token_goodput for b in bound]))
-    assert {k for k, _, _ in ADMISSION_V1_COLUMNS} >= {k for k in row if k not in ("episodes",)
+    assert row["per_seed"] == {"token_goodput": [b.token_goodput for b in bound],
+                               "good_requests": [b.goodput_requests for b in bound]}  # each seed's, as the rules' rows
+    assert {k for k, _, _ in ADMISSION_V1_COLUMNS} >= {k for k in row if k not in ("episodes", "per_seed")
                                                       and not k.endswith("_ci95")}
 
 

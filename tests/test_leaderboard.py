@@ -88,6 +88,11 @@ def test_the_leaderboard_writes_its_page_data_and_tuned_files(small_runs):
     bound = routing["rows"][-1]
     for row in routing["rows"][:-1]:
         assert all(b <= v for b, v in zip(bound["per_seed"], row["per_seed"]))
+    # the admission bound's per-seed values too: each episode's bound on token goodput, at least every rule's
+    bound = admission["rows"][-1]
+    assert len(bound["per_seed"]) == len(doc["seeds"]) and bound["mean"] == pytest.approx(np.mean(bound["per_seed"]))
+    for row in admission["rows"][:-1]:
+        assert all(b >= v for b, v in zip(bound["per_seed"], row["per_seed"]))
     page = (root / lb.PAGE_LEADERBOARD).read_text()
     assert page.startswith("# Leaderboard") and "from docs/leaderboard/tuned/kvcentric-routing-sanity.json" in page
     for t in doc["scenarios"]:
@@ -149,3 +154,26 @@ def test_map_jobs_keeps_the_items_order_whatever_the_workers_and_the_start_order
 def test_compare_refuses_bad_workers_before_any_work(capsys):
     assert cli_main(["compare", "--scenario", "routing-sanity", "--workers", "0"]) == 2
     assert "compare: error: --workers: expected an integer in [1, 256], got 0" in capsys.readouterr().err
+
+
+def test_a_bound_row_gives_the_per_seed_values_of_its_problems_main_metric():
+    from mooncake_gym.evaluation import problems
+
+    admission = {"policy": "bound", "per_seed": {"token_goodput": [10.0, 12.0], "good_requests": [3, 4]}}
+    assert problems.get("admission-v1").bound_per_seed(admission) == [10.0, 12.0]
+    assert problems.get("admission-cluster").bound_per_seed(admission) == [3, 4]
+    assert problems.get("routing-cluster").bound_per_seed({"policy": "bound", "per_seed": [0.5, 0.6]}) == [0.5, 0.6]
+    assert problems.get("routing").bound_per_seed(None) is None
+
+
+def test_tune_targets_give_the_trace_to_the_scenarios_drawing_from_it():
+    """A scenario whose required trace is its base trace (``base_trace``: long-context) is tuned with
+    ``--trace`` as one that replays it is, and left out without a trace."""
+    without = lb.tune_targets("routing")
+    with_trace = lb.tune_targets("routing", "t.jsonl")
+    for name in ("routing-cluster-long-context", "routing-cluster-mooncake-trace", "routing-cluster-trace-window"):
+        assert f"{name} --trace t.jsonl" in with_trace
+        assert not any(line.split()[0] == name for line in without)
+    assert "routing-cluster-saturated" in with_trace and "routing-cluster-saturated" in without
+    jobs = [j for j in lb.tune_jobs("routing", "t.jsonl", "kvcentric") if j["scenario"] == "routing-cluster-long-context"]
+    assert [(j["policy"], j["trace"]) for j in jobs] == [("kvcentric", "t.jsonl")]

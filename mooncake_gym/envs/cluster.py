@@ -33,8 +33,8 @@ from mooncake_gym.sim.admission import DEMO3_BASE_RATE
 from mooncake_gym.model.prediction import DEFAULT_PREDICTION_SIGMA, check_sigma, predict_output_tokens
 from mooncake_gym.model.presets import ClusterPreset, get_preset
 from mooncake_gym.model.workload import synthetic_trace
-from mooncake_gym.envs.common import (ValueOrRange, as_float32, as_trace, check_range, clipped, episode_workload,
-                                      native_or_python)
+from mooncake_gym.envs.common import (ValueOrRange, as_float32, as_trace, check_range, check_workload_shape, clipped,
+                                      episode_workload, native_or_python)
 from mooncake_gym.envs.features import (DEFAULT_WASTE_PENALTY, IN_PREFILL_CAP_PER_INSTANCE, OUTPUT_TOKENS_CAP,
                                         PER_INSTANCE_FEATURES, QUEUE_CAP_SLO, TIME_UNIT_S, TTFT_CAP_SLO, routing_features)
 
@@ -278,7 +278,7 @@ class ClusterEnv(gym.Env):
                  trace=None, speed: float = 1.0, episode_requests: int = 1000, oracle: bool = False,
                  waste_penalty: float = DEFAULT_WASTE_PENALTY, render_mode=None, prediction: bool = False,
                  prediction_sigma: float = DEFAULT_PREDICTION_SIGMA, observation=None, fresh_blocks: bool = False,
-                 engine=None):
+                 engine=None, arrivals=None, window_requests=None):
         self.preset = get_preset(preset)
         try:
             self.observation = as_observation(observation)
@@ -299,6 +299,7 @@ class ClusterEnv(gym.Env):
         self.render_mode = None
         self.base = as_trace("base_trace", base_trace) if base_trace is not None else default_base_trace()
         self.trace = as_trace("trace", trace) if trace is not None else None
+        self.arrivals, self.window_requests = check_workload_shape(arrivals, window_requests, self.trace)
         self.speed = float(speed)
         self.episode_requests = int(episode_requests)
         self.oracle = oracle
@@ -395,7 +396,8 @@ class ClusterEnv(gym.Env):
         super().reset(seed=seed)
         trace, load = episode_workload(self.np_random, options, self.trace, self.speed, self.base,
                                        self.episode_requests, self.load, self.saturation.cluster_per_s,
-                                       fresh_blocks=self.fresh_blocks)
+                                       fresh_blocks=self.fresh_blocks, arrivals=self.arrivals,
+                                       window_requests=self.window_requests)
         sim_seed = int(self.np_random.integers(2**31))
         predicted = None
         if self.prediction:  # drawn after everything else, so the workload is the same with or without

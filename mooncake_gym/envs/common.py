@@ -126,13 +126,7 @@ class WorkloadSpec:
         self.speed = float(speed)
         self.episode_requests = episode_requests
         self.duration_s = float(duration_s)
-        self.arrivals = as_arrivals(arrivals)
-        if self.arrivals is not None and trace is not None:
-            raise ValueError("arrivals: shapes the synthetic generator's sessions; it has no effect with a trace")
-        check("requests", window_requests, "window_requests", allow_none=True)
-        if window_requests is not None and self.trace is None:
-            raise ValueError("window_requests: replays a window of a trace; give trace= too")
-        self.window_requests = window_requests
+        self.arrivals, self.window_requests = check_workload_shape(arrivals, window_requests, self.trace)
 
     def draw(self, np_random: np.random.Generator, options: dict | None) -> Trace:
         """The episode's trace: ``options['trace']`` if given, else the replayed or generated one."""
@@ -141,12 +135,9 @@ class WorkloadSpec:
             trace = as_trace("options['trace']", options["trace"])
         else:
             trace = self.trace
-        if options and "offset" in options and self.window_requests is None:
-            raise ValueError("options['offset']: the start of a replayed window; the env has no window_requests")
         if trace is not None:
-            if self.window_requests is not None:
-                trace = self._window(trace, np_random, options)
-            return trace.scaled(self.speed) if self.speed != 1.0 else trace
+            return replayed(trace, self.speed, self.window_requests, np_random, options)
+        check_offset(options, self.window_requests)
         rate = self.rate.draw(np_random)
         if self.arrivals is not None:  # opt-in: the default calls below stay exactly as they were
             return synthetic_trace(np_random, rate, duration_s=None if self.episode_requests else self.duration_s,
@@ -155,36 +146,72 @@ class WorkloadSpec:
             return synthetic_trace(np_random, rate, duration_s=self.duration_s)
         return synthetic_trace(np_random, rate, duration_s=None, n_requests=self.episode_requests)
 
-    def _window(self, trace: Trace, np_random: np.random.Generator, options: dict | None) -> Trace:
-        """``window_requests`` consecutive requests of ``trace`` from a drawn (or given) offset."""
-        n = min(self.window_requests, len(trace))
-        top = len(trace) - n
-        if options and "offset" in options:
-            offset = options["offset"]
-            if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)) or not 0 <= offset <= top:
-                raise ValueError(f"options['offset']: expected an integer in [0, {top}] (the trace's "
-                                 f"{len(trace)} requests minus the window of {n}), got {offset!r}")
-        else:
-            offset = int(np_random.integers(0, top + 1))
-        idx = range(offset, offset + n)
-        arrivals = trace.arrival_s[offset:offset + n] - trace.arrival_s[offset]
-        return trace.take(idx, arrival_s=arrivals, name=f"{trace.name}[{offset}:{offset + n}]")
+
+def check_workload_shape(arrivals, window_requests, trace: Trace | None) -> tuple:
+    """``(arrivals, window_requests)`` checked: the arrival process of a drawn workload
+    (:func:`~mooncake_gym.model.workload.as_arrivals`), not with a ``trace``; the window of a replayed
+    trace (a number of requests), only with one."""
+    process = as_arrivals(arrivals)
+    if process is not None and trace is not None:
+        raise ValueError("arrivals: shapes the arrivals of a drawn workload; it has no effect with a trace")
+    check("requests", window_requests, "window_requests", allow_none=True)
+    if window_requests is not None and trace is None:
+        raise ValueError("window_requests: replays a window of a trace; give trace= too")
+    return process, window_requests
+
+
+def check_offset(options: dict | None, window_requests: int | None) -> None:
+    """``ValueError`` if ``options`` give an ``offset`` and there is no window to start."""
+    if options and "offset" in options and window_requests is None:
+        raise ValueError("options['offset']: the start of a replayed window; the env has no window_requests")
+
+
+def replayed(trace: Trace, speed: float, window_requests: int | None, np_random: np.random.Generator,
+             options: dict | None) -> Trace:
+    """The episode's replay of ``trace``: whole, or its window of ``window_requests`` requests
+    (:func:`trace_window`), at ``speed``."""
+    check_offset(options, window_requests)
+    if window_requests is not None:
+        trace = trace_window(trace, window_requests, np_random, options)
+    return trace.scaled(speed) if speed != 1.0 else trace
+
+
+def trace_window(trace: Trace, window_requests: int, np_random: np.random.Generator, options: dict | None) -> Trace:
+    """``window_requests`` consecutive requests of ``trace`` from an offset drawn uniformly from
+    ``np_random`` (or given as ``options['offset']``), their arrivals shifted to start at 0; a trace
+    of at most ``window_requests`` requests whole (offset 0, still drawn from ``np_random``)."""
+    n = min(window_requests, len(trace))
+    top = len(trace) - n
+    if options and "offset" in options:
+        offset = options["offset"]
+        if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)) or not 0 <= offset <= top:
+            raise ValueError(f"options['offset']: expected an integer in [0, {top}] (the trace's "
+                             f"{len(trace)} requests minus the window of {n}), got {offset!r}")
+    else:
+        offset = int(np_random.integers(0, top + 1))
+    idx = range(offset, offset + n)
+    arrivals = trace.arrival_s[offset:offset + n] - trace.arrival_s[offset]
+    return trace.take(idx, arrival_s=arrivals, name=f"{trace.name}[{offset}:{offset + n}]")
 
 
 def episode_workload(np_random: np.random.Generator, options: dict | None, trace: Trace | None, speed: float,
                      base: Trace, episode_requests: int, load: ValueOrRange, rate_per_load: float,
-                     fresh_blocks: bool = False) -> tuple[Trace, float]:
-    """The episode's trace and load in the admission environments: ``options['trace']`` or the
-    env's ``trace`` replayed whole at ``speed`` (load NaN), else ``episode_requests`` requests
-    drawn i.i.d. from ``base`` with Poisson arrivals at a ``load`` drawn from ``np_random`` times
-    ``rate_per_load`` requests/s (``fresh_blocks``: see :func:`~mooncake_gym.model.workload.resample_iid`)."""
-    options = check_reset_options(options, ("trace",))
+                     fresh_blocks: bool = False, arrivals=None, window_requests: int | None = None
+                     ) -> tuple[Trace, float]:
+    """The episode's trace and load in the admission environments and the v1 environments:
+    ``options['trace']`` or the env's ``trace`` replayed at ``speed`` (load NaN), whole or, with
+    ``window_requests``, its window from a drawn or given ``options['offset']`` (:func:`replayed`),
+    else ``episode_requests`` requests drawn i.i.d. from ``base`` with Poisson (or ``arrivals``)
+    arrivals at a ``load`` drawn from ``np_random`` times ``rate_per_load`` requests/s
+    (``fresh_blocks`` and ``arrivals``: see :func:`~mooncake_gym.model.workload.resample_iid`)."""
+    options = check_reset_options(options, ("trace",) if window_requests is None else ("trace", "offset"))
     if options and "trace" in options:
         trace = as_trace("options['trace']", options["trace"])
     if trace is not None:
-        return (trace.scaled(speed) if speed != 1.0 else trace), float("nan")
+        return replayed(trace, speed, window_requests, np_random, options), float("nan")
     x = load.draw(np_random)
-    return resample_iid(base, episode_requests, x * rate_per_load, np_random, fresh_blocks=fresh_blocks), x
+    return resample_iid(base, episode_requests, x * rate_per_load, np_random, fresh_blocks=fresh_blocks,
+                        arrivals=arrivals), x
 
 
 def is_range(value) -> bool:

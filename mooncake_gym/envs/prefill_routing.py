@@ -178,7 +178,9 @@ class PrefillRoutingEnv(PicturedEnv):
     ``reset(options={"offset": k})``), shifted to start at time 0. ``arrivals=`` (a dict of
     ``mooncake_gym.model.workload.BurstyArrivals`` fields: ``burst_ratio``, ``calm_s``, ``burst_s``)
     makes the synthetic sessions arrive as a two-state Markov-modulated Poisson process with the
-    same mean rate (bursts of ``burst_ratio`` times the calm rate).
+    same mean rate (bursts of ``burst_ratio`` times the calm rate); a dict of ``DiurnalArrivals``
+    fields (``amplitude``, ``period_s``) as a Poisson process whose rate is the mean times
+    ``1 - amplitude x cos(2 pi t / period_s)``.
 
     ## Episode End
 

@@ -46,9 +46,24 @@ class PrefillRoutingV1Env(ClusterEnv):
 
     ``gym.make("mooncake_gym/PrefillRouting-v1", preset="mooncake", load=None, load_range=None,
     base_trace=None, trace=None, speed=1.0, episode_requests=1000, oracle=False, render_mode=None,
-    observation=None, fresh_blocks=False, engine=None)``.
+    observation=None, fresh_blocks=False, engine=None, arrivals=None, window_requests=None)``.
     With neither ``load`` nor ``load_range`` the load is 0.9.
 {ARGUMENTS_DOC}
+
+    Two arguments shape the workload, as ``PrefillRouting-v0``'s do (the same code,
+    ``mooncake_gym.model.workload``); both are checked at ``gym.make`` (``ValueError`` naming them).
+    ``arrivals`` (not with ``trace``): None for the Poisson arrivals above, or a dict of the fields of
+    ``BurstyArrivals`` (``burst_ratio``, ``calm_s``, ``burst_s``: a two-state Markov-modulated Poisson
+    process, bursts ``burst_ratio`` times the calm rate) or of ``DiurnalArrivals`` (``amplitude``,
+    ``period_s``: a rate ``1 - amplitude x cos(2 pi t / period_s)`` times the mean), or one of those
+    objects. The mean rate stays ``load`` x the saturation throughput; the drawn requests are the
+    same as with Poisson arrivals, only their arrival times move (the bursty process's path is drawn
+    from a generator spawned from ``np_random``). Here the process shapes the requests' arrivals
+    (the i.i.d. draws have no sessions), where ``PrefillRouting-v0``'s shapes its sessions' starts.
+    ``window_requests`` (an integer, only with ``trace``): each episode replays that many consecutive
+    requests of the trace from an offset drawn uniformly from ``np_random`` (or given as
+    ``reset(options={{"offset": k}})``, then accepted as a reset option), their arrivals shifted to
+    start at 0 and then replayed at ``speed``; a trace no longer than the window is replayed whole.
 
     ## Speed
 
@@ -56,6 +71,8 @@ class PrefillRoutingV1Env(ClusterEnv):
 
     ## Version History
 
+    * 2026-12-04: ``arrivals=`` (bursty or diurnal arrivals) and ``window_requests=`` (a window of a
+      replayed trace per episode); the defaults' episodes are unchanged.
     * v1: the whole cluster (``cluster.ClusterSimulator``) on the ``mooncake`` preset; the
       observation adds the decode pool and Algorithm 1's TTFT prediction; workloads by load.
       Issue 25 (2026-12-04): ``engine=``; on a cluster the native engine runs, the episodes run on
@@ -67,9 +84,10 @@ class PrefillRoutingV1Env(ClusterEnv):
 
     def __init__(self, preset="mooncake", load=None, load_range=None, base_trace=None, trace=None,
                  speed: float = 1.0, episode_requests: int = 1000, oracle: bool = False, render_mode=None,
-                 observation=None, fresh_blocks: bool = False, engine=None):
+                 observation=None, fresh_blocks: bool = False, engine=None, arrivals=None, window_requests=None):
         super().__init__(preset, load, load_range, 0.9, base_trace, trace, speed, episode_requests, oracle,
-                         render_mode=render_mode, observation=observation, fresh_blocks=fresh_blocks, engine=engine)
+                         render_mode=render_mode, observation=observation, fresh_blocks=fresh_blocks, engine=engine,
+                         arrivals=arrivals, window_requests=window_requests)
         n = self.preset.n_prefill
         self.action_space = spaces.Discrete(2 * n)
         self._n = n

@@ -183,7 +183,9 @@ def admission_bound(env_id: str, env_kwargs: dict, seeds) -> dict:
     """The row ``bound`` of an admission table: :func:`admission_goodput_bound` of each seed's
     episode of ``gym.make(env_id, **env_kwargs)`` (the episode every policy sees with that seed),
     mean and 95 % CI over the seeds in the keys of ``report.ADMISSION_V1_COLUMNS`` it bounds
-    (``token_goodput``, ``good_requests``); the others are absent."""
+    (``token_goodput``, ``good_requests``; the others are absent), and ``per_seed``, each seed's
+    value of each of them (``{metric: values}``: the problems of its tables rank by one or the other,
+    :meth:`Problem.bound_per_seed`)."""
     import gymnasium as gym
 
     env = gym.make(env_id, **env_kwargs)
@@ -197,8 +199,8 @@ def admission_bound(env_id: str, env_kwargs: dict, seeds) -> dict:
             requests.append(b.goodput_requests)
     finally:
         env.close()
-    row = {"policy": "bound", "episodes": len(tokens)}
-    for key, values in (("token_goodput", tokens), ("good_requests", requests)):
+    row = {"policy": "bound", "episodes": len(tokens), "per_seed": {"token_goodput": tokens, "good_requests": requests}}
+    for key, values in row["per_seed"].items():
         row[key], row[key + "_ci95"] = mean_ci95(values)
     return row
 
@@ -315,6 +317,12 @@ class Problem:
     def policies(self) -> dict:
         """Every baseline at its defaults, ``{name: env policy}``."""
         return {name: self.policy(name) for name in POLICIES[self.baselines]}
+
+    def bound_per_seed(self, row: dict | None) -> list | None:
+        """The per-seed values of the main metric in the bound ``row`` (its ``per_seed``: a list, the
+        one metric it bounds, or ``{metric: values}``), None where it has none."""
+        values = None if row is None else row.get("per_seed")
+        return values.get(self.metric) if isinstance(values, dict) else values
 
     def metric_goal(self, metric: str | None = None) -> tuple[str, str]:
         """``(metric, "min" | "max")`` (``metric=None``: the main metric)."""

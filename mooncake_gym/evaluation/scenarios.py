@@ -205,22 +205,29 @@ _add(Scenario("routing-mooncake-trace", "routing", "mooncake_gym/PrefillRouting-
 # alone); these are their versions on the faithful cluster of the presets (mooncake_gym.model.presets:
 # chunked prefill, batching decode, prefix caches, RDMA pulls), with their own names: a scenario's name
 # is its identity in tuned files, agent cards and tables, so the toy's names keep meaning the toy's
-# problems. The cluster runs on the Python reference, so the episodes are short (compare over 3 seeds
-# in about 2 minutes on one core). The load is a multiple of the cluster's measured saturation
+# problems. The episodes are short (compare over 3 seeds of a 2,000-request scenario takes about 15 s
+# on one core on the native engine, 2026-12-04). The load is a multiple of the cluster's measured saturation
 # throughput (mooncake_gym.sim.cluster.saturation); each was chosen where the best rule's mean TTFT is
 # well above the unloaded one and kvcentric is well above the bound (the figures in each description:
 # `mooncake-gym compare --scenario NAME --seeds 3`, seeds 1,000,000-1,000,002). The rollout reference
 # (mooncake_gym.analysis.rollout, over the cluster's snapshots) runs on these scenarios with the exact
-# observation but was measured on routing-cluster-saturated only (the leaderboard's tables have no
-# rollout row), so a scenario is marked hard where the best rule's mean TTFT is at least 3 times the bound (here the bound is about the unloaded TTFT, so that ratio is an
-# upper limit on the room, not the room). The toy's bursty scenario and a diurnal one have no version
-# here yet: PrefillRouting-v1 draws Poisson arrivals only (no ``arrivals`` argument), and it replays a
-# trace whole (no ``window_requests``).
+# observation; each description gives its ratio to the best rule of its own run (`compare --scenario
+# NAME --rollout relsplit:32 --seeds 2`, seeds 1,000,000-1,000,001, so that best rule may differ from
+# the 3-seed one); the leaderboard's tables have no rollout row. A scenario is marked hard where the
+# best rule's mean TTFT is at least 3 times the bound (here the bound is about the unloaded TTFT, so
+# that ratio is an upper limit on the room, not the room; the rollout's ratio is a lower one). The
+# bursty, diurnal and trace-window scenarios use PrefillRouting-v1's ``arrivals`` and
+# ``window_requests`` (the arrival processes of mooncake_gym.model.workload and the window of
+# envs/common.py, the code of PrefillRouting-v0's).
 _CLUSTER_REQUESTS = 2000
-#: the look-ahead reference on the cluster (analysis/rollout.py over the cluster's snapshots)
-_ROLLOUT = "the rollout reference runs here (compare --rollout relsplit:H), not measured for this page"
-_ROLLOUT_SATURATED = ("the rollout reference (compare --rollout relsplit:32 --seeds 2) 0.79x relsplit, paired 95 % "
-                      "CI [0.71, 0.90]")
+
+
+def _rollout(ratio: str, best: str, ci: str) -> str:
+    """The look-ahead reference on the cluster (analysis/rollout.py over the cluster's snapshots), as
+    measured by ``compare --rollout relsplit:32 --seeds 2``: its ratio to that run's best rule."""
+    return f"the rollout reference (compare --rollout relsplit:32 --seeds 2) {ratio}x {best}, paired 95 % CI {ci}"
+
+
 _NO_ROLLOUT = "no rollout reference (it needs the exact observation)"
 
 _STALE = {"mode": "scraped", "routers": 4, "scrape_period_s": 0.5, "scrape_delay_s": 0.1}
@@ -232,7 +239,7 @@ _add(Scenario("routing-cluster-saturated", "routing-cluster", "mooncake_gym/Pref
                "observation; 2,000-request episodes. Near saturation: queues build (at 0.7 kvcentric's mean "
                "TTFT is 10 s). Measured (compare --seeds 3): best rule relsplit 2.36 s mean TTFT, kvcentric "
                "2.51 s (1.06x), sizesplit 3.03 s but the lowest P90 (1.80 s against 6.37), bound 0.52 s = the "
-               "unloaded TTFT (best rule at load 0.1: 0.52 s); " + _ROLLOUT_SATURATED + "."),
+               "unloaded TTFT (best rule at load 0.1: 0.52 s); " + _rollout("0.79", "relsplit", "[0.71, 0.90]") + "."),
               reset_options=("trace",), hard=True))
 _add(Scenario("routing-cluster-heterogeneous", "routing-cluster", "mooncake_gym/PrefillRouting-v1",
               {"preset": "mooncake-hetero", "load": 0.55, "episode_requests": _CLUSTER_REQUESTS},
@@ -241,7 +248,7 @@ _add(Scenario("routing-cluster-heterogeneous", "routing-cluster", "mooncake_gym/
                "mix), exact observation; 2,000-request episodes. A rule must weigh queued work against each "
                "instance's speed. Measured (compare --seeds 3): best rule sizesplit 0.82 s mean TTFT, "
                "relsplit 0.83 s, kvcentric 0.85 s (1.04x), bound 0.24 s = the unloaded TTFT (best rule at "
-               "load 0.1: 0.24 s); " + _ROLLOUT + "."),
+               "load 0.1: 0.24 s); " + _rollout("0.76", "sizesplit", "[0.69, 0.85]") + "."),
               reset_options=("trace",), hard=True))
 _add(Scenario("routing-cluster-stale-multirouter", "routing-cluster", "mooncake_gym/PrefillRouting-v1",
               {"preset": "mooncake", "load": 0.5, "episode_requests": _CLUSTER_REQUESTS, "observation": _STALE},
@@ -262,18 +269,58 @@ _add(Scenario("routing-cluster-long-context", "routing-cluster", "mooncake_gym/P
                "steep: at 0.5 kvcentric's mean TTFT is 19 s. Not shipped: give base_trace=PATH (compare "
                "--trace). Measured (compare --seeds 3): best rule relsplit 3.77 s mean TTFT, kvcentric 3.80 s "
                "(1.01x), bound 1.39 s = the unloaded TTFT (best rule at load 0.1: 1.40 s); "
-               + _ROLLOUT + "."),
+               + _rollout("0.79", "relsplit", "[0.67, 0.99]") + "."),
               requires=("base_trace",), reset_options=("trace",), trace_sha256=MOONCAKE_SYNTHETIC_SHA256))
 _add(Scenario("routing-cluster-mooncake-trace", "routing-cluster", "mooncake_gym/PrefillRouting-v1",
               {"preset": "mooncake", "speed": 1.5},
               ("Mooncake's public synthetic trace (FAST'25 release, 3,993 requests, mean prompt 15,326 "
                "tokens) replayed on preset mooncake at 1.5 times its speed (5.9 requests/s, 0.61 times the "
                "saturation throughput of its request mix), exact observation; each episode the whole trace "
-               "(17 min at speed 1: PrefillRouting-v1 has no window of a trace yet), so the seeds differ "
+               "(17 min at speed 1; routing-cluster-trace-window replays windows of it), so the seeds differ "
                "only in the default router's tie-breaks. Not shipped: give trace=PATH. Measured (compare "
                "--seeds 3): best rule relsplit 2.48 s mean TTFT, kvcentric 2.48 s (1.00x), bound 0.81 s = "
-               "the unloaded TTFT (best rule at speed 0.1: 0.81 s); " + _ROLLOUT + "."),
+               "the unloaded TTFT (best rule at speed 0.1: 0.81 s); " + _rollout("0.84", "kvcentric", "[0.81, 0.87]")
+               + "."),
               requires=("trace",), reset_options=("trace",), trace_sha256=MOONCAKE_SYNTHETIC_SHA256, hard=True))
+
+_add(Scenario("routing-cluster-bursty", "routing-cluster", "mooncake_gym/PrefillRouting-v1",
+              {"preset": "mooncake", "load": 0.65, "episode_requests": _CLUSTER_REQUESTS,
+               "arrivals": {"burst_ratio": 2.0, "calm_s": 20.0, "burst_s": 10.0}},
+              ("routing-bursty's arrivals on preset mooncake: requests of the synthetic mix drawn i.i.d. "
+               "arriving as a two-state Markov-modulated Poisson process with mean 0.65 times the measured "
+               "saturation throughput (12.5 requests/s), 0.49 times it in calm periods (mean 20 s) and 0.98 "
+               "times it in bursts (mean 10 s), exact observation; 2,000-request episodes (about six bursts). "
+               "Queues built in a burst drain in the calm. Measured (compare --seeds 3): best rule relsplit "
+               "2.13 s mean TTFT, kvcentric 2.35 s (1.10x), sizesplit 3.20 s, bound 0.52 s = the unloaded "
+               "TTFT (best rule at load 0.1: 0.52 s); " + _rollout("0.83", "relsplit", "[0.80, 0.85]") + "."),
+              reset_options=("trace",), hard=True))
+_add(Scenario("routing-cluster-diurnal", "routing-cluster", "mooncake_gym/PrefillRouting-v1",
+              {"preset": "mooncake", "load": 0.5, "episode_requests": _CLUSTER_REQUESTS,
+               "arrivals": {"amplitude": 0.5, "period_s": 100.0}},
+              ("A daily cycle compressed to 100 s on preset mooncake: requests of the synthetic mix drawn "
+               "i.i.d. arriving as a non-homogeneous Poisson process whose rate is 1 - 0.5 cos(2 pi t / 100 s) "
+               "times a mean of 0.5 times the measured saturation throughput (9.6 requests/s): from a trough "
+               "of 0.25 to a peak of 0.75 times it (DiurnalArrivals of mooncake_gym.model.workload), exact "
+               "observation; 2,000-request episodes (about two cycles each). Queues build over each peak. Measured "
+               "(compare --seeds 3): best rule relsplit 2.11 s mean TTFT, kvcentric 2.16 s (1.02x), sizesplit "
+               "2.28 s, bound 0.52 s = the unloaded TTFT (best rule at load 0.1: 0.52 s); "
+               + _rollout("0.72", "kvcentric", "[0.64, 0.92]") + "."),
+              reset_options=("trace",), hard=True))
+_add(Scenario("routing-cluster-trace-window", "routing-cluster", "mooncake_gym/PrefillRouting-v1",
+              {"preset": "mooncake", "speed": 1.2, "window_requests": 1000},
+              ("Windows of Mooncake's public synthetic trace (FAST'25 release, 3,993 requests, mean prompt "
+               "15,326 tokens) on preset mooncake: 1,000-request episodes, each a window of consecutive "
+               "requests from an offset drawn from the episode's seed (reset option offset), replayed at 1.2 "
+               "times the trace's speed (about 4.6 requests/s), exact observation. The trace's later stretches "
+               "have longer prompts (a window's mean from 11,000 to 18,600 tokens), so the load differs from "
+               "window to window. "
+               "Not shipped: give trace=PATH. Measured (compare --seeds 3): best rule relsplit 5.57 s mean "
+               "TTFT, kvcentric 5.60 s (1.01x), sizesplit 80 s (its default thresholds do not fit these "
+               "prompts), bound 1.41 s = the unloaded TTFT (best rule at speed 0.1: 1.41 s); at speed 1.0 "
+               "the best rule's mean TTFT is 2.45 s, at 1.5 19 s; " + _rollout("0.89", "relsplit", "[0.74, 1.15]")
+               + "."),
+              requires=("trace",), reset_options=("offset", "trace"), trace_sha256=MOONCAKE_SYNTHETIC_SHA256,
+              hard=True))
 
 # --- admission scenarios (OverloadAdmission-v1 on the realistic presets)
 # 16 prefill + 1 decode A800 nodes (LLaMA2-70B; the decode pool saturates first, as in Mooncake §7),

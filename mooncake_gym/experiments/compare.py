@@ -165,7 +165,8 @@ def run_setting(setting: Setting, policies: dict, seeds, keep_results: bool = Fa
 def add_ratios(setting: Setting) -> Setting:
     """Each row's IQM of the main metric and its paired ratio to the best rule's mean (module
     docstring); the bound's ratio too where it has per-seed values."""
-    key, goal = problems.get(setting.problem).metric_goal()
+    problem = problems.get(setting.problem)
+    key, goal = problem.metric_goal()
     per_seed = {name: [e[key] for e in eps] for name, eps in setting.episodes.items()}
     # the rules' means from their episodes (a row names a metric by its table column, which may differ)
     means = {r["policy"]: math.fsum(per_seed[r["policy"]]) / len(per_seed[r["policy"]]) for r in setting.rows
@@ -174,9 +175,9 @@ def add_ratios(setting: Setting) -> Setting:
     if not rules:
         return setting
     best = (min if goal == "min" else max)(rules, key=means.__getitem__)
-    extra = [setting.bound] if setting.bound is not None and "per_seed" in setting.bound else []
-    for row in setting.rows + extra:
-        values = per_seed.get(row["policy"], row.get("per_seed"))
+    bound = problem.bound_per_seed(setting.bound)
+    for row in setting.rows + ([setting.bound] if bound is not None else []):
+        values = bound if row is setting.bound else per_seed.get(row["policy"], row.get("per_seed"))
         row["best_rule"] = best
         row["ratio_to_best_rule"], row["ratio_ci95"] = paired_ratio_ci95(values, per_seed[best])
         row["iqm"], row["iqm_ci95"] = iqm_ci95(values)

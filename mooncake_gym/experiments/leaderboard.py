@@ -76,14 +76,17 @@ def scenarios_markdown(scenarios=None) -> str:
 
 def tune_targets(problem: str, trace: str | None = None) -> list[str]:
     """One line per scenario of ``problem`` that can be made with ``trace``: its name, followed by
-    ``--trace PATH`` if it needs the trace (``make leaderboard`` tunes baselines on each). The
-    admission rules also decide the Conductor scenarios' admissions, so ``admission`` lists those too."""
+    ``--trace PATH`` if it needs the trace, replayed (``trace``) or drawn from (``base_trace``), as
+    ``compare --trace`` and ``tune --trace`` give it (``Scenario.trace_kwargs``; ``make leaderboard``
+    tunes baselines on each). The admission rules also decide the Conductor scenarios' admissions,
+    so ``admission`` lists those too."""
     out = []
     for s in SCENARIOS.values():
         table = problems.of_scenario(s.problem)
-        if table is None or table.decision != problem or s.missing(**({} if trace is None else {"trace": trace})):
+        given = s.trace_kwargs(trace)
+        if table is None or table.decision != problem or s.missing(**given):
             continue
-        out.append(s.name + (f" --trace {trace}" if "trace" in s.requires else ""))
+        out.append(s.name + (f" --trace {trace}" if given else ""))
     return out
 
 
@@ -218,7 +221,7 @@ def leaderboard_json(settings: list, skipped: list[str], seeds: int, tuned: list
     (``Scenario.hard``), its main metric and direction, and its rows ranked as on the page, each with
     the policy, its kind (:data:`ROW_KINDS`), the metric's mean, the half-width of its 95 % CI and
     its per-seed values (in the order of ``seeds``; the bound's are null where its problem gives
-    only the mean), a tuned rule with the file of its knobs (``tuned``: ``[(path, document)]``)."""
+    only the mean: none does now), a tuned rule with the file of its knobs (``tuned``: ``[(path, document)]``)."""
     from mooncake_gym.experiments.compare import COMPARE_SEED_BASE, ranked, seed_range, tuned_name
     from mooncake_gym.reporting.tables import to_jsonable
 
@@ -227,7 +230,8 @@ def leaderboard_json(settings: list, skipped: list[str], seeds: int, tuned: list
     out = []
     for s in settings:
         sc = SCENARIOS[s.scenario]
-        key, goal = problems.get(s.problem).metric_goal()
+        problem = problems.get(s.problem)
+        key, goal = problem.metric_goal()
         rows = []
         for r in ranked(s).rows:
             kind = "tuned rule" if r["kind"] == "rule" and r["policy"] in files else r["kind"]
@@ -236,7 +240,7 @@ def leaderboard_json(settings: list, skipped: list[str], seeds: int, tuned: list
                          **({"tuned": files[r["policy"]]} if kind == "tuned rule" else {})})
         if s.bound is not None:
             rows.append({"policy": "bound", "kind": "bound", "mean": s.bound[key], "ci95": s.bound[key + "_ci95"],
-                         "per_seed": s.bound.get("per_seed")})
+                         "per_seed": problem.bound_per_seed(s.bound)})
         out.append({"name": sc.name, "id": sc.env_id, "version": sc.version, "fingerprint": s.fingerprint,
                     "problem": sc.problem, "base_env_id": sc.base_env_id, "hard": sc.hard, "metric": key,
                     "goal": goal, **({"trace": s.trace} if s.trace is not None else {}), "rows": rows})

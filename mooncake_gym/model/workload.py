@@ -16,7 +16,7 @@ import functools
 import json
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -664,18 +664,96 @@ class BurstyArrivals:
         calm = 1.0 / (1.0 - p + p * self.burst_ratio)
         return calm, calm * self.burst_ratio
 
+    def clock(self, rng: np.random.Generator) -> "_ModulatedClock":
+        """The time change of one trace (:class:`_ModulatedClock`), its path drawn from ``rng``."""
+        return _ModulatedClock(self, rng)
 
-def as_arrivals(value) -> BurstyArrivals | None:
-    """None (Poisson sessions), a :class:`BurstyArrivals`, or a dict of its fields; ``ValueError``
-    naming ``arrivals`` otherwise."""
-    if value is None or isinstance(value, BurstyArrivals):
+    def describe(self) -> str:
+        return f"bursty {self.burst_ratio:g}x {self.burst_s:g}s/{self.calm_s:g}s"
+
+
+@dataclass(frozen=True)
+class DiurnalArrivals:
+    """Diurnal arrivals: a non-homogeneous Poisson process whose rate follows a sinusoid.
+
+    The arrival rate at time ``t`` (seconds from the trace's start) is the generator's mean rate
+    times ``1 - amplitude * cos(2 pi t / period_s)``: a daily cycle compressed to ``period_s``
+    seconds, starting at its trough (``1 - amplitude`` times the mean), peaking at ``period_s / 2``
+    (``1 + amplitude`` times the mean), with the mean rate over every whole period. ``amplitude``
+    is in [0, 0.99] (0: a Poisson process at the mean rate, with the default generator's arrivals);
+    ``period_s`` in [0.001, 1e7] s.
+
+    It is made by a time change, as :class:`BurstyArrivals` is: the homogeneous arrivals at the mean
+    rate, at "operational times" ``s``, happen at the real times ``t`` where the cumulative rate
+    multiplier ``t - amplitude * period_s / (2 pi) * sin(2 pi t / period_s)`` reaches ``s`` (the
+    inverse of a continuous strictly increasing function, found by bisection). A unit-rate Poisson
+    process mapped through the inverse of a cumulative intensity is the non-homogeneous Poisson
+    process of that intensity (Cinlar, "Introduction to Stochastic Processes", 1975),
+    the same law that thinning (Lewis and Shedler, Naval Research Logistics Quarterly 26(3),
+    1979) samples; the time change needs no random numbers of its own, so every other draw, and
+    the requests themselves, are the default generator's.
+    """
+
+    amplitude: float = 0.5
+    period_s: float = 600.0
+
+    def __post_init__(self):
+        check_range("amplitude", self.amplitude, 0.0, 0.99)
+        check_range("period_s", self.period_s, 1e-3, 1e7)
+
+    def multiplier(self, t):
+        """The rate at real time ``t`` (s) as a multiple of the mean rate."""
+        return 1.0 - self.amplitude * np.cos(2.0 * math.pi * np.asarray(t, dtype=np.float64) / self.period_s)
+
+    def operational_time(self, t):
+        """The integral of :meth:`multiplier` from 0 to ``t``: the expected arrivals by ``t`` over the mean rate."""
+        t = np.asarray(t, dtype=np.float64)
+        w = 2.0 * math.pi / self.period_s
+        return t - self.amplitude / w * np.sin(w * t)
+
+    def clock(self, rng: np.random.Generator | None = None) -> "DiurnalArrivals":
+        """The time change (it is deterministic: ``rng`` is not used)."""
+        return self
+
+    def real_time(self, s: np.ndarray) -> np.ndarray:
+        """The real times at which the cumulative multiplier reaches the operational times ``s``
+        (non-decreasing in, non-decreasing out)."""
+        s = np.asarray(s, dtype=np.float64)
+        reach = self.amplitude * self.period_s / (2.0 * math.pi)  # |operational_time(t) - t| <= reach
+        lo, hi = np.maximum(s - reach, 0.0), s + reach
+        for _ in range(_BISECTIONS):
+            mid = 0.5 * (lo + hi)
+            below = self.operational_time(mid) < s
+            lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+        return np.maximum.accumulate(hi) if len(hi) else hi  # (monotone up to the rounding of sin)
+
+    def describe(self) -> str:
+        return f"diurnal {self.amplitude:g} x {self.period_s:g}s"
+
+
+#: Bisection steps of :meth:`DiurnalArrivals.real_time`: the bracket (at most ``period_s / pi`` wide)
+#: halved 64 times is below a float's resolution of the times it brackets.
+_BISECTIONS = 64
+
+#: The arrival processes besides Poisson (:func:`as_arrivals` makes one from a dict of its fields).
+ARRIVAL_PROCESSES = (BurstyArrivals, DiurnalArrivals)
+
+
+def as_arrivals(value) -> BurstyArrivals | DiurnalArrivals | None:
+    """None (Poisson arrivals), a :class:`BurstyArrivals` or :class:`DiurnalArrivals`, or a dict of
+    the fields of one of them (``amplitude``/``period_s``: diurnal; otherwise bursty);
+    ``ValueError`` naming ``arrivals`` otherwise."""
+    if value is None or isinstance(value, ARRIVAL_PROCESSES):
         return value
     if isinstance(value, dict):
+        diurnal = {f.name for f in fields(DiurnalArrivals)}
+        cls = DiurnalArrivals if value and set(value) <= diurnal else BurstyArrivals
         try:
-            return BurstyArrivals(**value)
+            return cls(**value)
         except TypeError as e:
-            raise ValueError(f"arrivals: expected fields of BurstyArrivals (burst_ratio, calm_s, burst_s): {e}") from None
-    raise ValueError(f"arrivals: expected None, a dict of BurstyArrivals fields or a BurstyArrivals, "
+            raise ValueError(f"arrivals: expected fields of BurstyArrivals (burst_ratio, calm_s, burst_s) or of "
+                             f"DiurnalArrivals (amplitude, period_s): {e}") from None
+    raise ValueError(f"arrivals: expected None, a dict of BurstyArrivals or DiurnalArrivals fields, or one of them, "
                      f"got {type(value).__name__}")
 
 
@@ -776,7 +854,7 @@ def synthetic_trace(
     n_requests: int | None = None,
     config: SyntheticConfig = DEFAULT_SYNTHETIC,
     block_tokens: int = BLOCK_TOKENS,
-    arrivals: BurstyArrivals | dict | None = None,
+    arrivals: BurstyArrivals | DiurnalArrivals | dict | None = None,
 ) -> Trace:
     """A synthetic trace imitating Mooncake's public traces (see :class:`SyntheticConfig`).
 
@@ -787,10 +865,11 @@ def synthetic_trace(
     Deterministic per seed, and a shorter trace is the head of a longer one of the same seed and
     rate. Block ids are numbered in order of first appearance, as in Mooncake's traces.
 
-    ``arrivals``: None (default) for Poisson session arrivals, or :class:`BurstyArrivals` (or a
-    dict of its fields) for a two-state Markov-modulated Poisson process with the same mean
-    ``rate``: the same sessions, their starts moved by a random time change whose path is drawn
-    from a generator spawned from the seed's (so every other draw is the default's).
+    ``arrivals``: None (default) for Poisson session arrivals, :class:`BurstyArrivals` for a
+    two-state Markov-modulated Poisson process, or :class:`DiurnalArrivals` for a sinusoidal rate,
+    each with the same mean ``rate`` (or a dict of one's fields, :func:`as_arrivals`): the same
+    sessions, their starts moved by a time change (the bursty one's path drawn from a generator
+    spawned from the seed's, so every other draw is the default's).
     """
     check("rate", rate)
     check("requests", n_requests, "n_requests", allow_none=True)
@@ -805,8 +884,8 @@ def synthetic_trace(
     process = as_arrivals(arrivals)  # (the name ``arrivals`` is reused below for the arrival columns)
     horizon = math.inf if duration_s is None else duration_s
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-    clock = None if process is None else _ModulatedClock(process, rng.spawn(1)[0])
-    operational = 0.0  # bursty arrivals: the homogeneous process's last session start
+    clock = None if process is None else process.clock(rng.spawn(1)[0])
+    operational = 0.0  # bursty or diurnal arrivals: the homogeneous process's last session start
     c = config
     lo, hi = c.system_prompt_blocks
     prompt_blocks = rng.integers(lo, hi + 1, size=c.n_system_prompts)
@@ -847,8 +926,7 @@ def synthetic_trace(
     out_trace = Trace.__new__(Trace)  # the columns are built valid: no re-conversion
     out_trace._set(arrival, total, out, None, session,
                    f"synthetic(rate={rate:g}, seed={seed if isinstance(seed, (int, np.integer)) else 'rng'}"
-                   + ("" if process is None else f", bursty {process.burst_ratio:g}x {process.burst_s:g}s/"
-                                                 f"{process.calm_s:g}s") + ")", flat=flat)
+                   + ("" if process is None else f", {process.describe()}") + ")", flat=flat)
     return out_trace
 
 
@@ -931,9 +1009,12 @@ def _block_ids_reference(total, full_shared, prompt_blocks, prompt, session, blo
 
 
 def resample_iid(trace: Trace, n_requests: int, rate: float, seed: int | np.random.Generator = 0,
-                 fresh_blocks: bool = False) -> Trace:
+                 fresh_blocks: bool = False, arrivals: BurstyArrivals | DiurnalArrivals | dict | None = None) -> Trace:
     """``n_requests`` requests drawn i.i.d. (with replacement) from ``trace`` with stationary
-    Poisson arrivals at ``rate`` per second (lecture demo 3).
+    Poisson arrivals at ``rate`` per second (lecture demo 3), or with ``arrivals``
+    (:func:`as_arrivals`: bursty or diurnal, the same mean ``rate``): the same requests, their
+    arrivals moved by the process's time change (the bursty one's path drawn from a generator
+    spawned from ``seed``'s, so the draws and every later one are the default's).
 
     A request drawn twice repeats its prompt's blocks exactly, so a long draw from a short base
     trace hits the prefix caches more and more often. ``fresh_blocks=True`` (opt-in; the draws and
@@ -946,11 +1027,15 @@ def resample_iid(trace: Trace, n_requests: int, rate: float, seed: int | np.rand
         raise ValueError(f"fresh_blocks: expected True or False, got {fresh_blocks!r}")
     if len(trace) == 0:
         raise ValueError("trace: expected a base trace with at least one request")
+    process = as_arrivals(arrivals)
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     idx = rng.integers(0, len(trace), size=n_requests)
-    arrivals = np.cumsum(rng.exponential(1.0 / rate, size=n_requests))
-    out = trace.take(idx, arrival_s=arrivals,
-                     name=f"{trace.name} iid({n_requests} @ {rate:.3g}/s{', fresh blocks' if fresh_blocks else ''})")
+    times = np.cumsum(rng.exponential(1.0 / rate, size=n_requests))
+    if process is not None:
+        times = process.clock(rng.spawn(1)[0]).real_time(times)
+    shape = "" if process is None else f", {process.describe()}"
+    out = trace.take(idx, arrival_s=times, name=f"{trace.name} iid({n_requests} @ {rate:.3g}/s{shape}"
+                                                f"{', fresh blocks' if fresh_blocks else ''})")
     if fresh_blocks:
         out.block_ids = redrawn_block_ids(trace, idx.tolist())
     return out
