@@ -427,7 +427,7 @@ def test_compare_runs_a_cluster_routing_scenario_end_to_end(monkeypatch, capsys)
     tiny = dataclasses.replace(scenarios.get_scenario(name),
                                kwargs={**scenarios.get_scenario(name).kwargs, "episode_requests": 30})
     monkeypatch.setitem(scenarios.SCENARIOS, name, tiny)
-    monkeypatch.setattr(cmp, "shipped_agents", lambda: {})  # loading them takes longer than the table (none fits)
+    monkeypatch.setattr(cmp, "shipped_agents", lambda of_problems=None: {})  # loading them takes longer than the table (none fits)
     assert main(["compare", "--scenario", name, "--seeds", "1", "--json"]) == 0
     (setting,) = json.loads(capsys.readouterr().out)["settings"]
     assert setting["problem"] == "routing-cluster" and setting["env_id"] == "mooncake_gym/PrefillRouting-v1"
