@@ -27,7 +27,8 @@ __all__ = ["Agent", "AgentFormatError", "AgentIntegrityError", "SHIPPED", "SHIPP
 
 #: Shipped agents by name -> the problem they solve.
 SHIPPED = {"ppo_routing": "routing", "ppo_admission": "admission", "ppo_routing_ws": "routing",
-           "ppo_admission_v1": "admission-v1", "ppo_routing_bursty": "routing", "ppo_routing_saturated": "routing"}
+           "ppo_admission_v1": "admission-v1", "ppo_routing_bursty": "routing", "ppo_routing_saturated": "routing",
+           "expert_cluster_trace": "routing-cluster"}
 #: sha256 of each shipped agent's zip and card (update both when an agent is retrained).
 SHIPPED_SHA256 = {
     "ppo_routing": {"zip": "e59cf80ea9a8048d8a1b14f03750bc2f3181f8a1ed604d13e6738a6fff031401",
@@ -50,6 +51,11 @@ SHIPPED_SHA256 = {
     # reference, mooncake_gym/agents/expert.py), then PPO with the ttft reward, behind RoutingRelativeFeatures
     "ppo_routing_saturated": {"zip": "92b8f2f643537ad0f008f1607d4f82e3f69d79879ce573e9be0237041d305eac",
                               "json": "6c45fec33511198e6c598556119c2a16731f1c0d5702ee6e545009b918e02599"},
+    # issue 26: realistic-cluster agents (PrefillRouting-v1), expert iteration (mooncake_gym/agents/expert.py)
+    # behind RoutingRelativeFeatures; per-scenario (their cards' "scenarios"). expert_cluster_trace: trained on
+    # routing-cluster-long-context (the trace's requests i.i.d.), for routing-cluster-mooncake-trace too
+    "expert_cluster_trace": {"zip": "f35ae9a5ca9d909a0720407c5e9b211867c8d0fcd56935ac46564ce039d3b21d",
+                             "json": "f2d3adbe2c03db0874a5626affbad978a59e3b4cc3f7954844ac913d237589fb"},
 }
 
 
