@@ -28,7 +28,7 @@ __all__ = ["Agent", "AgentFormatError", "AgentIntegrityError", "SHIPPED", "SHIPP
 #: Shipped agents by name -> the problem they solve.
 SHIPPED = {"ppo_routing": "routing", "ppo_admission": "admission", "ppo_routing_ws": "routing",
            "ppo_admission_v1": "admission-v1", "ppo_routing_bursty": "routing", "ppo_routing_saturated": "routing",
-           "expert_cluster_trace": "routing-cluster"}
+           "expert_cluster_trace": "routing-cluster", "ppo_cluster_saturated": "routing-cluster"}
 #: sha256 of each shipped agent's zip and card (update both when an agent is retrained).
 SHIPPED_SHA256 = {
     "ppo_routing": {"zip": "e59cf80ea9a8048d8a1b14f03750bc2f3181f8a1ed604d13e6738a6fff031401",
@@ -56,6 +56,9 @@ SHIPPED_SHA256 = {
     # routing-cluster-long-context (the trace's requests i.i.d.), for routing-cluster-mooncake-trace too
     "expert_cluster_trace": {"zip": "f35ae9a5ca9d909a0720407c5e9b211867c8d0fcd56935ac46564ce039d3b21d",
                              "json": "f2d3adbe2c03db0874a5626affbad978a59e3b4cc3f7954844ac913d237589fb"},
+    # ppo_cluster_saturated: the student of routing-cluster-saturated, then PPO with the ttft reward
+    "ppo_cluster_saturated": {"zip": "c7b22bd112ff75e4e1ca3b50b605fba46cfe55b671546e7aeca32af9efe83a9e",
+                              "json": "ad8aca8f722f9f7d6a1282645a176c4a860db4206756ec27cf3f74565acbc2bd"},
 }
 
 
