@@ -267,12 +267,14 @@ def fine_tune(student, scenario: str, out, base, reward: str = "ttft", timesteps
                           env_id=sc.base_env_id, name=name, init=init)
 
 
-def complete_expert_card(path, compare_jsons: list, notes: str, scenarios: list, student=None) -> dict:
+def complete_expert_card(path, compare_jsons: list, notes: str, scenarios: list, student=None,
+                         reference: str | None = None) -> dict:
     """Complete the card ``path`` of a student of :func:`expert_iteration`, or of its PPO fine-tune
     (:func:`fine_tune`, whose ``student`` card's training, trained-on and never-saw it takes): the
     ``evaluation`` per scenario of each ``compare --agent PATH --json`` output in ``compare_jsons``
     (:func:`~mooncake_gym.agents.warmstart.routing_evaluation`), ``notes``, and ``scenarios`` (where
-    ``compare`` shows it). Returns the card."""
+    ``compare`` shows it); ``reference``: the name of the selection's reference rule, written over
+    its repr. Returns the card."""
     from mooncake_gym.agents.warmstart import routing_evaluation
 
     path = Path(path)
@@ -281,6 +283,9 @@ def complete_expert_card(path, compare_jsons: list, notes: str, scenarios: list,
     if student is not None:  # a fine-tune: warm_start_ppo's card, the student's record beside it
         s_card = json.loads(Path(student).with_suffix(".json").read_text())
         t["student"] = {**s_card["training"], "trained_on": s_card["trained_on"]}
+        t.pop("demo_seeds", None)  # (no demonstrations: PPO starts from the student)
+        for w in t["workloads"]:
+            w["reference"] = reference or w["reference"]
         card.update({"env_kwargs": t["workloads"][0]["env_kwargs"], "timesteps": t["selected_timestep"],
                      "timesteps_run": t["timesteps_run"],
                      "wall_time_s": round(t["wall_time_s"] + s_card["training"]["wall_time_s"], 1),
