@@ -21,7 +21,7 @@ import mooncake_gym.agents as agents
 from mooncake_gym.agents.agentfile import AgentFormatError, as_agent, save_agent
 from mooncake_gym.agents.train import parse_env_kwargs, progress_callback, train
 from mooncake_gym.cli import main
-from mooncake_gym.envs import ADMISSION_ENV_ID, ADMISSION_V1_ENV_ID, ROUTING_ENV_ID
+from mooncake_gym.envs import ADMISSION_ENV_ID, ADMISSION_V1_ENV_ID, ROUTING_ENV_ID, ROUTING_V1_ENV_ID
 from mooncake_gym.evaluation.episodes import evaluate
 
 torch.set_num_threads(1)
@@ -156,9 +156,12 @@ def test_maskable_agent_evaluates_as_in_sb3_and_obeys_the_masks(tmp_path):
 def test_shipped_agent_without_unpickling_acts_as_sb3_load(name):
     """The weights-only agent and SB3's (unpickling) load of the same zip give the same episodes."""
     problem = agents.SHIPPED[name]
-    env_id = {"routing": ROUTING_ENV_ID, "admission": ADMISSION_ENV_ID, "admission-v1": ADMISSION_V1_ENV_ID}[problem]
+    env_id = {"routing": ROUTING_ENV_ID, "admission": ADMISSION_ENV_ID, "admission-v1": ADMISSION_V1_ENV_ID,
+              "routing-cluster": ROUTING_V1_ENV_ID}[problem]
     kw = {"routing": {"rate": 8.0, "episode_requests": 300}, "admission": {"load": 2.0, "episode_requests": 400},
-          "admission-v1": {"load": 2.0, "episode_requests": 400, "prediction": True}}[problem]
+          "admission-v1": {"load": 2.0, "episode_requests": 400, "prediction": True},
+          "routing-cluster": {"preset": agents.card(name)["env_kwargs"].get("preset", "mooncake"), "load": 0.6,
+                              "episode_requests": 300}}[problem]
     agent = agents.load_agent(name)
     assert agent.source == "weights"
     pickled = PPO.load(agents.agent_dir() / f"{name}.zip", device="cpu")

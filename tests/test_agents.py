@@ -11,14 +11,16 @@ import mooncake_gym.agents as agents
 from mooncake_gym.experiments import compare as cmp
 from mooncake_gym.agents.train import load_hyperparams, sha256_of, train
 from mooncake_gym.cli import main
-from mooncake_gym.envs import ADMISSION_ENV_ID, ADMISSION_V1_ENV_ID, ROUTING_ENV_ID
+from mooncake_gym.envs import ADMISSION_ENV_ID, ADMISSION_V1_ENV_ID, ROUTING_ENV_ID, ROUTING_V1_ENV_ID
 from mooncake_gym.evaluation.episodes import evaluate
 
 torch.set_num_threads(1)
 
 EPISODE = {"routing": {"rate": 6.0, "episode_requests": 200}, "admission": {"load": 2.0, "episode_requests": 200},
-           "admission-v1": {"load": 2.0, "episode_requests": 200, "prediction": True}}
-ENV_IDS = {"routing": ROUTING_ENV_ID, "admission": ADMISSION_ENV_ID, "admission-v1": ADMISSION_V1_ENV_ID}
+           "admission-v1": {"load": 2.0, "episode_requests": 200, "prediction": True},
+           "routing-cluster": {"load": 0.6, "episode_requests": 200}}
+ENV_IDS = {"routing": ROUTING_ENV_ID, "admission": ADMISSION_ENV_ID, "admission-v1": ADMISSION_V1_ENV_ID,
+           "routing-cluster": ROUTING_V1_ENV_ID}
 
 
 @pytest.mark.parametrize("name", sorted(agents.SHIPPED))
@@ -29,11 +31,15 @@ def test_shipped_agent_loads_verified_and_runs_an_episode(name):
     assert card["sha256"] == sha256_of(agents.agent_dir() / f"{name}.zip")
     assert card["env_id"] == ENV_IDS[agents.SHIPPED[name]]
     # trained within issue 13's budget (30 minutes on this 2-core machine); a warm-started agent may
-    # keep its cloned policy (timesteps 0: no PPO checkpoint was better) after a PPO run of timesteps_run
-    assert card.get("timesteps_run", card["timesteps"]) > 0 and card["wall_time_s"] <= 30 * 60
+    # keep its cloned policy (timesteps 0: no PPO checkpoint was better) after a PPO run of timesteps_run;
+    # a distilled student of expert iteration (agents/expert.py) was fit to labelled decisions instead
+    assert card.get("timesteps_run", card["timesteps"]) > 0 or card.get("labelled_decisions", 0) > 0
+    # the realistic cluster's agents (issue 26): 60 minutes, trained while 4 other jobs shared the 2 cores
+    assert card["wall_time_s"] <= (60 if agents.SHIPPED[name] == "routing-cluster" else 30) * 60
     model = agents.load_agent(name)
     problem = agents.SHIPPED[name]
-    (episode,) = evaluate(ENV_IDS[problem], model, [123], **EPISODE[problem])
+    preset = {"preset": card["env_kwargs"]["preset"]} if problem == "routing-cluster" else {}  # (its own cluster)
+    (episode,) = evaluate(ENV_IDS[problem], model, [123], **EPISODE[problem], **preset)
     assert episode["steps"] == 200
     assert all(math.isfinite(v) for v in episode.values() if isinstance(v, float) and not math.isnan(v))
 

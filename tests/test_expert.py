@@ -79,3 +79,59 @@ def test_clone_to_one_hot_targets_is_clone_to_the_actions():
 def test_expert_iteration_refuses_bad_settings(tmp_path, kwargs, message):
     with pytest.raises(ValueError, match=message):
         expert_iteration("routing-saturated", tmp_path, RelativeSizeSplit(), horizon=4, **kwargs)
+
+
+# --- the realistic cluster (PrefillRouting-v1, the routing-cluster scenarios)
+CLUSTER = dict(preset="mooncake", load=0.6, episode_requests=30)
+
+
+def cluster_env(engine=None):
+    env = gym.make("mooncake_gym/PrefillRouting-v1", engine=engine, **CLUSTER)
+    return apply_wrappers(env, [wrapper_spec(RoutingRelativeFeatures)], trusted=True)
+
+
+def test_relative_features_on_the_cluster_read_its_prefill_pools_view():
+    from mooncake_gym.baselines.sizesplit import ServiceScale
+    from mooncake_gym.envs.wrappers import rule_features
+
+    env = cluster_env()
+    n = env.unwrapped.preset.n_prefill
+    base_dim = env.unwrapped.observation_space.shape[0]
+    assert env.observation_space.shape == (base_dim + 4 * n + 2,)
+    obs, _ = env.reset(seed=3)
+    scale, slo = ServiceScale(), env.unwrapped.preset.ttft_slo_s
+    for _ in range(10):
+        view = env.unwrapped.decision_view().routing
+        expected = np.asarray(rule_features(view, slo, scale), np.float32)
+        assert np.array_equal(obs[base_dim:], expected)
+        obs = env.step(0)[0]
+
+
+def test_label_episode_on_the_cluster_is_the_rollouts_and_the_same_on_both_engines():
+    from mooncake_gym.agents.expert import base_rule
+
+    labels = []
+    for engine in ("python", "native"):
+        rule, name = base_rule("relsplit", None, "routing-cluster")
+        labels.append(label_episode(cluster_env(engine), rule, 4, seed=5))
+    (o_py, a_py, c_py, ttft_py, agree_py), (o_nat, a_nat, c_nat, ttft_nat, _) = labels
+    assert a_py.shape == (30,) and agree_py == 1.0
+    assert np.array_equal(o_py, o_nat) and np.array_equal(a_py, a_nat) and np.array_equal(c_py, c_nat)
+    assert ttft_py == ttft_nat
+    # every label is the cheapest trial of its decision
+    assert all(c_py[k, a_py[k]] == c_py[k].min() for k in range(30))
+
+
+def test_base_rule_takes_the_problem_of_the_tune_file(tmp_path):
+    import json
+
+    from mooncake_gym.agents.expert import base_rule
+
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"policy": "relsplit", "env": "routing-cluster",
+                                "knobs": {"long_factor": 6.0, "long_instances": 1, "min_load": 0.0}}))
+    rule, name = base_rule("relsplit", str(path), "routing-cluster")
+    assert name == "relsplit(long_factor=6.0, long_instances=1, min_load=0.0)"
+    with pytest.raises(ValueError, match=r"^--tuned: expected a routing tune result of relsplit, "
+                                         r"got routing-cluster/relsplit$"):
+        base_rule("relsplit", str(path))

@@ -52,8 +52,14 @@ def test_one_name_per_metric_and_the_old_keys_as_aliases():
 def test_compare_names_the_shipped_agents_it_does_not_show():
     routing = cmp.Setting("routing-cluster", "routing (mooncake)", "mooncake_gym/PrefillRouting-v1", {})
     elsewhere = {e["agent"]: e for e in cmp.agents_elsewhere([routing])}
-    # routing agents only
-    assert set(elsewhere) == {"ppo_routing", "ppo_routing_ws", "ppo_routing_bursty", "ppo_routing_saturated"}
+    # routing agents only: the toy's and the realistic cluster's per-scenario agents (none is in this table)
+    assert set(elsewhere) == {"ppo_routing", "ppo_routing_ws", "ppo_routing_bursty", "ppo_routing_saturated",
+                              "expert_cluster_trace", "ppo_cluster_saturated", "ppo_cluster_heterogeneous"}
+    assert elsewhere["ppo_cluster_saturated"] == {
+        "agent": "ppo_cluster_saturated", "trained_on": "mooncake_gym/PrefillRouting-v1 (preset mooncake)",
+        "see": "mooncake-gym compare --scenario routing-cluster-saturated"}
+    assert elsewhere["expert_cluster_trace"]["see"] == ("mooncake-gym compare --scenario "
+                                                        "routing-cluster-mooncake-trace,routing-cluster-long-context")
     assert elsewhere["ppo_routing"] == {"agent": "ppo_routing",
                                         "trained_on": "mooncake_gym/PrefillRouting-v0 (the lecture's toy)",
                                         "see": "mooncake-gym compare --preset lecture"}
@@ -65,8 +71,10 @@ def test_compare_names_the_shipped_agents_it_does_not_show():
     assert v1["see"].startswith("mooncake-gym compare --scenario admission-load") and "admission-load2" in v1["see"]
     shown = cmp.Setting("routing", "routing", "mooncake_gym/PrefillRouting-v0", {},
                         rows=[{"policy": "ppo_routing"}, {"policy": "ppo_routing_ws"}])
-    assert [e["agent"] for e in cmp.agents_elsewhere([shown])] == ["ppo_routing_bursty", "ppo_routing_saturated"]
-    text = cmp.format_elsewhere(cmp.agents_elsewhere([shown]))
+    assert [e["agent"] for e in cmp.agents_elsewhere([shown])] == [
+        "ppo_routing_bursty", "ppo_routing_saturated", "expert_cluster_trace", "ppo_cluster_saturated",
+        "ppo_cluster_heterogeneous"]
+    text = cmp.format_elsewhere(cmp.agents_elsewhere([shown])[:2])
     assert text.splitlines() == ["Shipped agents not in these tables (each acts on the problem it was trained on):",
                                  "- ppo_routing_bursty: trained on mooncake_gym/PrefillRouting-v0 (the lecture's toy); "
                                  "shown by `mooncake-gym compare --scenario routing-bursty`",

@@ -126,5 +126,5 @@ def test_an_agents_problem_is_the_registry_problem_of_its_env_id():
     for name in cmp.AGENT_PROBLEMS:
         assert cmp.problem_of(SimpleNamespace(env_id=problems.get(name).env_id)) == name
     with pytest.raises(ValueError, match=f"trained on {CONDUCTOR_ENV_ID}, which is none of {ROUTING_ENV_ID}, "
-                                         f"{ADMISSION_ENV_ID}, {ADMISSION_V1_ENV_ID}$"):
+                                         f"{ADMISSION_ENV_ID}, {ADMISSION_V1_ENV_ID}, {ROUTING_V1_ENV_ID}$"):
         cmp.problem_of(SimpleNamespace(env_id=CONDUCTOR_ENV_ID))

@@ -27,7 +27,9 @@ __all__ = ["Agent", "AgentFormatError", "AgentIntegrityError", "SHIPPED", "SHIPP
 
 #: Shipped agents by name -> the problem they solve.
 SHIPPED = {"ppo_routing": "routing", "ppo_admission": "admission", "ppo_routing_ws": "routing",
-           "ppo_admission_v1": "admission-v1", "ppo_routing_bursty": "routing", "ppo_routing_saturated": "routing"}
+           "ppo_admission_v1": "admission-v1", "ppo_routing_bursty": "routing", "ppo_routing_saturated": "routing",
+           "expert_cluster_trace": "routing-cluster", "ppo_cluster_saturated": "routing-cluster",
+           "ppo_cluster_heterogeneous": "routing-cluster"}
 #: sha256 of each shipped agent's zip and card (update both when an agent is retrained).
 SHIPPED_SHA256 = {
     "ppo_routing": {"zip": "e59cf80ea9a8048d8a1b14f03750bc2f3181f8a1ed604d13e6738a6fff031401",
@@ -50,6 +52,17 @@ SHIPPED_SHA256 = {
     # reference, mooncake_gym/agents/expert.py), then PPO with the ttft reward, behind RoutingRelativeFeatures
     "ppo_routing_saturated": {"zip": "92b8f2f643537ad0f008f1607d4f82e3f69d79879ce573e9be0237041d305eac",
                               "json": "6c45fec33511198e6c598556119c2a16731f1c0d5702ee6e545009b918e02599"},
+    # issue 26: realistic-cluster agents (PrefillRouting-v1), expert iteration (mooncake_gym/agents/expert.py)
+    # behind RoutingRelativeFeatures; per-scenario (their cards' "scenarios"). expert_cluster_trace: trained on
+    # routing-cluster-long-context (the trace's requests i.i.d.), for routing-cluster-mooncake-trace too
+    "expert_cluster_trace": {"zip": "f35ae9a5ca9d909a0720407c5e9b211867c8d0fcd56935ac46564ce039d3b21d",
+                             "json": "f2d3adbe2c03db0874a5626affbad978a59e3b4cc3f7954844ac913d237589fb"},
+    # ppo_cluster_saturated: the student of routing-cluster-saturated, then PPO with the ttft reward
+    "ppo_cluster_saturated": {"zip": "c7b22bd112ff75e4e1ca3b50b605fba46cfe55b671546e7aeca32af9efe83a9e",
+                              "json": "718a484add65b32808360fcad578552bf485bfab29fe9e19f6de61ad35ba3898"},
+    # ppo_cluster_heterogeneous: the same recipe on routing-cluster-heterogeneous
+    "ppo_cluster_heterogeneous": {"zip": "0f312a7b48ae9cd1a52fb5c54c638f56ed45a5737b5d2eb0ee6a001159a4f161",
+                                  "json": "838ce71834bfbb87a0efbfc4b8b053810402150f0eecc7888bf6cf104a011f2d"},
 }
 
 

@@ -91,13 +91,19 @@ def soft_targets(costs: np.ndarray, tau: float) -> np.ndarray:
 def expert_iteration(scenario: str, out, base, horizon: int = DEFAULT_HORIZON, rounds: int = 3, episodes: int = 4,
                      epochs: int = 30, select_seeds=range(900, 904), wrappers=(RoutingRelativeFeatures,),
                      seed: int = 0, name: str = "expert_routing", lr: float = 1e-3, net_arch=None,
-                     teacher_name: str | None = None, tau: float = 0.0) -> dict:
+                     teacher_name: str | None = None, tau: float = 0.0, overrides: dict | None = None,
+                     for_scenarios: list | None = None, resume: bool = False) -> dict:
     """DAgger over the rollout reference on ``scenario`` (module docstring); writes ``out/NAME.zip``
     and its card and returns the card. ``base``: the rollout's base rule (a routing rule without
     feedback); ``rounds`` >= 1 (round 0 is the rollout's own episodes), ``episodes`` per round.
+    ``overrides``: env kwargs over the scenario's (its trace file, or another load: the card's
+    ``trained_on`` records them); ``for_scenarios``: the card's ``scenarios`` (where ``compare``
+    shows the agent; default the scenario trained on).
     ``tau`` (s): 0 fits the rollout's chosen actions; above 0 the soft targets of
     :func:`soft_targets` (every trial weighed by its TTFT sum). The pairs are kept in
-    ``out/NAME-data.npz`` (observations, labels, trial costs)."""
+    ``out/NAME-data.npz`` (observations, labels, trial costs). ``resume``: go on from a run stopped
+    between rounds (``out``'s data, card and kept student, which acts in the next round), up to
+    ``rounds`` in all."""
     import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import DummyVecEnv
@@ -110,7 +116,7 @@ def expert_iteration(scenario: str, out, base, horizon: int = DEFAULT_HORIZON, r
     if not (isinstance(tau, (int, float)) and tau >= 0):
         raise ValueError(f"tau: expected a time >= 0 s, got {tau!r}")
     sc = get_scenario(scenario)
-    env_id, kwargs = sc.base_env_id, sc.config()
+    env_id, kwargs = sc.base_env_id, sc.config(**(overrides or {}))
     if max(select_seeds) >= 1000 or rounds * episodes > 900:
         raise ValueError("select_seeds, rounds x episodes: expert iteration uses training seeds below 1,000 only")
     torch.set_num_threads(1)
@@ -126,7 +132,17 @@ def expert_iteration(scenario: str, out, base, horizon: int = DEFAULT_HORIZON, r
     base_ttft = float(np.mean([e["mean_ttft_s"] for e in evaluate(env_id, base, list(select_seeds), **kwargs)]))
     obs_parts, act_parts, cost_parts, history = [], [], [], []
     best, best_round = None, -1
-    for r in range(rounds):
+    if resume:
+        data = np.load(out / f"{name}-data.npz")
+        obs_parts, act_parts, cost_parts = [data["obs"]], [data["actions"]], [data["costs"]]
+        history = json.loads((out / f"{name}.json").read_text())["training"]["history"]
+        if history[-1]["labels"] != len(data["actions"]):  # (labels: every pair so far)
+            raise ValueError(f"resume: {out / name}'s data and card disagree (a round was labelled but not fit)")
+        best_round = min(range(len(history)), key=lambda k: history[k]["select_mean_ttft_s"])
+        best = history[best_round]["select_mean_ttft_s"]
+        model.policy.load_state_dict(load(out / f"{name}.zip").policy.state_dict())
+        start -= history[-1]["wall_s"]
+    for r in range(len(history), rounds):
         student = None if r == 0 else as_agent(model, env_id, specs)
         seeds = range(r * episodes, (r + 1) * episodes)
         actor_ttft, agree = [], []
@@ -151,28 +167,47 @@ def expert_iteration(scenario: str, out, base, horizon: int = DEFAULT_HORIZON, r
         if best is None or sel < best:
             best, best_round = sel, r
             save_agent(model, out / f"{name}.zip", env_id, specs)
+        # the card after every round, so that a run stopped between rounds leaves a complete agent
+        card = write_student_card(out / f"{name}.json", sc, kwargs, base, teacher_name or
+                                  f"rollout H={horizon} over {policy_name(base)}",
+                                  {"horizon": horizon, "rounds": rounds, "episodes_per_round": episodes,
+                                   "epochs": epochs, "lr": lr, "tau_s": tau, "select_seeds": list(select_seeds),
+                                   "base_select_mean_ttft_s": base_ttft, "selected_round": best_round,
+                                   "wall_time_s": round(time.time() - start, 1), "history": history},
+                                  seed, overrides, for_scenarios)
     env.close()
     venv.close()
-    teacher = teacher_name or f"rollout H={horizon} over {policy_name(base)}"
-    card = json.loads((out / f"{name}.json").read_text())
+    return card
+
+
+def write_student_card(path, sc, kwargs: dict, base, teacher: str, training: dict, seed: int = 0,
+                       overrides: dict | None = None, for_scenarios: list | None = None) -> dict:
+    """Complete the card ``path`` (written by ``save_agent`` beside the zip) of a student of
+    :func:`expert_iteration` on scenario ``sc`` (made with ``kwargs``): its teacher, ``training``
+    (the rounds so far: ``history``, ``selected_round``...), what it was trained on and never saw, and
+    the scenarios it is for (``for_scenarios``, default ``sc``'s: ``compare`` shows it only there).
+    Returns the card."""
+    path = Path(path)
+    changed = {k: v for k, v in (overrides or {}).items() if k not in sc.requires}  # (a required trace is not a change)
+    labelled = len(training["history"]) * training["episodes_per_round"]
+    sel = training["select_seeds"]
+    card = json.loads(path.read_text())
     card.update({
         "algorithm": "PPO", "policy": "MlpPolicy", "seed": seed, "env_kwargs": kwargs,
         "training": {"method": "expert iteration: DAgger over the rollout reference, cross-entropy fits of the "
                                "policy network (mooncake_gym/agents/expert.py)",
-                     "teacher": teacher, "base": repr(base), "horizon": horizon, "rounds": rounds,
-                     "episodes_per_round": episodes, "epochs": epochs, "lr": lr, "tau_s": tau,
-                     "select_seeds": list(select_seeds), "base_select_mean_ttft_s": base_ttft,
-                     "selected_round": best_round, "wall_time_s": round(time.time() - start, 1),
-                     "history": history},
-        "trained_on": [{"scenario": sc.name, "env_kwargs": kwargs,
-                        "seeds": f"0-{rounds * episodes - 1} (labelled), {min(select_seeds)}-{max(select_seeds)} (selection)"}],
-        "never_saw": [s.name for s in scenarios_of("routing") if s.name != sc.name]
+                     "teacher": teacher, "base": repr(base), **training},
+        # (a distilled student: fit to labelled decisions, no PPO step)
+        "timesteps": 0, "labelled_decisions": training["history"][-1]["labels"], "wall_time_s": training["wall_time_s"],
+        "trained_on": [{"scenario": sc.name + (f" with {changed}" if changed else ""), "env_kwargs": kwargs,
+                        "seeds": f"0-{labelled - 1} (labelled), {min(sel)}-{max(sel)} (selection)"}],
+        "never_saw": [s.name for s in scenarios_of(sc.problem) if s.name != sc.name or changed]
         + ["seeds >= 1,000,000 (compare's held-out seeds)"],
-        "scenarios": [sc.name],
+        "scenarios": list(for_scenarios or [sc.name]),
         "threads": 1, "versions": library_versions(),
     })
-    card["sha256"] = sha256_of(out / f"{name}.zip")
-    write_atomic(out / f"{name}.json", json.dumps(card, indent=2) + "\n")
+    card["sha256"] = sha256_of(path.with_suffix(".zip"))
+    write_atomic(path, json.dumps(card, indent=2) + "\n")
     return card
 
 
@@ -183,7 +218,8 @@ FINE_TUNE_HP = {"learning_rate": 3e-5, "gamma": 0.999, "clip_range": 0.1, "n_ste
 
 def fine_tune(student, scenario: str, out, base, reward: str = "ttft", timesteps: int = 120_000,
               chunk: int = 60_000, envs: int = 4, value_episodes: int = 2, select_seeds=range(900, 904),
-              time_budget_s: float = 1800.0, name: str = "expert_routing_ppo", seed: int = 0) -> dict:
+              time_budget_s: float = 1800.0, name: str = "expert_routing_ppo", seed: int = 0,
+              overrides: dict | None = None) -> dict:
     """PPO from the distilled ``student`` (an agent zip of :func:`expert_iteration`) on ``scenario``
     with the env's ``reward`` ("ttft" or "credit"), through
     :func:`~mooncake_gym.agents.warmstart.warm_start_ppo` (checkpoints chosen on ``select_seeds`` by
@@ -193,7 +229,11 @@ def fine_tune(student, scenario: str, out, base, reward: str = "ttft", timesteps
     critic of their own. Returns the card."""
     agent = load(student)
     sc = get_scenario(scenario)
-    kwargs = {**sc.config(), "reward": reward}
+    kwargs = sc.config(**(overrides or {}))
+    if sc.base_env_id.endswith("-v0"):
+        kwargs["reward"] = reward
+    elif reward != "ttft":  # PrefillRouting-v1's reward is the ttft one (-TTFT / SLO), with no choice
+        raise ValueError(f"reward: {sc.base_env_id} has the ttft reward only, got {reward!r}")
     gamma = FINE_TUNE_HP["gamma"]
 
     def init(model, specs):
@@ -227,16 +267,50 @@ def fine_tune(student, scenario: str, out, base, reward: str = "ttft", timesteps
                           env_id=sc.base_env_id, name=name, init=init)
 
 
-def base_rule(policy: str, tuned: str | None = None):
+def complete_expert_card(path, compare_jsons: list, notes: str, scenarios: list, student=None,
+                         reference: str | None = None) -> dict:
+    """Complete the card ``path`` of a student of :func:`expert_iteration`, or of its PPO fine-tune
+    (:func:`fine_tune`, whose ``student`` card's training, trained-on and never-saw it takes): the
+    ``evaluation`` per scenario of each ``compare --agent PATH --json`` output in ``compare_jsons``
+    (:func:`~mooncake_gym.agents.warmstart.routing_evaluation`), ``notes``, and ``scenarios`` (where
+    ``compare`` shows it); ``reference``: the name of the selection's reference rule, written over
+    its repr. Returns the card."""
+    from mooncake_gym.agents.warmstart import routing_evaluation
+
+    path = Path(path)
+    card = json.loads(path.read_text())
+    t = card["training"]
+    if student is not None:  # a fine-tune: warm_start_ppo's card, the student's record beside it
+        s_card = json.loads(Path(student).with_suffix(".json").read_text())
+        t["student"] = {**s_card["training"], "trained_on": s_card["trained_on"]}
+        t.pop("demo_seeds", None)  # (no demonstrations: PPO starts from the student)
+        for w in t["workloads"]:
+            w["reference"] = reference or w["reference"]
+        card.update({"env_kwargs": t["workloads"][0]["env_kwargs"], "timesteps": t["selected_timestep"],
+                     "timesteps_run": t["timesteps_run"],
+                     "wall_time_s": round(t["wall_time_s"] + s_card["training"]["wall_time_s"], 1),
+                     "trained_on": s_card["trained_on"], "never_saw": s_card["never_saw"]})
+    evaluation = []
+    for doc in (json.loads(Path(p).read_text()) for p in compare_jsons):
+        evaluation += [routing_evaluation(setting, doc["seeds"]) for setting in doc["settings"]]
+    card.update({"notes": notes, "scenarios": list(scenarios), "evaluation": evaluation})
+    write_atomic(path, json.dumps(card, indent=2) + "\n")
+    return card
+
+
+def base_rule(policy: str, tuned: str | None = None, problem: str = "routing"):
     """The rollout's base rule: routing baseline ``policy`` with the knobs of ``tune``'s result file
-    ``tuned`` (whose ``policy`` must be the same), else its defaults; and its row name."""
+    ``tuned`` (whose ``policy`` and problem must be the same), else its defaults; and its row name.
+    ``problem``: "routing" (PrefillRouting-v0) or "routing-cluster" (PrefillRouting-v1, where the
+    rule reads the cluster view's prefill pool through the problem's adapter)."""
     knobs = {}
     if tuned is not None:
         doc = json.loads(Path(tuned).read_text())
-        if doc.get("policy") != policy or doc.get("env") != "routing":
-            raise ValueError(f"--tuned: expected a routing tune result of {policy}, got {doc.get('env')}/{doc.get('policy')}")
+        if doc.get("policy") != policy or doc.get("env") != problem:
+            raise ValueError(f"--tuned: expected a {problem} tune result of {policy}, got "
+                             f"{doc.get('env')}/{doc.get('policy')}")
         knobs = doc["knobs"]
-    rule = problems.get("routing").policy(policy, **knobs).policy
+    rule = problems.get(problem).policy(policy, **knobs).policy
     return rule, f"{policy}({', '.join(f'{k}={v}' for k, v in knobs.items())})"
 
 
@@ -258,16 +332,28 @@ if __name__ == "__main__":
     ap.add_argument("--reward", default="ttft", choices=("ttft", "credit"),
                     help="--fine-tune: the env's reward (default ttft: PPO did better with it, docs/routing-agents.md)")
     ap.add_argument("--timesteps", type=int, default=120_000, help="--fine-tune: PPO steps")
+    ap.add_argument("--chunk", type=int, default=60_000, help="--fine-tune: PPO steps between checkpoints")
+    ap.add_argument("--budget-s", type=float, default=1800.0, help="--fine-tune: wall-clock budget (s)")
     ap.add_argument("--tau", type=float, default=0.0, help="soft targets' temperature in s of TTFT (0: the chosen actions)")
+    ap.add_argument("--trace", help="the trace file of a scenario that needs one (compare --trace)")
+    ap.add_argument("--load", type=float, help="train at this load instead of the scenario's (a realistic cluster's)")
+    ap.add_argument("--episode-requests", type=int, help="requests per training episode instead of the scenario's")
+    ap.add_argument("--resume", action="store_true", help="go on from OUT's run stopped between rounds")
+    ap.add_argument("--for", dest="for_scenarios", help="comma-separated scenarios the card names (where compare "
+                    "shows the agent; default --scenario)")
     a = ap.parse_args()
     try:
-        rule, label = base_rule(a.base, a.tuned)
+        sc = get_scenario(a.scenario)
+        overrides = {**sc.trace_kwargs(a.trace), **({"load": a.load} if a.load is not None else {}),
+                     **({"episode_requests": a.episode_requests} if a.episode_requests is not None else {})}
+        rule, label = base_rule(a.base, a.tuned, sc.problem)
         if a.fine_tune:
-            fine_tune(a.fine_tune, a.scenario, a.out, rule, a.reward, a.timesteps, name=a.name,
-                      select_seeds=range(900, 900 + a.select_seeds))
+            fine_tune(a.fine_tune, a.scenario, a.out, rule, a.reward, a.timesteps, chunk=a.chunk, name=a.name,
+                      select_seeds=range(900, 900 + a.select_seeds), time_budget_s=a.budget_s, overrides=overrides)
             raise SystemExit(0)
         expert_iteration(a.scenario, a.out, rule, a.horizon, a.rounds, a.episodes, a.epochs,
                          range(900, 900 + a.select_seeds), name=a.name,
-                         teacher_name=f"rollout H={a.horizon} over {label}", tau=a.tau)
+                         teacher_name=f"rollout H={a.horizon} over {label}", tau=a.tau, overrides=overrides,
+                         for_scenarios=a.for_scenarios.split(",") if a.for_scenarios else None, resume=a.resume)
     except ValueError as e:
         ap.error(str(e))

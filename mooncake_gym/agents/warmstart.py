@@ -280,30 +280,37 @@ def complete_card(path, compare_json, notes: str, evaluation_of, fields) -> dict
     return card
 
 
-def complete_routing_card(path, compare_json, notes: str, per_scenario: bool = False) -> dict:
+def complete_routing_card(path, compare_json, notes: str, per_scenario: bool = False, problem: str = "routing",
+                          scenarios: list | None = None) -> dict:
     """:func:`complete_card` of an agent trained on routing scenarios: ``trained_on`` and
     ``never_saw`` (the other routing scenarios, and the held-out seeds), ``evaluation`` per scenario
     the agent's mean TTFT and the best baseline row's, default or tuned (the bound and the agents
     are not baselines); with ``per_scenario``, ``scenarios`` (the scenarios it was trained on:
-    ``compare`` shows it only there, ``mooncake_gym.experiments.compare.agent_scenarios``)."""
-    def evaluation_of(setting: dict, seeds) -> dict:
-        rows = {r["policy"]: r["mean_ttft_s"] for r in setting["rows"]}
-        # a baseline's row is NAME, or NAME (tuned) / NAME (tuned on SCENARIO) with tuned knobs
-        baselines = {n: t for n, t in rows.items() if n.split(" (tuned")[0] in POLICIES["routing"]}
-        best = min(baselines, key=baselines.get)
-        return {"scenario": setting["scenario"], "seeds": seeds, "agent_mean_ttft_s": rows["user_agent"],
-                "best_baseline": best, "best_baseline_mean_ttft_s": baselines[best],
-                "ratio": rows["user_agent"] / baselines[best]}
-
+    ``compare`` shows it only there, ``mooncake_gym.experiments.compare.agent_scenarios``), or
+    ``scenarios`` when given. ``problem``: the scenarios' problem ("routing", or "routing-cluster"
+    for the realistic cluster's), whose other scenarios the agent never saw."""
     def fields(t: dict) -> dict:
         trained = [w["scenario"] for w in t["workloads"]]
         return {"timesteps": t["selected_timestep"],
                 "trained_on": [{"scenario": w["scenario"], "env_kwargs": w["env_kwargs"]} for w in t["workloads"]],
-                "never_saw": [s.name for s in scenarios_of("routing") if s.name not in trained]
+                "never_saw": [s.name for s in scenarios_of(problem) if s.name not in trained]
                 + ["seeds >= 1,000,000 (compare's held-out seeds)"],
-                **({"scenarios": trained} if per_scenario else {})}
+                **({"scenarios": scenarios or trained} if per_scenario or scenarios else {})}
 
-    return complete_card(path, compare_json, notes, evaluation_of, fields)
+    return complete_card(path, compare_json, notes, routing_evaluation, fields)
+
+
+def routing_evaluation(setting: dict, seeds) -> dict:
+    """One scenario's entry of a routing agent card's ``evaluation``, from a setting of ``compare
+    --json`` with the agent as ``user_agent``: its mean TTFT and the best baseline row's (default or
+    tuned; the bound and the agents are not baselines)."""
+    rows = {r["policy"]: r["mean_ttft_s"] for r in setting["rows"]}
+    # a baseline's row is NAME, or NAME (tuned) / NAME (tuned on SCENARIO) with tuned knobs
+    baselines = {n: t for n, t in rows.items() if n.split(" (tuned")[0] in POLICIES["routing"]}
+    best = min(baselines, key=baselines.get)
+    return {"scenario": setting["scenario"], "seeds": seeds, "agent_mean_ttft_s": rows["user_agent"],
+            "best_baseline": best, "best_baseline_mean_ttft_s": baselines[best],
+            "ratio": rows["user_agent"] / baselines[best]}
 
 
 if __name__ == "__main__":  # python -m mooncake_gym.agents.warmstart OUT [--scenarios | --sanity] [--demo-seeds N]

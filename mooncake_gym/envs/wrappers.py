@@ -2,8 +2,8 @@
 
 Routing
 -------
-:class:`RoutingRuleFeatures` appends to ``PrefillRouting-v0``'s observation (which it leaves as it
-is, first) the quantities of Mooncake's Algorithm 1 and of a size-aware rule, per instance and for
+:class:`RoutingRuleFeatures` appends to ``PrefillRouting-v0``'s observation, or ``PrefillRouting-v1``'s
+(the cluster's; the features read its prefill pool's view), which it leaves as it is, first, the quantities of Mooncake's Algorithm 1 and of a size-aware rule, per instance and for
 the request. It reads them from the env's decision view (``env.unwrapped.decision_view()``, what
 the hand-coded baselines read), so under an observation mode it shows what that mode shows.
 
@@ -119,6 +119,11 @@ def rule_features(view, ttft_slo_s: float, sizes=None) -> list[float]:
     return vals
 
 
+def _pool_view(view):
+    """The prefill pool's routing view of a decision view: v0's view itself, v1's ``view.routing``."""
+    return getattr(view, "routing", view)
+
+
 class RoutingRuleFeatures(gym.ObservationWrapper):
     """``PrefillRouting-v0``'s observation followed by Algorithm 1's estimates relative to the best,
     its choice and transfer branch, the request's service time per instance, its size and the
@@ -127,16 +132,20 @@ class RoutingRuleFeatures(gym.ObservationWrapper):
     def __init__(self, env: gym.Env):
         super().__init__(env)
         base = env.observation_space
-        if not (isinstance(base, spaces.Box) and len(base.shape) == 1 and hasattr(env.unwrapped, "decision_view")):
-            raise ValueError(f"env: RoutingRuleFeatures wraps a PrefillRouting-v0 env (a flat Box observation and "
-                             f"decision_view()), got {env.unwrapped}")
-        n = env.unwrapped.config.n_instances
-        self._slo = float(env.unwrapped.config.ttft_slo_s)
+        u = env.unwrapped
+        if not (isinstance(base, spaces.Box) and len(base.shape) == 1 and hasattr(u, "decision_view")
+                and getattr(u, "KIND", "routing") == "routing"):
+            raise ValueError(f"env: RoutingRuleFeatures wraps a PrefillRouting-v0 or -v1 env (a flat Box observation "
+                             f"and decision_view()), got {u}")
+        # v0: the prefill pool's config; v1: the cluster's preset (its prefill pool's view is view.routing)
+        cfg = getattr(u, "config", None) or u.preset
+        n = cfg.n_instances if hasattr(cfg, "n_instances") else cfg.n_prefill
+        self._slo = float(cfg.ttft_slo_s)
         self._extra = RULE_FEATURES_PER_INSTANCE * n + RULE_FEATURES_REQUEST
         self.observation_space = spaces.Box(0.0, 1.0, (base.shape[0] + self._extra,), np.float32)
 
     def observation(self, observation):
-        view = self.env.unwrapped.decision_view()
+        view = _pool_view(self.env.unwrapped.decision_view())
         extra = np.zeros(self._extra, np.float32) if view is None else np.asarray(rule_features(view, self._slo),
                                                                                   np.float32)
         return np.concatenate([np.asarray(observation, np.float32), extra])
@@ -155,7 +164,7 @@ class RoutingRelativeFeatures(RoutingRuleFeatures):
         return super().reset(**kwargs)
 
     def observation(self, observation):
-        view = self.env.unwrapped.decision_view()
+        view = _pool_view(self.env.unwrapped.decision_view())
         extra = (np.zeros(self._extra, np.float32) if view is None
                  else np.asarray(rule_features(view, self._slo, self._scale), np.float32))
         return np.concatenate([np.asarray(observation, np.float32), extra])

@@ -35,8 +35,9 @@ DEFAULT_SEEDS = 10
 #: (``OverloadAdmission-v1``, ``Conductor-v1``), its admission baselines (``ADMISSION_V1_POLICIES``),
 #: token goodput first (``report.ADMISSION_V1_COLUMNS``) and an upper bound.
 ADMISSION_V1 = "admission-v1"
-#: The problems agents are trained on (the v0 environments, and the v1 admission problem).
-AGENT_PROBLEMS = ("routing", "admission", ADMISSION_V1)
+#: The problems agents are trained on (the v0 environments, the v1 admission problem, and routing on the
+#: realistic cluster, PrefillRouting-v1).
+AGENT_PROBLEMS = ("routing", "admission", ADMISSION_V1, "routing-cluster")
 #: Requests per routing episode in compare (synthetic workloads).
 ROUTING_EPISODE_REQUESTS = 3000
 #: Requests per admission episode in compare.
