@@ -185,6 +185,9 @@ def pool_unsupported(trace, costs, config) -> str | None:
 #: an entry is used only for that very list (a trace's columns are not changed after it is made).
 _TRACES: dict[int, tuple] = {}
 _TRACES_KEPT = 8
+#: A trace taken from another (``Trace.taken_from``: an episode's draw, a replay's speed-up) at most this
+#: many times its length is read from the other's columns, made once (no block id hashed again).
+TAKE_FROM_BASE = 8
 #: Most (instance with a cache) x (distinct block) pairs the engine's cache arrays hold.
 MAX_CACHE_CELLS = 1 << 26
 
@@ -199,7 +202,10 @@ def native_trace(trace):
         return hit[1]
     arrival = np.ascontiguousarray(trace.arrival_s, dtype=np.float64)
     inputs = np.ascontiguousarray(trace.input_tokens, dtype=np.int64)
-    if flat is None:
+    taken = trace.taken_from
+    if taken is not None and len(taken[0]) <= TAKE_FROM_BASE * len(trace):  # rows of a trace it has (or will keep)
+        columns = native.trace_take(native_trace(taken[0]), taken[1], arrival)
+    elif flat is None:
         columns = native.Trace.from_blocks(arrival, inputs, blocks)
     else:  # the generator's flat column (no tuples made)
         columns = native.Trace(arrival, inputs, flat[0], flat[1])

@@ -61,10 +61,12 @@ class Trace:
 
     Columns: ``arrival_s`` (float64, non-decreasing), ``input_tokens`` and ``output_tokens``
     (int64), ``session_ids`` (int64, -1 where unknown) and ``block_ids`` (a list of tuples of int).
+    ``taken_from`` is ``(trace, indices)`` for a trace made by :meth:`take` with the blocks of those
+    rows (the engine reads it from that trace's columns), else None.
     """
 
     __slots__ = ("arrival_s", "input_tokens", "output_tokens", "_blocks", "_flat", "session_ids", "name",
-                 "renamed_blocks", "prefix_ids")
+                 "renamed_blocks", "prefix_ids", "taken_from")
 
     def __init__(self, arrival_s, input_tokens, output_tokens, block_ids, session_ids=None, name="trace",
                  prefix_ids: str = "trace"):
@@ -113,6 +115,7 @@ class Trace:
             for column in flat:
                 column.flags.writeable = False
         self._blocks, self._flat = block_ids, flat
+        self.taken_from = None
         self.session_ids, self.name = session_ids, name
         self.renamed_blocks = renamed_blocks
         self.prefix_ids = prefix_ids
@@ -130,6 +133,7 @@ class Trace:
     @block_ids.setter
     def block_ids(self, value) -> None:
         self._blocks, self._flat = value, None
+        self.taken_from = None  # (its blocks are no longer the base trace's)
 
     @property
     def flat_blocks(self) -> tuple[np.ndarray, np.ndarray] | None:
@@ -189,7 +193,8 @@ class Trace:
 
     def take(self, indices: Sequence[int], arrival_s=None, name: str | None = None) -> "Trace":
         """The requests at ``indices`` (in that order), optionally with new arrival times."""
-        idx = np.asarray(indices, dtype=np.int64)
+        idx = np.array(indices, dtype=np.int64)  # (a copy: kept in taken_from)
+        idx.flags.writeable = False
         arrivals = self.arrival_s[idx] if arrival_s is None else _float_column("arrival_s", arrival_s)
         if len(arrivals) != len(idx):
             raise ValueError(f"arrival_s: expected {len(idx)} arrival times, got {len(arrivals)}")
@@ -201,6 +206,7 @@ class Trace:
         out = Trace.__new__(Trace)
         out._set(arrivals, self.input_tokens[idx], self.output_tokens[idx], [blocks[i] for i in idx.tolist()],
                  self.session_ids[idx], name or self.name, self.renamed_blocks, self.prefix_ids)
+        out.taken_from = (self, idx)  # (the engine reads it from this trace's columns: native_trace)
         return out
 
     def head(self, n: int) -> "Trace":
