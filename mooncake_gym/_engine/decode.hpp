@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <limits>
 #include <optional>
@@ -597,7 +598,7 @@ inline double numpy_segment_sum(const double* a, size_t n) {
 // v[0..m) in ascending order (the same values as numpy's sort): a request's intervals are a few
 // ascending runs (one per stretch of iterations between two events), merged pairwise (into a scratch
 // buffer and back, in turn).
-inline void sort_runs(double* v, size_t m, std::vector<size_t>& runs) {
+inline void merge_runs(double* v, size_t m, std::vector<size_t>& runs) {
     runs.assign(1, 0);
     for (size_t i = 1; i < m; ++i)
         if (v[i] < v[i - 1]) runs.push_back(i);
@@ -627,6 +628,21 @@ inline void sort_runs(double* v, size_t m, std::vector<size_t>& runs) {
     if (src != v) std::copy(src, src + m, v);
 }
 
+// merge_runs, but a first interval above the second (the wait before the first token is added to it:
+// most requests) is set aside, the others sorted and it moved in where it belongs, rather than merged
+// as a run of its own.
+inline void sort_runs(double* v, size_t m, std::vector<size_t>& runs) {
+    if (m < 3 || !(v[1] < v[0])) {
+        merge_runs(v, m, runs);
+        return;
+    }
+    merge_runs(v + 1, m - 1, runs);
+    const double first = v[0];
+    double* at = std::lower_bound(v + 1, v + m, first);  // the first of the others not below it
+    std::memmove(v, v + 1, static_cast<size_t>(at - (v + 1)) * sizeof(double));
+    *(at - 1) = first;
+}
+
 // sim/decode.py tail_means: per request q (intervals[offsets[q]..offsets[q + 1]), sorted in place here)
 // its TBT (the mean of the largest ceil(share x n) intervals), largest and mean interval; 0 without any.
 inline void tail_means(const std::vector<int64_t>& offsets, std::vector<double>& intervals, double share,
@@ -634,7 +650,7 @@ inline void tail_means(const std::vector<int64_t>& offsets, std::vector<double>&
     tbt.clear();
     top.clear();
     mean.clear();
-    std::vector<size_t> runs;
+    static thread_local std::vector<size_t> runs;
     for (size_t q = 0; q + 1 < offsets.size(); ++q) {
         const size_t a = static_cast<size_t>(offsets[q]), b = static_cast<size_t>(offsets[q + 1]);
         const size_t m = b - a;
