@@ -118,27 +118,28 @@ void bind_cluster(nb::module_& m) {
               // base's dense indices instead of hashing the ids again), the ids themselves kept
               const size_t n = idx.shape(0);
               if (arrival.shape(0) != n) throw nb::value_error("arrival_s: expected one arrival time per index");
+              const int64_t* ix = idx.data();
+              const int64_t* bounds = base.block_start.data();
+              const int32_t* blocks = base.blocks.data();
               std::vector<int64_t> input(n), start(n + 1, 0);
               for (size_t q = 0; q < n; ++q) {
-                  const int64_t k = idx(q);
+                  const int64_t k = ix[q];
                   if (k < 0 || k >= base.size()) throw nb::value_error("indices: expected rows of the base trace");
-                  const size_t kk = static_cast<size_t>(k);
-                  input[q] = base.input_tokens[kk];
-                  start[q + 1] = start[q] + (base.block_start[kk + 1] - base.block_start[kk]);
+                  input[q] = base.input_tokens[static_cast<size_t>(k)];
+                  start[q + 1] = start[q] + (bounds[k + 1] - bounds[k]);
               }
               std::vector<int64_t> dense(static_cast<size_t>(start[n])), unique;
               std::vector<int32_t> renumbered(static_cast<size_t>(base.n_unique()), -1);
-              size_t p = 0;
+              int32_t* table = renumbered.data();
+              int64_t* out = dense.data();
               for (size_t q = 0; q < n; ++q) {
-                  const size_t kk = static_cast<size_t>(idx(q));
-                  for (int64_t j = base.block_start[kk]; j < base.block_start[kk + 1]; ++j) {
-                      const int32_t b = base.blocks[static_cast<size_t>(j)];
-                      int32_t& d = renumbered[static_cast<size_t>(b)];
-                      if (d < 0) {
-                          d = static_cast<int32_t>(unique.size());
+                  for (int64_t j = bounds[ix[q]], e = bounds[ix[q] + 1]; j < e; ++j) {
+                      const int32_t b = blocks[j];
+                      if (table[b] < 0) {
+                          table[b] = static_cast<int32_t>(unique.size());
                           unique.push_back(base.unique_ids[static_cast<size_t>(b)]);
                       }
-                      dense[p++] = d;
+                      *out++ = table[b];
                   }
               }
               auto t = std::make_shared<mooncake::TraceColumns>(

@@ -207,8 +207,10 @@ class BatchingDecode {
                          std::vector<double>& intervals, size_t to = SIZE_MAX) const {
         req.clear();
         offsets.assign(1, 0);
-        static thread_local std::vector<Row> rows;
-        static thread_local std::vector<int64_t> starts;  // each row's first interval
+        static thread_local std::vector<Row> rows_scratch;
+        static thread_local std::vector<int64_t> starts_scratch;
+        std::vector<Row>& rows = rows_scratch;  // (the thread's buffers looked up once per call)
+        std::vector<int64_t>& starts = starts_scratch;  // each row's first interval
         rows.clear();
         starts.clear();
         for (size_t q = from; q < finished_.size() && q < to; ++q) {
@@ -608,7 +610,8 @@ inline void merge_runs(double* v, size_t m, std::vector<size_t>& runs) {
         return;
     }
     runs.push_back(m);
-    static thread_local std::vector<double> scratch;
+    static thread_local std::vector<double> merged;
+    std::vector<double>& scratch = merged;
     if (scratch.size() < m) scratch.resize(m);
     double *src = v, *dst = scratch.data();
     while (runs.size() > 2) {
@@ -650,7 +653,8 @@ inline void tail_means(const std::vector<int64_t>& offsets, std::vector<double>&
     tbt.clear();
     top.clear();
     mean.clear();
-    static thread_local std::vector<size_t> runs;
+    static thread_local std::vector<size_t> runs_scratch;
+    std::vector<size_t>& runs = runs_scratch;
     for (size_t q = 0; q + 1 < offsets.size(); ++q) {
         const size_t a = static_cast<size_t>(offsets[q]), b = static_cast<size_t>(offsets[q + 1]);
         const size_t m = b - a;
