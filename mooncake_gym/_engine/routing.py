@@ -179,7 +179,7 @@ def pool_unsupported(trace, costs, config) -> str | None:
     return None
 
 
-#: The engine's copies of the last few traces' columns: {id(blocks): (blocks, native trace)}, blocks being
+#: The engine's copies of the last few traces' columns used: {id(blocks): (blocks, native trace)}, blocks being
 #: the trace's ``flat_blocks`` where it has them, else its ``block_ids``.
 #: Each entry holds the block list it was made from, so the id cannot be reused while it is kept;
 #: an entry is used only for that very list (a trace's columns are not changed after it is made).
@@ -199,6 +199,7 @@ def native_trace(trace):
     blocks = trace.block_ids if flat is None else flat
     hit = _TRACES.get(id(blocks))
     if hit is not None and hit[0] is blocks and len(hit[1]) == len(trace):
+        _TRACES[id(blocks)] = _TRACES.pop(id(blocks))  # the most recently used last: an env's base stays
         return hit[1]
     arrival = np.ascontiguousarray(trace.arrival_s, dtype=np.float64)
     inputs = np.ascontiguousarray(trace.input_tokens, dtype=np.int64)
