@@ -80,6 +80,21 @@ runs (the last three cases: ``native_preset``); the report names each case's eng
 load 9-10: 0.67 / 0.61 / 0.78x CartPole with resets (PrefillRouting-v1 / OverloadAdmission-v1 /
 Conductor-v1; the reference 0.056 / 0.073 / 0.076x in the same run), below issue 25's 1.5x.
 
+Sixth round (2026-12-04, branch v1-speed; ``python benchmarks/bench_envs.py --wrapped --seconds 2``,
+main (de455ce) and the branch alternating, two runs each, load average 7-9): with resets, x CartPole-v1
+through ``gym.make``, defaults (the native engine on the shipped presets) PrefillRouting-v1 0.694 /
+0.688 before, 0.843 / 0.789 after; OverloadAdmission-v1 0.660 / 0.632 -> 0.727 / 0.708; Conductor-v1
+0.726 / 0.692 -> 0.925 / 0.782 (step only 0.87 / 0.86 -> 1.00 / 0.91, 0.83 / 0.75 -> 0.83 / 0.81,
+0.88 / 0.90 -> 1.03 / 0.91); the reset 4.8 / 3.8 -> 3.1 / 2.4 ms per episode (PrefillRouting-v1).
+What changed: a resampled episode's trace is read by the engine from its base trace's columns
+(``Trace.taken_from``, ``trace_take``: no block id hashed again), the preset's checks are made once
+per preset, the native simulator's constructor makes no view, and the episode's final TBTs are
+made request by request. Still below issue 25's 1.5x: in CPU time per 1,000-request episode
+(PrefillRouting-v1, best of 12) the reset fell from 1.34 to 0.67 ms and the final TBTs and metrics
+from 1.90 to 1.47 ms, and the core's 1,000 steps alone (C++: the cluster's events, the observation,
+the scoring) take 2.6 ms, half of the episode's 5.3 ms (docs/engine.md, "The v1 environments on the
+engine").
+
 Issue 25's vector env (``--engine``; 2026-12-04, branch vec-speed, load average 15-17, the code
 before, 3fd16a7, and after alternating, one run each of ``python benchmarks/bench_envs.py --engine
 --seconds 2``): vector 16 native 2.36x and 2.18x CartPole-v1 before, 2.99x and 2.99x after, with

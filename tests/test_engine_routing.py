@@ -155,6 +155,36 @@ def test_a_pool_that_caches_nothing_is_the_lectures_queue():
     assert_same(a["python"][0], a["native"][0])
 
 
+def test_a_taken_trace_is_read_from_its_base_as_from_its_own_blocks():
+    """Trace.take keeps its base (taken_from) and the engine renumbers the base's columns
+    (trace_take) instead of hashing the ids again: the same distinct blocks, cache contents (by id),
+    decisions and records as the columns made from the taken trace's own blocks, and as the reference."""
+    cost = CostModel()
+    config = RoutingConfig(n_instances=2, cache_blocks=3)
+    base = trace_of([(0.0, 1024, [1, 2]), (1.0, 1536, [3, 4, 5]), (2.0, 1024, [1, 6]), (3.0, 512, [7])])
+    taken = base.take([2, 0, 3, 2, 1, 0], arrival_s=[0.0, 0.5, 0.5, 4.0, 4.1, 9.0])
+    assert taken.taken_from[0] is base and taken.taken_from[1].tolist() == [2, 0, 3, 2, 1, 0]
+    own = Trace(taken.arrival_s, taken.input_tokens, taken.output_tokens, taken.block_ids, name=taken.name)
+    assert own.taken_from is None
+    assert bridge.native_trace(taken).n_unique == bridge.native_trace(own).n_unique == 7
+    lru = []
+    for t in (taken, own):
+        engine = bridge.make_engine(routing.RoutingSimulator(t, config, cost))
+        for k in range(len(t)):
+            engine.serve(k % 2, False)
+        lru.append([engine.cache_lru_first(0), engine.cache_lru_first(1)])
+    # instance 0: [1, 6], [7], then [3, 4, 5] evicts them all; instance 1: [1, 2], [1, 6] (6 enters), [1, 2]
+    # touches 2 then 1 (last to first)
+    assert lru[0] == lru[1] == [[5, 4, 3], [6, 2, 1]]
+    for name in NATIVE:
+        a, b = both(taken, name, config, cost, seed=3), both(own, name, config, cost, seed=3)
+        assert_same(a["python"][0], a["native"][0])
+        for f in FIELDS:
+            assert np.array_equal(getattr(a["native"][0], f), getattr(b["native"][0], f)), (name, f)
+    taken.block_ids = [(9,)] * len(taken)  # its blocks no longer the base's: read as they are
+    assert taken.taken_from is None and bridge.native_trace(taken).n_unique == 1
+
+
 # --- the engine switch ------------------------------------------------------------------------------------
 def test_engine_names_and_the_environment_variable(monkeypatch):
     assert mooncake_gym.engine() == "native"

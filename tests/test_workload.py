@@ -388,3 +388,25 @@ def test_resample_iid_rejects_bad_arguments():
         resample_iid(base, 0, 1.0)
     with pytest.raises(ValueError, match="^rate:"):
         resample_iid(base, 10, 0.0)
+
+
+def test_columns_are_made_once_and_a_taken_trace_keeps_its_base_through_pickling():
+    import pickle
+
+    base = synthetic_trace(0, 4.0)
+    assert base.columns()[0] is base.columns()[0]  # made once, shared by the simulators
+    assert base.columns()[1] == base.input_tokens.tolist() and base.columns()[3] is base.block_ids
+    drawn = resample_iid(base, 50, 2.0, 7)
+    source, idx = drawn.taken_from
+    assert source is base and drawn.block_ids == [base.block_ids[i] for i in idx.tolist()]
+    assert not idx.flags.writeable
+    copy = pickle.loads(pickle.dumps(drawn))
+    assert copy._columns is None and copy.columns()[0] == drawn.columns()[0]  # the lists are not pickled
+    assert copy.block_ids == drawn.block_ids and copy.taken_from[1].tolist() == idx.tolist()
+    assert resample_iid(base, 50, 2.0, 7, fresh_blocks=True).taken_from is None  # new ids: not the base's blocks
+    # a trace pickled before taken_from existed (its slots' state) reads as one made directly
+    old = Trace.__new__(Trace)
+    old.__setstate__((None, {k: getattr(base, k) for k in ("arrival_s", "input_tokens", "output_tokens", "_blocks",
+                                                             "_flat", "session_ids", "name", "renamed_blocks",
+                                                             "prefix_ids")}))
+    assert old.taken_from is None and old.block_ids == base.block_ids and old.columns()[2] == base.columns()[2]

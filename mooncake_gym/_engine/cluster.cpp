@@ -109,6 +109,47 @@ void bind_cluster(nb::module_& m) {
               return decode_step_from(step)(batch);
           },
           "step"_a, "batch"_a, "CostModel.decode_step_coefficients(batch) from the step's constants, in the engine.");
+    m.def("trace_take",
+          [](const mooncake::TraceColumns& base,
+             nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> idx,
+             nb::ndarray<const double, nb::ndim<1>, nb::c_contig, nb::device::cpu> arrival) {
+              // the columns native_trace makes of Trace.take(idx, arrival_s=arrival): the base's rows in
+              // that order, dense block indices renumbered in order of first appearance (a table over the
+              // base's dense indices instead of hashing the ids again), the ids themselves kept
+              const size_t n = idx.shape(0);
+              if (arrival.shape(0) != n) throw nb::value_error("arrival_s: expected one arrival time per index");
+              const int64_t* ix = idx.data();
+              const int64_t* bounds = base.block_start.data();
+              const int32_t* blocks = base.blocks.data();
+              std::vector<int64_t> input(n), start(n + 1, 0);
+              for (size_t q = 0; q < n; ++q) {
+                  const int64_t k = ix[q];
+                  if (k < 0 || k >= base.size()) throw nb::value_error("indices: expected rows of the base trace");
+                  input[q] = base.input_tokens[static_cast<size_t>(k)];
+                  start[q + 1] = start[q] + (bounds[k + 1] - bounds[k]);
+              }
+              std::vector<int64_t> dense(static_cast<size_t>(start[n])), unique;
+              std::vector<int32_t> renumbered(static_cast<size_t>(base.n_unique()), -1);
+              int32_t* table = renumbered.data();
+              int64_t* out = dense.data();
+              for (size_t q = 0; q < n; ++q) {
+                  for (int64_t j = bounds[ix[q]], e = bounds[ix[q] + 1]; j < e; ++j) {
+                      const int32_t b = blocks[j];
+                      if (table[b] < 0) {
+                          table[b] = static_cast<int32_t>(unique.size());
+                          unique.push_back(base.unique_ids[static_cast<size_t>(b)]);
+                      }
+                      *out++ = table[b];
+                  }
+              }
+              auto t = std::make_shared<mooncake::TraceColumns>(
+                  std::vector<double>(arrival.data(), arrival.data() + n), std::move(input), std::move(start),
+                  dense.data(), dense.size());  // (numbered in order of first appearance: no hashing)
+              t->unique_ids = std::move(unique);
+              return t;
+          },
+          "base"_a, "indices"_a, "arrival_s"_a,
+          "native_trace of Trace.take(indices, arrival_s) made from the base trace's columns (no hashing).");
     m.def("tail_means",
           [](const std::vector<int64_t>& offsets, std::vector<double> intervals, double share) {
               std::vector<double> tbt, top, mean;

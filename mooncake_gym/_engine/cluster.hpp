@@ -348,16 +348,19 @@ class Cluster {
     }
     // ClusterSimulator.finish_tbt: the TBT of every request finished since the last call, from its
     // token intervals (decode.hpp tail_means, numpy's operations)
+    // One request at a time (its intervals stay in the cache between made, sorted and summed; a request's
+    // TBT does not depend on the others computed with it).
     void finish_tbt(double share) {
         tbt_done_.resize(decoders_.size(), 0);
-        std::vector<int64_t> req, offsets;
-        std::vector<double> intervals, tbt, top, mean;
+        static thread_local std::vector<int64_t> req, offsets;
+        static thread_local std::vector<double> intervals, tbt, top, mean;
         for (size_t j = 0; j < decoders_.size(); ++j) {
             const size_t n = decoders_[j].finished().size();
-            if (tbt_done_[j] == n) continue;
-            decoders_[j].token_intervals(tbt_done_[j], req, offsets, intervals);
-            tail_means(offsets, intervals, share, tbt, top, mean);
-            for (size_t q = 0; q < req.size(); ++q) set_tbt(req[q], tbt[q], top[q], mean[q]);
+            for (size_t q = tbt_done_[j]; q < n; ++q) {
+                decoders_[j].token_intervals(q, req, offsets, intervals, q + 1);
+                tail_means(offsets, intervals, share, tbt, top, mean);
+                for (size_t k = 0; k < req.size(); ++k) set_tbt(req[k], tbt[k], top[k], mean[k]);
+            }
             tbt_done_[j] = n;
         }
     }

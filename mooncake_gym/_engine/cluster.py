@@ -29,6 +29,7 @@ This module is in the simulator's layer (tests/test_layers.py).
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import numpy as np
@@ -106,7 +107,16 @@ def batching_disagrees(f) -> str | None:
 
 
 def preset_unsupported(p: ClusterPreset) -> str | None:
-    """Why the engine cannot run preset ``p``'s cluster, or None."""
+    """Why the engine cannot run preset ``p``'s cluster, or None (a preset is frozen: checked once per
+    preset, not at each episode's or run's construction)."""
+    try:
+        hash(p)
+    except TypeError:  # a field that cannot be hashed: checked each time
+        return _preset_unsupported(p)
+    return _preset_unsupported_once(p)
+
+
+def _preset_unsupported(p: ClusterPreset) -> str | None:
     why = store_unsupported(p.routing_config())
     if why:
         return f"preset {p.name!r}: {why}"
@@ -126,6 +136,9 @@ def preset_unsupported(p: ClusterPreset) -> str | None:
                         f"decode_step_coefficients({b}): port the cost model's change to decode.hpp")
         return prefill_disagrees(p.decode_cost.prefill_time())
     return None
+
+
+_preset_unsupported_once = functools.lru_cache(maxsize=64)(_preset_unsupported)
 
 
 def decode_step(p: ClusterPreset) -> dict:
@@ -258,7 +271,8 @@ class NativeClusterSimulator(ClusterSimulator):
 
     def reset(self):
         reset_policy(self.router, self.seed)
-        if self._cluster is None:  # the first reset, from the constructor
+        constructing = self._cluster is None
+        if constructing:  # the first reset, from the constructor
             pool = RoutingSimulator(self.trace, self._routing_config, self.preset.prefill_cost)
             why = unsupported(self, pool)
             if why is not None:
@@ -272,7 +286,7 @@ class NativeClusterSimulator(ClusterSimulator):
         self._view = None
         self._cached = None
         self._wasted: list = []
-        return self.view
+        return None if constructing else self.view  # (the constructor drops it: made when first read)
 
     def _router_rng(self):
         """The router's generator (as reset_policy left it) as the engine's."""

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <limits>
 #include <optional>
@@ -206,29 +207,64 @@ class BatchingDecode {
                          std::vector<double>& intervals, size_t to = SIZE_MAX) const {
         req.clear();
         offsets.assign(1, 0);
-        intervals.clear();
-        std::vector<Row> rows;
+        static thread_local std::vector<Row> rows_scratch;
+        static thread_local std::vector<int64_t> starts_scratch;
+        std::vector<Row>& rows = rows_scratch;  // (the thread's buffers looked up once per call)
+        std::vector<int64_t>& starts = starts_scratch;  // each row's first interval
+        rows.clear();
+        starts.clear();
         for (size_t q = from; q < finished_.size() && q < to; ++q) {
             const Row& row = finished_[q];
-            auto it = stints_.find(row.r);
-            if (it != stints_.end()) rows.insert(rows.end(), it->second.begin(), it->second.end());
+            if (!stints_.empty()) {
+                auto it = stints_.find(row.r);
+                if (it != stints_.end()) rows.insert(rows.end(), it->second.begin(), it->second.end());
+            }
             rows.push_back(row);
         }
-        std::vector<int64_t> starts;  // each row's first interval
+        // each row's intervals: one per iteration of its segments within [j, f) (counted first, then
+        // written in place)
+        size_t total = 0;
         for (const Row& row : rows) {
-            const size_t start = intervals.size();
-            starts.push_back(static_cast<int64_t>(start));
+            starts.push_back(static_cast<int64_t>(total));
             for (size_t s = static_cast<size_t>(row.seg0); s < segments_.size(); ++s) {
                 const Segment& g = segments_[s];
                 if (g.a >= row.f) break;
                 const int64_t lo = g.a > row.j ? g.a : row.j, hi = g.b < row.f ? g.b : row.f;
-                for (int64_t k = lo; k < hi; ++k) intervals.push_back(g.alpha + g.beta * static_cast<double>(k));
+                if (hi > lo) total += static_cast<size_t>(hi - lo);
             }
-            if (row.f > row.j) intervals[start] += row.wait;
         }
-        for (const auto& [k, seconds] : stalls_)
-            for (size_t q = 0; q < rows.size(); ++q)
-                if (rows[q].j <= k && k < rows[q].f) intervals[static_cast<size_t>(starts[q] + (k - rows[q].j))] += seconds;
+        intervals.resize(total);
+        double* out = intervals.data();
+        for (size_t q = 0; q < rows.size(); ++q) {
+            const Row& row = rows[q];
+            double* v = out + starts[q];
+            double* w = v;
+            for (size_t s = static_cast<size_t>(row.seg0); s < segments_.size(); ++s) {
+                const Segment& g = segments_[s];
+                if (g.a >= row.f) break;
+                const int64_t lo = g.a > row.j ? g.a : row.j, hi = g.b < row.f ? g.b : row.f;
+                const double alpha = g.alpha, beta = g.beta;
+                for (int64_t k = lo; k < hi; ++k) *w++ = alpha + beta * static_cast<double>(k);
+            }
+            if (row.f > row.j) v[0] += row.wait;
+        }
+        if (!stalls_.empty()) {  // each stall added to its iteration's interval, in the order of the stalls
+            auto by_k = [](const std::pair<int64_t, double>& x, const std::pair<int64_t, double>& y) {
+                return x.first < y.first;
+            };
+            if (std::is_sorted(stalls_.begin(), stalls_.end(), by_k)) {  // (boundaries only grow: always)
+                for (size_t q = 0; q < rows.size(); ++q) {
+                    const Row& row = rows[q];
+                    auto st = std::lower_bound(stalls_.begin(), stalls_.end(), std::pair<int64_t, double>(row.j, 0.0), by_k);
+                    for (; st != stalls_.end() && st->first < row.f; ++st)
+                        out[static_cast<size_t>(starts[q] + (st->first - row.j))] += st->second;
+                }
+            } else {
+                for (const auto& [k, seconds] : stalls_)
+                    for (size_t q = 0; q < rows.size(); ++q)
+                        if (rows[q].j <= k && k < rows[q].f) out[static_cast<size_t>(starts[q] + (k - rows[q].j))] += seconds;
+            }
+        }
         for (size_t q = 0; q < rows.size(); ++q) {  // a request's stints are consecutive: one request
             if (q > 0 && rows[q].r == rows[q - 1].r) continue;
             req.push_back(rows[q].r);
@@ -562,8 +598,9 @@ inline double numpy_segment_sum(const double* a, size_t n) {
 }
 
 // v[0..m) in ascending order (the same values as numpy's sort): a request's intervals are a few
-// ascending runs (one per stretch of iterations between two events), merged pairwise.
-inline void sort_runs(double* v, size_t m, std::vector<size_t>& runs) {
+// ascending runs (one per stretch of iterations between two events), merged pairwise (into a scratch
+// buffer and back, in turn).
+inline void merge_runs(double* v, size_t m, std::vector<size_t>& runs) {
     runs.assign(1, 0);
     for (size_t i = 1; i < m; ++i)
         if (v[i] < v[i - 1]) runs.push_back(i);
@@ -573,15 +610,40 @@ inline void sort_runs(double* v, size_t m, std::vector<size_t>& runs) {
         return;
     }
     runs.push_back(m);
+    static thread_local std::vector<double> merged;
+    std::vector<double>& scratch = merged;
+    if (scratch.size() < m) scratch.resize(m);
+    double *src = v, *dst = scratch.data();
     while (runs.size() > 2) {
         size_t out = 1;
-        for (size_t r = 0; r + 2 < runs.size(); r += 2) {
-            std::inplace_merge(v + runs[r], v + runs[r + 1], v + runs[r + 2]);
+        size_t r = 0;
+        for (; r + 2 < runs.size(); r += 2) {
+            std::merge(src + runs[r], src + runs[r + 1], src + runs[r + 1], src + runs[r + 2], dst + runs[r]);
             runs[out++] = runs[r + 2];
         }
-        if (runs.size() % 2 == 0) runs[out++] = runs.back();  // an odd run left over: kept as it is
+        if (r + 1 < runs.size()) {  // an odd run left over: copied as it is
+            std::copy(src + runs[r], src + runs[r + 1], dst + runs[r]);
+            runs[out++] = runs[r + 1];
+        }
         runs.resize(out);
+        std::swap(src, dst);
     }
+    if (src != v) std::copy(src, src + m, v);
+}
+
+// merge_runs, but a first interval above the second (the wait before the first token is added to it:
+// most requests) is set aside, the others sorted and it moved in where it belongs, rather than merged
+// as a run of its own.
+inline void sort_runs(double* v, size_t m, std::vector<size_t>& runs) {
+    if (m < 3 || !(v[1] < v[0])) {
+        merge_runs(v, m, runs);
+        return;
+    }
+    merge_runs(v + 1, m - 1, runs);
+    const double first = v[0];
+    double* at = std::lower_bound(v + 1, v + m, first);  // the first of the others not below it
+    std::memmove(v, v + 1, static_cast<size_t>(at - (v + 1)) * sizeof(double));
+    *(at - 1) = first;
 }
 
 // sim/decode.py tail_means: per request q (intervals[offsets[q]..offsets[q + 1]), sorted in place here)
@@ -591,7 +653,8 @@ inline void tail_means(const std::vector<int64_t>& offsets, std::vector<double>&
     tbt.clear();
     top.clear();
     mean.clear();
-    std::vector<size_t> runs;
+    static thread_local std::vector<size_t> runs_scratch;
+    std::vector<size_t>& runs = runs_scratch;
     for (size_t q = 0; q + 1 < offsets.size(); ++q) {
         const size_t a = static_cast<size_t>(offsets[q]), b = static_cast<size_t>(offsets[q + 1]);
         const size_t m = b - a;

@@ -184,12 +184,15 @@ def pool_unsupported(trace, costs, config) -> str | None:
     return None
 
 
-#: The engine's copies of the last few traces' columns: {id(blocks): (blocks, native trace)}, blocks being
+#: The engine's copies of the last few traces' columns used: {id(blocks): (blocks, native trace)}, blocks being
 #: the trace's ``flat_blocks`` where it has them, else its ``block_ids``.
 #: Each entry holds the block list it was made from, so the id cannot be reused while it is kept;
 #: an entry is used only for that very list (a trace's columns are not changed after it is made).
 _TRACES: dict[int, tuple] = {}
 _TRACES_KEPT = 8
+#: A trace taken from another (``Trace.taken_from``: an episode's draw, a replay's speed-up) at most this
+#: many times its length is read from the other's columns, made once (no block id hashed again).
+TAKE_FROM_BASE = 8
 #: Most (instance with a cache) x (distinct block) pairs the engine's cache arrays hold.
 MAX_CACHE_CELLS = 1 << 26
 
@@ -201,10 +204,14 @@ def native_trace(trace):
     blocks = trace.block_ids if flat is None else flat
     hit = _TRACES.get(id(blocks))
     if hit is not None and hit[0] is blocks and len(hit[1]) == len(trace):
+        _TRACES[id(blocks)] = _TRACES.pop(id(blocks))  # the most recently used last: an env's base stays
         return hit[1]
     arrival = np.ascontiguousarray(trace.arrival_s, dtype=np.float64)
     inputs = np.ascontiguousarray(trace.input_tokens, dtype=np.int64)
-    if flat is None:
+    taken = trace.taken_from
+    if taken is not None and len(taken[0]) <= TAKE_FROM_BASE * len(trace):  # rows of a trace it has (or will keep)
+        columns = native.trace_take(native_trace(taken[0]), taken[1], arrival)
+    elif flat is None:
         columns = native.Trace.from_blocks(arrival, inputs, blocks)
     else:  # the generator's flat column (no tuples made)
         columns = native.Trace(arrival, inputs, flat[0], flat[1])

@@ -235,11 +235,12 @@ SPEED_DOC = """\
     throughput next to Gymnasium's CartPole-v1 in the same run, and next to the environment's
     cluster simulator stepped alone through the same episodes with the same decisions. On the
     native engine, which runs every shipped preset (docs/engine.md), the v1 environments made
-    0.29-0.34x CartPole's steps per second through ``gym.make`` with resets on their default presets
-    (0.39-0.43x step only; one run, 2026-12-04, ``bench_envs.py --wrapped``), against 0.056-0.08x on the
-    reference. Issue 25's aim of 1.5x is not met: a 1,000-request episode spends about 2.9 ms in the
-    engine's steps, 2-3 ms in ``reset`` (drawing the workload, building the native simulator) and
-    2-3 ms on its final TBTs and metrics (docs/engine.md has the breakdown)."""
+    0.71-0.93x CartPole's steps per second through ``gym.make`` with resets on their default presets
+    (0.81-1.03x step only; two runs, 2026-12-04, ``bench_envs.py --wrapped --seconds 2``, load average
+    7-9), against 0.056-0.08x on the reference. Issue 25's aim of 1.5x is not met: in CPU time a
+    1,000-request episode of PrefillRouting-v1 spends about 2.6 ms in the engine's steps, 0.5 ms in
+    the Python around them, 0.7 ms in ``reset`` (drawing the workload, building the native simulator)
+    and 1.5 ms on its final TBTs and metrics (docs/engine.md has the breakdown)."""
 
 GOODPUT_REWARD_DOC = """\
     The reward of a step is for the decision and for what happened between it and the next

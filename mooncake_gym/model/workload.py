@@ -61,10 +61,12 @@ class Trace:
 
     Columns: ``arrival_s`` (float64, non-decreasing), ``input_tokens`` and ``output_tokens``
     (int64), ``session_ids`` (int64, -1 where unknown) and ``block_ids`` (a list of tuples of int).
+    ``taken_from`` is ``(trace, indices)`` for a trace made by :meth:`take` with the blocks of those
+    rows (the engine reads it from that trace's columns), else None.
     """
 
     __slots__ = ("arrival_s", "input_tokens", "output_tokens", "_blocks", "_flat", "session_ids", "name",
-                 "renamed_blocks", "prefix_ids")
+                 "renamed_blocks", "prefix_ids", "taken_from", "_columns")
 
     def __init__(self, arrival_s, input_tokens, output_tokens, block_ids, session_ids=None, name="trace",
                  prefix_ids: str = "trace"):
@@ -113,9 +115,24 @@ class Trace:
             for column in flat:
                 column.flags.writeable = False
         self._blocks, self._flat = block_ids, flat
+        self.taken_from = None
+        self._columns = None
         self.session_ids, self.name = session_ids, name
         self.renamed_blocks = renamed_blocks
         self.prefix_ids = prefix_ids
+
+    def __getstate__(self) -> dict:
+        """The columns and attributes, without the lists :meth:`columns` keeps (made again when read)."""
+        return {k: getattr(self, k) for k in self.__slots__ if k != "_columns" and hasattr(self, k)}
+
+    def __setstate__(self, state) -> None:
+        if isinstance(state, tuple):  # (None, slots): a trace pickled before __getstate__ existed
+            state = state[1]
+        for k, v in state.items():
+            setattr(self, k, v)
+        if "taken_from" not in state:
+            self.taken_from = None
+        self._columns = None
 
     @property
     def block_ids(self) -> list[tuple[int, ...]]:
@@ -130,6 +147,8 @@ class Trace:
     @block_ids.setter
     def block_ids(self, value) -> None:
         self._blocks, self._flat = value, None
+        self.taken_from = None  # (its blocks are no longer the base trace's)
+        self._columns = None
 
     @property
     def flat_blocks(self) -> tuple[np.ndarray, np.ndarray] | None:
@@ -179,17 +198,16 @@ class Trace:
         return (len(self) - 1) / self.duration_s if self.duration_s > 0 else float("nan")
 
     def columns(self) -> tuple[list[float], list[int], list[int], list]:
-        """The columns as plain Python lists (the simulators' hot loops index these)."""
-        return (
-            self.arrival_s.tolist(),
-            self.input_tokens.tolist(),
-            self.output_tokens.tolist(),
-            self.block_ids,
-        )
+        """The columns as plain Python lists (the simulators' hot loops index these), made once per
+        trace and shared by its simulators: read them, do not change them."""
+        if self._columns is None:
+            self._columns = (self.arrival_s.tolist(), self.input_tokens.tolist(), self.output_tokens.tolist())
+        return (*self._columns, self.block_ids)
 
     def take(self, indices: Sequence[int], arrival_s=None, name: str | None = None) -> "Trace":
         """The requests at ``indices`` (in that order), optionally with new arrival times."""
-        idx = np.asarray(indices, dtype=np.int64)
+        idx = np.array(indices, dtype=np.int64)  # (a copy: kept in taken_from)
+        idx.flags.writeable = False
         arrivals = self.arrival_s[idx] if arrival_s is None else _float_column("arrival_s", arrival_s)
         if len(arrivals) != len(idx):
             raise ValueError(f"arrival_s: expected {len(idx)} arrival times, got {len(arrivals)}")
@@ -201,6 +219,7 @@ class Trace:
         out = Trace.__new__(Trace)
         out._set(arrivals, self.input_tokens[idx], self.output_tokens[idx], [blocks[i] for i in idx.tolist()],
                  self.session_ids[idx], name or self.name, self.renamed_blocks, self.prefix_ids)
+        out.taken_from = (self, idx)  # (the engine reads it from this trace's columns: native_trace)
         return out
 
     def head(self, n: int) -> "Trace":

@@ -230,14 +230,14 @@ class ClusterSimulator:
         # the decode footprint the instance checks: the prompt (batching: it grows from there), or
         # the whole reservation (the lecture's model)
         if self.reserve:
-            self._footprint = [i + o for i, o in zip(self._input, self._output)]
+            self._footprint = (trace.input_tokens + trace.output_tokens).tolist()
         else:
             self._footprint = self._input
         self._never_fits = ((~p.fits(trace.input_tokens, trace.output_tokens)).tolist() if refuse_never_fit
                             else [False] * len(self._input))
         self._idle_step_s = (p.tbt_s if self.reserve else
-                             p.decode_cost.decode_step_s(1, int(np.mean(self._input))))
-        out = np.asarray(self._output, dtype=np.int64)
+                             p.decode_cost.decode_step_s(1, int(np.mean(trace.input_tokens))))
+        out = trace.output_tokens  # (int64, as the columns)
         self.mean_output_tokens = float(out.mean())
         self._output_sorted = np.sort(out)
         self._quantile_tables: dict[float, list[int]] = {}
@@ -1001,11 +1001,11 @@ class ClusterResult:
 
         ttft_pct, tbt_pct = pct(ttft), pct(tbt)
 
-        output = np.asarray(sim._output)
+        output = sim.trace.output_tokens  # (int64, the simulator's _output)
         good = done & (self.ttft_s <= p.ttft_slo_s) & (self.tbt_s <= p.tbt_slo_s)
         self.good = good
         n_int = np.maximum(output[done] - 1, 0)
-        mean_interval = (float((np.asarray(sim.mean_interval_s)[done] * n_int).sum() / n_int.sum())
+        mean_interval = (float((self.mean_tbt_s[done] * n_int).sum() / n_int.sum())
                          if n_int.sum() else float("nan"))
         # without the drain: good requests that started decoding by the horizon (module docstring)
         credited = good & (self.decode_start_s <= horizon)
