@@ -47,6 +47,7 @@ from mooncake_gym.agents.train import load_hyperparams
 from mooncake_gym.envs.vector import SB3VecEnv
 
 ENV_ID = "mooncake_gym/PrefillRouting-v0"
+V1_ID = "mooncake_gym/PrefillRouting-v1"
 TARGET_RATIO = 4.0
 VECTOR_ENVS = 16
 NATIVE_SINGLE = "1 env, native"
@@ -77,16 +78,30 @@ def setups(hp: dict) -> dict:
             f"vector {VECTOR_ENVS} native": lambda: SB3VecEnv.routing(VECTOR_ENVS, **kwargs)}
 
 
-def run(timesteps: int = 20000, rounds: int = 2, seed: int = 0, verbose: bool = True, threads: int = 1) -> dict:
+def v1_setups(hp: dict) -> dict:
+    """PrefillRouting-v1's two set-ups (``--v1``): one reference env in ``DummyVecEnv`` and the
+    vector env of 16 native envs (``SB3VecEnv.routing_v1``), PPO with v1's shipped hyperparameters."""
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    kwargs = dict(hp.get("env_kwargs", {}))
+    return {"v1 today, 1 env": lambda: DummyVecEnv([lambda: gym.make(V1_ID, engine="python", **kwargs)]),
+            f"v1 vector {VECTOR_ENVS} native": lambda: SB3VecEnv.routing_v1(VECTOR_ENVS, **kwargs)}
+
+
+def run(timesteps: int = 20000, rounds: int = 2, seed: int = 0, verbose: bool = True, threads: int = 1,
+        v1: bool = False) -> dict:
     import torch
 
     torch.set_num_threads(threads)
     hp = load_hyperparams(ENV_ID)
-    made = setups(hp)
+    made = {name: (make, hp) for name, make in setups(hp).items()}
+    if v1:
+        hp1 = load_hyperparams(V1_ID)
+        made.update({name: (make, hp1) for name, make in v1_setups(hp1).items()})
     rates: dict[str, list[float]] = {name: [] for name in made}
     for r in range(rounds):
-        for name, make in made.items():
-            model = _ppo(make(), hp, seed + r)
+        for name, (make, hp_of) in made.items():
+            model = _ppo(make(), hp_of, seed + r)
             start = time.perf_counter()
             model.learn(total_timesteps=timesteps)
             rates[name].append(model.num_timesteps / (time.perf_counter() - start))
@@ -100,13 +115,18 @@ def run(timesteps: int = 20000, rounds: int = 2, seed: int = 0, verbose: bool = 
               "ratio_to_recipe": best[vec] / best[recipe], "target": TARGET_RATIO, "timesteps": timesteps,
               "threads": threads}
     result["meets_target"] = result["ratio_to_single"] >= TARGET_RATIO
+    if v1:
+        result["v1_ratio_to_single"] = best[f"v1 vector {VECTOR_ENVS} native"] / best["v1 today, 1 env"]
     if verbose:
         for name, v in best.items():
-            print(f"{name:<28s} {v:>9,.0f} timesteps/s  {v / base:5.2f}x   (rounds: "
+            of = best["v1 today, 1 env"] if name.startswith("v1") else base
+            print(f"{name:<28s} {v:>9,.0f} timesteps/s  {v / of:5.2f}x   (rounds: "
                   + ", ".join(f"{x:,.0f}" for x in rates[name]) + ")")
         print(f"vector {VECTOR_ENVS} / today's single env: {result['ratio_to_single']:.2f}x (target >= {TARGET_RATIO:g}x: "
               f"{'met' if result['meets_target'] else 'NOT met'}); / the native single env: "
               f"{result['ratio_to_native_single']:.2f}x; / the recipe's {hp['n_envs']} envs: {result['ratio_to_recipe']:.2f}x")
+        if v1:
+            print(f"PrefillRouting-v1: vector {VECTOR_ENVS} / one reference env: {result['v1_ratio_to_single']:.2f}x")
     return result
 
 
@@ -115,8 +135,10 @@ def main(argv=None) -> int:
     parser.add_argument("--timesteps", type=int, default=20000, help="timesteps per set-up and round (default 20000)")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds; the best of them counts (default 2)")
     parser.add_argument("--threads", type=int, default=1, help="PyTorch's threads (default 1, as mooncake-gym train)")
+    parser.add_argument("--v1", action="store_true",
+                        help="also PrefillRouting-v1: one reference env against the vector env of 16 native envs")
     args = parser.parse_args(argv)
-    run(args.timesteps, args.rounds, threads=args.threads)
+    run(args.timesteps, args.rounds, threads=args.threads, v1=args.v1)
     return 0
 
 
