@@ -412,59 +412,51 @@ struct Row {
 static_assert(sizeof(Row) == 9 * sizeof(double), "Row is read as a (n, 9) float64 array");
 
 // The rows in chunks shared between the engine and its snapshots: a snapshot copies the chunks'
-// pointers, and the engine copies a chunk before it writes to one a snapshot holds (so a snapshot
-// costs no copy of the rows). A chunk is a fixed array written row by row (rows at or past size()
-// are garbage: a restored log's last chunk may hold a longer run's rows there).
+// pointers, and the engine copies a chunk before it appends to one a snapshot holds (so a snapshot
+// costs no copy of the rows).
 class RowLog {
   public:
     static constexpr size_t CHUNK = 64;
     size_t size() const { return size_; }
     bool empty() const { return size_ == 0; }
-    const Row& back() const { return at(size_ - 1); }
+    const Row& back() const { return (*chunks_.back())[(size_ - 1) % CHUNK]; }
     void clear() {
         chunks_.clear();
         size_ = 0;
     }
     void push_back(const Row& r) {
-        const size_t at = size_ % CHUNK;
-        if (at == 0)
-            chunks_.emplace_back(new Chunk);  // (not zeroed: every row is written before it is read)
-        else if (chunks_.back().use_count() > 1)  // shared with a snapshot: copy on write
-            chunks_.back() = std::make_shared<Chunk>(*chunks_.back());
-        Row& out = chunks_.back()->rows[at];
-        out.arrival_s = r.arrival_s;  // field by field: cheaper than the compiler's block copy here
-        out.input_tokens = r.input_tokens;
-        out.instance = r.instance;
-        out.ttft_s = r.ttft_s;
-        out.queue_s = r.queue_s;
-        out.transfer_s = r.transfer_s;
-        out.prefill_s = r.prefill_s;
-        out.hit_tokens = r.hit_tokens;
-        out.fetched_tokens = r.fetched_tokens;
+        if (size_ % CHUNK == 0) {
+            chunks_.push_back(std::make_shared<std::vector<Row>>());
+            chunks_.back()->reserve(CHUNK);
+        } else if (chunks_.back().use_count() > 1) {  // shared with a snapshot: copy on write
+            auto own = std::make_shared<std::vector<Row>>(*chunks_.back());
+            own->reserve(CHUNK);
+            chunks_.back() = std::move(own);
+        }
+        std::vector<Row>& c = *chunks_.back();
+        c.resize(size_ % CHUNK);  // (a restored log may hold a longer chunk's tail: drop it)
+        c.push_back(r);
         ++size_;
     }
-    const Row& at(size_t pos) const { return chunks_[pos / CHUNK]->rows[pos % CHUNK]; }
+    const Row& at(size_t pos) const { return (*chunks_[pos / CHUNK])[pos % CHUNK]; }
     // replace row pos (copy on write where a snapshot shares its chunk)
     void set(size_t pos, const Row& r) {
-        std::shared_ptr<Chunk>& c = chunks_[pos / CHUNK];
-        if (c.use_count() > 1) c = std::make_shared<Chunk>(*c);
-        c->rows[pos % CHUNK] = r;
+        std::shared_ptr<std::vector<Row>>& c = chunks_[pos / CHUNK];
+        if (c.use_count() > 1) c = std::make_shared<std::vector<Row>>(*c);
+        (*c)[pos % CHUNK] = r;
     }
     void copy_to(Row* out) const {
         size_t left = size_;
         for (const auto& c : chunks_) {
             const size_t m = left < CHUNK ? left : CHUNK;
-            std::memcpy(out, c->rows, m * sizeof(Row));
+            std::memcpy(out, c->data(), m * sizeof(Row));
             out += m;
             left -= m;
         }
     }
 
   private:
-    struct Chunk {
-        Row rows[CHUNK];
-    };
-    std::vector<std::shared_ptr<Chunk>> chunks_;
+    std::vector<std::shared_ptr<std::vector<Row>>> chunks_;
     size_t size_ = 0;
 };
 
