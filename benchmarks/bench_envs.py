@@ -456,7 +456,7 @@ def engine_targets(seconds: float = 3.0, rounds: int = 3, verbose: bool = True, 
     """Issue 25's targets for PrefillRouting-v0, measured in one run (interleaved rounds, medians):
     steps/s through ``gym.make`` (wrappers included, resets in the loop) of CartPole-v1, of v0 on the
     native engine and on the reference; the aggregate steps/s of a vector env of 16
-    (``vectorization_mode="vector_entry_point"``, its default threads, and on one thread; Gymnasium's
+    (``vectorization_mode="vector_entry_point"``, its default threads, and on two threads; Gymnasium's
     ``sync`` of 16 reference envs beside it); with ``with_v1``, PrefillRouting-v1's single native env
     and its vector env of 16 (default preset); the snapshot's and restore's cost on both engines."""
     v0, v1 = "mooncake_gym/PrefillRouting-v0", "mooncake_gym/PrefillRouting-v1"
@@ -464,7 +464,7 @@ def engine_targets(seconds: float = 3.0, rounds: int = 3, verbose: bool = True, 
                "v0 native": _Runner(v0, {"engine": "native"}, wrapped=True),
                "v0 python": _Runner(v0, {"engine": "python"}, wrapped=True),
                f"vector {VECTOR_ENVS} native": _VectorRunner(v0, VECTOR_ENVS),
-               f"vector {VECTOR_ENVS} native, 1 thread": _VectorRunner(v0, VECTOR_ENVS, {"threads": 1}),
+               f"vector {VECTOR_ENVS} native, 2 threads": _VectorRunner(v0, VECTOR_ENVS, {"threads": 2}),
                f"sync {VECTOR_ENVS} python": _VectorRunner(v0, VECTOR_ENVS, {"engine": "python"}, mode="sync")}
     if with_v1:
         runners.update({"v1 native": _Runner(v1, {"engine": "native"}, wrapped=True),
