@@ -85,7 +85,10 @@ before, 3fd16a7, and after alternating, one run each of ``python benchmarks/benc
 --seconds 2``): vector 16 native 2.36x and 2.18x CartPole-v1 before, 2.99x and 2.99x after, with
 resets (step only 3.02x / 2.71x before, 3.58x / 4.11x after); the target is >= 8x. In CPU time the
 engine's ``EnvBatch.step`` of 16 envs alone is 5.7-5.9x CartPole-v1's step, so the target needs the
-engine's routing step itself faster (docs/engine.md, "Measured speed").
+engine's routing step itself faster (docs/engine.md, "Measured speed"). With worker threads
+(branch vec2, two runs of ``python benchmarks/bench_envs.py --engine`` at load average 8-10): the vector env of 16 2.88x and 2.50x on one thread
+(the default below 64 envs), 2.48x and 2.27x on two; PrefillRouting-v1's vector env of 16 0.75x and
+0.59x against its single env's 0.67x and 0.63x.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """SB3 PPO's training speed on PrefillRouting-v0: the vector env of 16 on the native engine against
 today's single-process envs, in one run (issue 25's target: at least 4x).
 
-    python benchmarks/bench_training.py [--timesteps 20000]
+    python benchmarks/bench_training.py [--timesteps 20000] [--v1]
 
 Four set-ups train PPO with the shipped hyperparameters (``mooncake_gym/agents/hyperparams.yml``: n_steps 512,
 batch 256, 10 epochs, net [128, 128]; the recipe's training workload) for the same number of
@@ -17,6 +17,9 @@ updates):
 - *vector 16*: :class:`mooncake_gym.envs.vector.SB3VecEnv` of 16 native envs (one engine call per
   step of all 16).
 
+With ``--v1``, PrefillRouting-v1 (its shipped hyperparameters) as well: one reference env in
+``DummyVecEnv`` against ``SB3VecEnv.routing_v1`` of 16 native envs.
+
 PyTorch runs on ``threads`` threads (``--threads``; default 1, as ``mooncake-gym train``'s
 ``threads``): on the project's 2-core machines, shared with other jobs, two intra-op threads made
 every set-up 10-25x slower (PPO of the vector env 134 against 3,040 timesteps/s, of the native
@@ -31,7 +34,9 @@ Figures (2026-12-04, branch vec-speed, ``--timesteps 16384``, load average 10-17
 native env); the code before (3fd16a7) 5.74x in a run between them. The spread is the shared
 machine's: the update costs about 280 us of PyTorch per sample in every set-up, against rollouts of
 about 48 us per sample (vector) and 700 us (single env), so the ratio sits near 3-4x
-(docs/engine.md, "Measured speed").
+(docs/engine.md, "Measured speed"). Later (2026-12-04, branch vec2, ``--timesteps 16384 --rounds 2
+--v1``, load average 11-12): 3.36x the single reference env (2.98x the native single env, 1.91x the
+recipe's 4 envs); PrefillRouting-v1's vector env of 16 2.75x its single reference env.
 """
 
 from __future__ import annotations
