@@ -4,7 +4,10 @@ with the resets of NEXT_STEP made while the engine steps the others; the v1 vect
 (PrefillRouting-v1, OverloadAdmission-v1 on ClusterEnvCore) run the single envs' episodes, bit
 for bit, through autoresets, against native and reference single envs."""
 
+import gc
 import math
+import os
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -163,3 +166,42 @@ def test_v1_make_vec_and_sb3_vec_env():
     model = PPO("MlpPolicy", venv, n_steps=32, batch_size=64, n_epochs=1, seed=0, device="cpu")
     model.learn(total_timesteps=256)
     assert model.num_timesteps >= 256
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_steps_without_the_parents_threads():
+    """A process forked after the worker threads started has none: its steps run on its own thread
+    (the same numbers as the parent's) and its batch is freed without joining them."""
+    vec = BatchedVectorEnv(lambda: PrefillRoutingEnv(episode_requests=6, n_instances=2), 4, threads=2)
+    vec.reset(seed=0)
+    vec.step(np.zeros(4, np.int64))
+    pid = os.fork()
+    if pid == 0:  # the child: step, compare with the parent's step written to no file, free, exit
+        code = 3
+        try:
+            obs = vec.step(np.ones(4, np.int64))[0]
+            code = 0 if obs.tobytes() == expected_next(vec.num_envs) else 1
+            del vec
+            gc.collect()
+        finally:
+            os._exit(code)
+    obs = vec.step(np.ones(4, np.int64))[0]
+    for _ in range(600):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, 9)
+        pytest.fail("the forked child hung")
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert obs.tobytes() == expected_next(4)
+
+
+def expected_next(n):
+    """The observations after the steps of test_a_forked_child_steps_without_the_parents_threads, on
+    one thread."""
+    vec = BatchedVectorEnv(lambda: PrefillRoutingEnv(episode_requests=6, n_instances=2), n, threads=1)
+    vec.reset(seed=0)
+    vec.step(np.zeros(n, np.int64))
+    return vec.step(np.ones(n, np.int64))[0].tobytes()

@@ -10,11 +10,14 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 namespace mooncake {
 
@@ -44,7 +47,8 @@ enum class InfoKind : int8_t { Float = 0, Int = 1, Bool = 2 };
 // them out and returns at once, finish() waits for them. The tasks are claimed one at a time from a
 // shared counter, by the workers and by the caller's thread in run() and finish() alike, so a worker
 // the machine has not scheduled yet leaves its tasks to the others instead of holding the step up.
-// Between steps a worker spins for SPIN_US, then sleeps until the next one.
+// Between steps a worker spins for SPIN_US, then sleeps until the next one. In a process forked
+// after the threads started there are none: the caller's thread claims every task.
 class Workers {
   public:
     // Measured on the 2-core machine at load average 8-9 (vector env of 16 and 64 PrefillRouting-v0
@@ -56,16 +60,22 @@ class Workers {
     Workers(const Workers&) = delete;
     Workers& operator=(const Workers&) = delete;
     ~Workers() {
+        if (!threads_.empty() && getpid() != pid_) {  // a forked child: the parent's threads are not here
+            // to neither join nor destroy, nor the condition variables they waited on (leaked)
+            new std::vector<std::thread>(std::move(threads_));
+            sync_.release();
+            return;
+        }
         try {
             finish();
         } catch (...) {
         }
         {
-            std::lock_guard<std::mutex> lock(mutex_);
+            std::lock_guard<std::mutex> lock(sync_->mutex);
             stop_ = true;
         }
         claim_.fetch_add(GEN);  // wake the spinning ones
-        wake_.notify_all();
+        sync_->wake.notify_all();
         for (std::thread& t : threads_) t.join();
     }
 
@@ -79,15 +89,19 @@ class Workers {
     void start(size_t tasks, const std::function<void(size_t)>& task, size_t workers) {
         finish();
         const uint64_t gen = claim_.load() >> 32;
+        if (threads_.empty()) pid_ = getpid();
         while (threads_.size() < workers) threads_.emplace_back([this, gen] { loop(gen); });
+        // a generation with nothing to claim while the task is written (a worker still in the last
+        // generation's help() cannot claim with the new task's count), then the new one
+        claim_.store(((gen + 1) << 32) | (GEN - 1));
         task_.store(&task);
         tasks_.store(tasks);
         done_.store(0);
         busy_ = true;
-        claim_.store((gen + 1) << 32);  // the new generation, its first task
+        claim_.store((gen + 2) << 32);
         if (sleepers_.load() > 0) {
-            std::lock_guard<std::mutex> lock(mutex_);
-            wake_.notify_all();
+            std::lock_guard<std::mutex> lock(sync_->mutex);
+            sync_->wake.notify_all();
         }
     }
     // Run the tasks left, wait for the others' (rethrowing the first exception of a task).
@@ -97,13 +111,13 @@ class Workers {
         const size_t tasks = tasks_.load();
         spin_until([&] { return done_.load() == tasks; });
         if (done_.load() != tasks) {
-            std::unique_lock<std::mutex> lock(mutex_);
-            ended_.wait(lock, [&] { return done_.load() == tasks; });
+            std::unique_lock<std::mutex> lock(sync_->mutex);
+            sync_->ended.wait(lock, [&] { return done_.load() == tasks; });
         }
         busy_ = false;
         std::exception_ptr e;
         {
-            std::lock_guard<std::mutex> lock(mutex_);
+            std::lock_guard<std::mutex> lock(sync_->mutex);
             e = error_;
             error_ = nullptr;
         }
@@ -113,14 +127,18 @@ class Workers {
   private:
     static constexpr uint64_t GEN = uint64_t(1) << 32;
     std::vector<std::thread> threads_;
-    std::mutex mutex_;
-    std::condition_variable wake_, ended_;
+    struct Sync {
+        std::mutex mutex;
+        std::condition_variable wake, ended;
+    };
+    std::unique_ptr<Sync> sync_ = std::make_unique<Sync>();
     std::atomic<uint64_t> claim_{0};  // generation << 32 | the next task to claim
     std::atomic<const std::function<void(size_t)>*> task_{nullptr};
     std::atomic<size_t> tasks_{0}, done_{0};
     std::atomic<int> sleepers_{0};
     bool stop_ = false, busy_ = false;
     std::exception_ptr error_;
+    pid_t pid_ = 0;  // the process that started the threads
 
     template <class Ready>
     static void spin_until(Ready ready) {
@@ -141,12 +159,12 @@ class Workers {
             try {
                 (*task)(static_cast<size_t>(c & (GEN - 1)));
             } catch (...) {
-                std::lock_guard<std::mutex> lock(mutex_);
+                std::lock_guard<std::mutex> lock(sync_->mutex);
                 if (!error_) error_ = std::current_exception();
             }
             if (done_.fetch_add(1) + 1 == tasks) {
-                std::lock_guard<std::mutex> lock(mutex_);
-                ended_.notify_all();
+                std::lock_guard<std::mutex> lock(sync_->mutex);
+                sync_->ended.notify_all();
             }
         }
     }
@@ -155,13 +173,13 @@ class Workers {
         for (;;) {
             spin_until([&] { return (claim_.load() >> 32) != seen; });
             if ((claim_.load() >> 32) == seen) {
-                std::unique_lock<std::mutex> lock(mutex_);
+                std::unique_lock<std::mutex> lock(sync_->mutex);
                 sleepers_.fetch_add(1);
-                wake_.wait(lock, [&] { return stop_ || (claim_.load() >> 32) != seen; });
+                sync_->wake.wait(lock, [&] { return stop_ || (claim_.load() >> 32) != seen; });
                 sleepers_.fetch_sub(1);
             }
             {
-                std::lock_guard<std::mutex> lock(mutex_);
+                std::lock_guard<std::mutex> lock(sync_->mutex);
                 if (stop_) return;
             }
             seen = claim_.load() >> 32;
