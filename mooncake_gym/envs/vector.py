@@ -42,9 +42,9 @@ from mooncake_gym import _engine
 
 #: The default ``threads`` (:func:`default_threads`): one thread per this many native envs, at most
 #: the cores the process may run on and at most :data:`MAX_THREADS`. On the project's 2-core machine
-#: shared with other jobs (load average 8-12, 2026-12-04, docs/engine.md "Measured speed") two
-#: threads never paid: a vector env of 16 made 0.85-1.0x the steps/s of one thread, of 64 0.8-0.9x
-#: (not measured on an idle machine); the default keeps 16 envs on one thread, threads from 64 on.
+#: shared with other jobs (load average 2-12, 2026-12-04, docs/engine.md "Measured speed") two
+#: threads did not pay: a vector env of 16 made 0.8-1.0x the steps/s of one thread, of 64 0.8-1.1x;
+#: the default keeps 16 envs on one thread and threads from 64 envs on, where a free core may pay.
 ENVS_PER_THREAD = 32
 MAX_THREADS = 8
 #: The info fields' types (NATIVE_INFO), in the order of the engine's kinds (batch.hpp InfoKind).
