@@ -36,7 +36,8 @@ machine's: the update costs about 280 us of PyTorch per sample in every set-up, 
 about 48 us per sample (vector) and 700 us (single env), so the ratio sits near 3-4x
 (docs/engine.md, "Measured speed"). Later (2026-12-04, branch vec2, ``--timesteps 16384 --rounds 2
 --v1``, load average 11-12): 3.36x the single reference env (2.98x the native single env, 1.91x the
-recipe's 4 envs); PrefillRouting-v1's vector env of 16 2.75x its single reference env.
+recipe's 4 envs); PrefillRouting-v1's vector env of 16 2.75x its single reference env. At load
+average 2: 2.68x (2.48x the native single env), v1 3.39x.
 """
 
 from __future__ import annotations

@@ -205,3 +205,18 @@ def expected_next(n):
     vec.reset(seed=0)
     vec.step(np.zeros(n, np.int64))
     return vec.step(np.ones(n, np.int64))[0].tobytes()
+
+
+def test_a_launched_step_is_finished_before_its_batch_is_freed():
+    vec = BatchedVectorEnv(lambda: PrefillRoutingEnv(episode_requests=30, n_instances=2), 8, threads=2)
+    vec.reset(seed=0)
+    batch = vec._batch
+    batch.launch(np.ones(8, np.int64), None, 2)
+    with pytest.raises(ValueError, match="step: a launched step is not finished"):
+        batch.step(np.ones(8, np.int64), None, 2)
+    assert batch.finish() == 0
+    with pytest.raises(ValueError, match="finish: no launched step"):
+        batch.finish()
+    batch.launch(np.zeros(8, np.int64), None, 2)
+    del vec, batch  # (freed with the step launched: the batch waits for it)
+    gc.collect()

@@ -119,6 +119,13 @@ struct EnvBatch : mooncake::EnvBatch {
     std::optional<I64In> launched_actions;  // a launched step's arguments, kept until its finish
     std::optional<BoolIn> launched_active;
     explicit EnvBatch(size_t n) : mooncake::EnvBatch(n), owners(n) {}
+    ~EnvBatch() {  // a launched step still running reads the arrays kept here: wait for it first
+        if (!launched_actions) return;
+        try {
+            finish();
+        } catch (...) {
+        }
+    }
     // the arguments of step and launch checked (nb::value_error naming the bad one); the active mask or null
     const bool* checked(const I64In& actions, const std::optional<BoolIn>& active) {
         const size_t n = size();
