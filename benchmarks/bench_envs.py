@@ -100,7 +100,10 @@ before, 3fd16a7, and after alternating, one run each of ``python benchmarks/benc
 --seconds 2``): vector 16 native 2.36x and 2.18x CartPole-v1 before, 2.99x and 2.99x after, with
 resets (step only 3.02x / 2.71x before, 3.58x / 4.11x after); the target is >= 8x. In CPU time the
 engine's ``EnvBatch.step`` of 16 envs alone is 5.7-5.9x CartPole-v1's step, so the target needs the
-engine's routing step itself faster (docs/engine.md, "Measured speed").
+engine's routing step itself faster (docs/engine.md, "Measured speed"). With worker threads
+(branch vec2, two runs of ``python benchmarks/bench_envs.py --engine`` at load average 8-10): the vector env of 16 2.88x and 2.50x on one thread
+(the default below 64 envs), 2.48x and 2.27x on two; PrefillRouting-v1's vector env of 16 0.75x and
+0.59x against its single env's 0.67x and 0.63x.
 
 ``OverloadAdmission-v0`` on the native engine (2026-12-04, branch adm-native; its row's engine tag is
 the env's ``engine``, native by default now): ``python benchmarks/bench_envs.py --wrapped --seconds 2``,
@@ -122,6 +125,7 @@ import numpy as np
 
 import mooncake_gym  # noqa: F401  (registers the mooncake_gym/... ids)
 from mooncake_gym.envs.cluster import ClusterEnv
+from mooncake_gym.envs.vector import default_threads
 from mooncake_gym.model.presets import NO_ENGINE, ClusterPreset, get_preset
 
 
@@ -473,18 +477,23 @@ def snapshot_cost_us(engine: str = "native", steps: int = 500, seconds: float = 
             "cached_blocks": None if engine != "native" else int(sum(sim.pool_state(0.0)[1]))}
 
 
-def engine_targets(seconds: float = 3.0, rounds: int = 3, verbose: bool = True) -> dict:
+def engine_targets(seconds: float = 3.0, rounds: int = 3, verbose: bool = True, with_v1: bool = True) -> dict:
     """Issue 25's targets for PrefillRouting-v0, measured in one run (interleaved rounds, medians):
     steps/s through ``gym.make`` (wrappers included, resets in the loop) of CartPole-v1, of v0 on the
     native engine and on the reference; the aggregate steps/s of a vector env of 16
-    (``vectorization_mode="vector_entry_point"``; Gymnasium's ``sync`` of 16 reference envs beside
-    it); the snapshot's and restore's cost on both engines."""
-    v0 = "mooncake_gym/PrefillRouting-v0"
+    (``vectorization_mode="vector_entry_point"``, its default threads, and on two threads; Gymnasium's
+    ``sync`` of 16 reference envs beside it); with ``with_v1``, PrefillRouting-v1's single native env
+    and its vector env of 16 (default preset); the snapshot's and restore's cost on both engines."""
+    v0, v1 = "mooncake_gym/PrefillRouting-v0", "mooncake_gym/PrefillRouting-v1"
     runners = {"CartPole-v1": _Runner(*REFERENCE, wrapped=True),
                "v0 native": _Runner(v0, {"engine": "native"}, wrapped=True),
                "v0 python": _Runner(v0, {"engine": "python"}, wrapped=True),
                f"vector {VECTOR_ENVS} native": _VectorRunner(v0, VECTOR_ENVS),
+               f"vector {VECTOR_ENVS} native, 2 threads": _VectorRunner(v0, VECTOR_ENVS, {"threads": 2}),
                f"sync {VECTOR_ENVS} python": _VectorRunner(v0, VECTOR_ENVS, {"engine": "python"}, mode="sync")}
+    if with_v1:
+        runners.update({"v1 native": _Runner(v1, {"engine": "native"}, wrapped=True),
+                        f"v1 vector {VECTOR_ENVS} native": _VectorRunner(v1, VECTOR_ENVS)})
     for r in runners.values():
         r.round(min(0.2, seconds / 10))
     rates: dict[str, list[float]] = {name: [] for name in runners}
@@ -503,7 +512,7 @@ def engine_targets(seconds: float = 3.0, rounds: int = 3, verbose: bool = True) 
     result = {"steps_per_s": med, "rounds": rates, "ratio": {name: v / cart for name, v in med.items()},
               "step_only_steps_per_s": med_step,
               "step_only_ratio": {name: v / cart_step for name, v in med_step.items()},
-              "snapshot": snaps, "targets": ENGINE_TARGETS}
+              "snapshot": snaps, "targets": ENGINE_TARGETS, "threads": default_threads(VECTOR_ENVS)}
     result["meets"] = {"v0": result["ratio"]["v0 native"] >= ENGINE_TARGETS["v0"],
                        "vector": result["ratio"][f"vector {VECTOR_ENVS} native"] >= ENGINE_TARGETS["vector"],
                        "snapshot_us": snaps["native"]["snapshot_us"] <= ENGINE_TARGETS["snapshot_us"]}
@@ -525,7 +534,8 @@ def format_engine_targets(result: dict) -> str:
         mark = f"  target <= {t['snapshot_us']:g} us" if e == "native" else ""
         lines.append(f"snapshot ({e}, default cluster, mid-episode)   {s['snapshot_us']:>9.1f} us, "
                      f"restore {s['restore_us']:.1f} us{mark}")
-    lines.append("met: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in result["meets"].items()))
+    lines.append("met: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in result["meets"].items()) +
+                 f" (a vector env of {VECTOR_ENVS}'s default threads here: {result.get('threads', '?')})")
     return "\n".join(lines)
 
 
@@ -538,9 +548,10 @@ def main(argv=None) -> int:
                         help="instead, time the parts of each v1 environment's step around its simulator")
     parser.add_argument("--engine", action="store_true",
                         help="instead, issue 25's targets for PrefillRouting-v0 (native engine, vector env, snapshots)")
+    parser.add_argument("--no-v1", action="store_true", help="with --engine: leave out PrefillRouting-v1's rows")
     args = parser.parse_args(argv)
     if args.engine:
-        engine_targets(args.seconds, args.rounds)
+        engine_targets(args.seconds, args.rounds, with_v1=not args.no_v1)
         return 0
     if args.parts:
         for env_id, kwargs in ENV_CASES:

@@ -1,7 +1,7 @@
 """SB3 PPO's training speed on PrefillRouting-v0: the vector env of 16 on the native engine against
 today's single-process envs, in one run (issue 25's target: at least 4x).
 
-    python benchmarks/bench_training.py [--timesteps 20000]
+    python benchmarks/bench_training.py [--timesteps 20000] [--v1]
 
 Four set-ups train PPO with the shipped hyperparameters (``mooncake_gym/agents/hyperparams.yml``: n_steps 512,
 batch 256, 10 epochs, net [128, 128]; the recipe's training workload) for the same number of
@@ -17,6 +17,9 @@ updates):
 - *vector 16*: :class:`mooncake_gym.envs.vector.SB3VecEnv` of 16 native envs (one engine call per
   step of all 16).
 
+With ``--v1``, PrefillRouting-v1 (its shipped hyperparameters) as well: one reference env in
+``DummyVecEnv`` against ``SB3VecEnv.routing_v1`` of 16 native envs.
+
 PyTorch runs on ``threads`` threads (``--threads``; default 1, as ``mooncake-gym train``'s
 ``threads``): on the project's 2-core machines, shared with other jobs, two intra-op threads made
 every set-up 10-25x slower (PPO of the vector env 134 against 3,040 timesteps/s, of the native
@@ -31,7 +34,10 @@ Figures (2026-12-04, branch vec-speed, ``--timesteps 16384``, load average 10-17
 native env); the code before (3fd16a7) 5.74x in a run between them. The spread is the shared
 machine's: the update costs about 280 us of PyTorch per sample in every set-up, against rollouts of
 about 48 us per sample (vector) and 700 us (single env), so the ratio sits near 3-4x
-(docs/engine.md, "Measured speed").
+(docs/engine.md, "Measured speed"). Later (2026-12-04, branch vec2, ``--timesteps 16384 --rounds 2
+--v1``, load average 11-12): 3.36x the single reference env (2.98x the native single env, 1.91x the
+recipe's 4 envs); PrefillRouting-v1's vector env of 16 2.75x its single reference env. At load
+average 2: 2.68x (2.48x the native single env), v1 3.39x.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ from mooncake_gym.agents.train import load_hyperparams
 from mooncake_gym.envs.vector import SB3VecEnv
 
 ENV_ID = "mooncake_gym/PrefillRouting-v0"
+V1_ID = "mooncake_gym/PrefillRouting-v1"
 TARGET_RATIO = 4.0
 VECTOR_ENVS = 16
 NATIVE_SINGLE = "1 env, native"
@@ -77,16 +84,30 @@ def setups(hp: dict) -> dict:
             f"vector {VECTOR_ENVS} native": lambda: SB3VecEnv.routing(VECTOR_ENVS, **kwargs)}
 
 
-def run(timesteps: int = 20000, rounds: int = 2, seed: int = 0, verbose: bool = True, threads: int = 1) -> dict:
+def v1_setups(hp: dict) -> dict:
+    """PrefillRouting-v1's two set-ups (``--v1``): one reference env in ``DummyVecEnv`` and the
+    vector env of 16 native envs (``SB3VecEnv.routing_v1``), PPO with v1's shipped hyperparameters."""
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    kwargs = dict(hp.get("env_kwargs", {}))
+    return {"v1 today, 1 env": lambda: DummyVecEnv([lambda: gym.make(V1_ID, engine="python", **kwargs)]),
+            f"v1 vector {VECTOR_ENVS} native": lambda: SB3VecEnv.routing_v1(VECTOR_ENVS, **kwargs)}
+
+
+def run(timesteps: int = 20000, rounds: int = 2, seed: int = 0, verbose: bool = True, threads: int = 1,
+        v1: bool = False) -> dict:
     import torch
 
     torch.set_num_threads(threads)
     hp = load_hyperparams(ENV_ID)
-    made = setups(hp)
+    made = {name: (make, hp) for name, make in setups(hp).items()}
+    if v1:
+        hp1 = load_hyperparams(V1_ID)
+        made.update({name: (make, hp1) for name, make in v1_setups(hp1).items()})
     rates: dict[str, list[float]] = {name: [] for name in made}
     for r in range(rounds):
-        for name, make in made.items():
-            model = _ppo(make(), hp, seed + r)
+        for name, (make, hp_of) in made.items():
+            model = _ppo(make(), hp_of, seed + r)
             start = time.perf_counter()
             model.learn(total_timesteps=timesteps)
             rates[name].append(model.num_timesteps / (time.perf_counter() - start))
@@ -100,13 +121,18 @@ def run(timesteps: int = 20000, rounds: int = 2, seed: int = 0, verbose: bool = 
               "ratio_to_recipe": best[vec] / best[recipe], "target": TARGET_RATIO, "timesteps": timesteps,
               "threads": threads}
     result["meets_target"] = result["ratio_to_single"] >= TARGET_RATIO
+    if v1:
+        result["v1_ratio_to_single"] = best[f"v1 vector {VECTOR_ENVS} native"] / best["v1 today, 1 env"]
     if verbose:
         for name, v in best.items():
-            print(f"{name:<28s} {v:>9,.0f} timesteps/s  {v / base:5.2f}x   (rounds: "
+            of = best["v1 today, 1 env"] if name.startswith("v1") else base
+            print(f"{name:<28s} {v:>9,.0f} timesteps/s  {v / of:5.2f}x   (rounds: "
                   + ", ".join(f"{x:,.0f}" for x in rates[name]) + ")")
         print(f"vector {VECTOR_ENVS} / today's single env: {result['ratio_to_single']:.2f}x (target >= {TARGET_RATIO:g}x: "
               f"{'met' if result['meets_target'] else 'NOT met'}); / the native single env: "
               f"{result['ratio_to_native_single']:.2f}x; / the recipe's {hp['n_envs']} envs: {result['ratio_to_recipe']:.2f}x")
+        if v1:
+            print(f"PrefillRouting-v1: vector {VECTOR_ENVS} / one reference env: {result['v1_ratio_to_single']:.2f}x")
     return result
 
 
@@ -115,8 +141,10 @@ def main(argv=None) -> int:
     parser.add_argument("--timesteps", type=int, default=20000, help="timesteps per set-up and round (default 20000)")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds; the best of them counts (default 2)")
     parser.add_argument("--threads", type=int, default=1, help="PyTorch's threads (default 1, as mooncake-gym train)")
+    parser.add_argument("--v1", action="store_true",
+                        help="also PrefillRouting-v1: one reference env against the vector env of 16 native envs")
     args = parser.parse_args(argv)
-    run(args.timesteps, args.rounds, threads=args.threads)
+    run(args.timesteps, args.rounds, threads=args.threads, v1=args.v1)
     return 0
 
 

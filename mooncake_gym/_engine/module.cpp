@@ -117,7 +117,30 @@ using BoolBlock = nb::ndarray<bool, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
 // outputs by bind's keep_alive).
 struct EnvBatch : mooncake::EnvBatch {
     std::vector<nb::object> owners;
+    std::optional<I64In> launched_actions;  // a launched step's arguments, kept until its finish
+    std::optional<BoolIn> launched_active;
     explicit EnvBatch(size_t n) : mooncake::EnvBatch(n), owners(n) {}
+    ~EnvBatch() {  // a launched step still running reads the arrays kept here: wait for it first
+        if (!launched_actions) return;
+        try {
+            finish();
+        } catch (...) {
+        }
+    }
+    // the arguments of step and launch checked (nb::value_error naming the bad one); the active mask or null
+    const bool* checked(const I64In& actions, const std::optional<BoolIn>& active) {
+        const size_t n = size();
+        if (rewards == nullptr) throw nb::value_error("step: bind the outputs first");
+        if (actions.shape(0) != n || (active && active->shape(0) != n))
+            throw nb::value_error("step: expected actions (and active) of the batch's size");
+        const bool* on = active ? active->data() : nullptr;
+        try {
+            check(actions.data(), on);
+        } catch (const std::invalid_argument& e) {
+            throw nb::value_error(e.what());
+        }
+        return on;
+    }
 };
 
 // the info dict of RoutingSimulator.last from a RoutingEnv's info row
@@ -634,23 +657,45 @@ NB_MODULE(_engine_native, m) {
              "(kinds per field: 0 float, 1 int, 2 bool; each kind's fields the rows of its block) into these arrays.")
         .def("step",
              [](EnvBatch& b, I64In actions, std::optional<BoolIn> active, int threads) {
-                 const size_t n = b.size();
-                 if (b.rewards == nullptr) throw nb::value_error("step: bind the outputs first");
-                 if (actions.shape(0) != n || (active && active->shape(0) != n))
-                     throw nb::value_error("step: expected actions (and active) of the batch's size");
-                 const bool* on = active ? active->data() : nullptr;
-                 try {
-                     b.check(actions.data(), on);
-                 } catch (const std::invalid_argument& e) {
-                     throw nb::value_error(e.what());
-                 }
+                 if (b.launched_actions) throw nb::value_error("step: a launched step is not finished");
+                 const bool* on = b.checked(actions, active);
                  if (threads <= 1) return b.step(actions.data(), on, 1);
                  nb::gil_scoped_release release;
                  return b.step(actions.data(), on, threads);
              },
              "actions"_a, "active"_a.none(), "threads"_a = 1,
-             "Step every active env (all with active=None) with its (checked) action into the bound outputs; "
-             "returns how many of them ended (terminated or truncated).");
+             "Step every active env (all with active=None) with its (checked) action into the bound outputs, "
+             "on threads threads; returns how many of them ended (terminated or truncated).")
+        .def("launch",
+             [](EnvBatch& b, I64In actions, std::optional<BoolIn> active, int threads) {
+                 if (b.launched_actions) throw nb::value_error("launch: a launched step is not finished");
+                 const bool* on = b.checked(actions, active);
+                 b.launched_actions = actions;
+                 b.launched_active = active;
+                 b.launch(actions.data(), on, threads);
+             },
+             "actions"_a, "active"_a.none(), "threads"_a = 1,
+             "step() started on threads worker threads, returning at once: reset envs that are not active "
+             "meanwhile (nothing else of the batch), then call finish().")
+        .def("finish",
+             [](EnvBatch& b) {
+                 if (!b.launched_actions) throw nb::value_error("finish: no launched step");
+                 size_t ended = 0;
+                 std::exception_ptr error;
+                 {
+                     nb::gil_scoped_release release;
+                     try {
+                         ended = b.finish();
+                     } catch (...) {
+                         error = std::current_exception();
+                     }
+                 }
+                 b.launched_actions.reset();
+                 b.launched_active.reset();
+                 if (error) std::rethrow_exception(error);
+                 return ended;
+             },
+             "Wait for the launched step; returns how many of its envs ended.");
 
     // ---- OverloadAdmission-v0's core (admission.hpp; the Python side: mooncake_gym/envs/overload_admission.py) ----
     {

@@ -29,11 +29,14 @@ def register_envs() -> None:
                      vector_entry_point="mooncake_gym.envs.vector:make_routing_vector")
     if ADMISSION_ENV_ID not in gym.registry:
         gym.register(ADMISSION_ENV_ID, entry_point="mooncake_gym.envs.overload_admission:OverloadAdmissionEnv")
-    for env_id, entry_point in ((ROUTING_V1_ENV_ID, "mooncake_gym.envs.prefill_routing_v1:PrefillRoutingV1Env"),
-                                (ADMISSION_V1_ENV_ID, "mooncake_gym.envs.overload_admission_v1:OverloadAdmissionV1Env"),
-                                (CONDUCTOR_ENV_ID, "mooncake_gym.envs.conductor_v1:ConductorV1Env")):
+    for env_id, entry_point, vector in (
+            (ROUTING_V1_ENV_ID, "mooncake_gym.envs.prefill_routing_v1:PrefillRoutingV1Env", "make_routing_v1_vector"),
+            (ADMISSION_V1_ENV_ID, "mooncake_gym.envs.overload_admission_v1:OverloadAdmissionV1Env",
+             "make_admission_v1_vector"),
+            (CONDUCTOR_ENV_ID, "mooncake_gym.envs.conductor_v1:ConductorV1Env", None)):
         if env_id not in gym.registry:
-            gym.register(env_id, entry_point=entry_point)
+            gym.register(env_id, entry_point=entry_point,
+                         vector_entry_point=vector and f"mooncake_gym.envs.vector:{vector}")
 
 
 __all__ = ["PrefillRoutingEnv", "OverloadAdmissionEnv", "ROUTING_ENV_ID", "ADMISSION_ENV_ID", "register_envs",

@@ -8,7 +8,8 @@ one row of the vector's buffers, and :meth:`~BatchedVectorEnv.step` steps them a
 into the engine (over threads when ``threads`` > 1); a sub-environment running in Python (the
 reference engine, an observation mode) is stepped in a loop and its results copied into the same
 buffers. ``gym.make_vec("mooncake_gym/PrefillRouting-v0", num_envs=N,
-vectorization_mode="vector_entry_point")`` makes one; :class:`SB3VecEnv` is the same for
+vectorization_mode="vector_entry_point")`` makes one (``PrefillRouting-v1`` and
+``OverloadAdmission-v1`` likewise, their episodes on ``ClusterEnvCore``); :class:`SB3VecEnv` is the same for
 stable-baselines3 (its ``VecEnv`` API: ``terminal_observation`` and ``TimeLimit.truncated`` in the
 infos).
 
@@ -39,19 +40,31 @@ from gymnasium.vector.utils import batch_space
 
 from mooncake_gym import _engine
 
-#: From this many native envs on, a step runs on two threads by default. Measured on the project's
-#: 2-core machine under load (docs/engine.md): 16 envs 0.6-0.9 us per env step on one thread against
-#: 52-79 us on two (starting the threads dominates); 64 envs 5.9-17.6 against 1.6-10.1 us; 256 envs
-#: 20-27 against 10-15 us.
-THREADS_FROM = 64
+#: The default ``threads`` (:func:`default_threads`): one thread per this many native envs, at most
+#: the cores the process may run on and at most :data:`MAX_THREADS`. On the project's 2-core machine
+#: shared with other jobs (load average 2-12, 2026-12-04, docs/engine.md "Measured speed") two
+#: threads did not pay: a vector env of 16 made 0.8-1.0x the steps/s of one thread, of 64 0.8-1.1x;
+#: the default keeps 16 envs on one thread and threads from 64 envs on, where a free core may pay.
+ENVS_PER_THREAD = 32
+MAX_THREADS = 8
 #: The info fields' types (NATIVE_INFO), in the order of the engine's kinds (batch.hpp InfoKind).
 _KINDS = (float, int, bool)
 
 
+def default_threads(num_envs: int) -> int:
+    """The threads of a native step of ``num_envs`` envs by default: one per :data:`ENVS_PER_THREAD`
+    envs, at least 1, at most the cores this process may run on and :data:`MAX_THREADS`."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover (not on Linux)
+        cores = os.cpu_count() or 1
+    return max(1, min(num_envs // ENVS_PER_THREAD, cores, MAX_THREADS))
+
+
 class BatchedVectorEnv(gym.vector.VectorEnv):
     """``num_envs`` environments made by ``env_fn()`` (module docstring). ``threads``: threads of a
-    native step (None: 2 from :data:`THREADS_FROM` envs on, where the machine has 2 cores, else 1);
-    ``max_episode_steps``: truncate each episode after that many steps (as gym.make's TimeLimit)."""
+    native step (None: :func:`default_threads`; 1: the calling thread only); ``max_episode_steps``:
+    truncate each episode after that many steps (as gym.make's TimeLimit)."""
 
     def __init__(self, env_fn, num_envs: int, autoreset_mode=AutoresetMode.NEXT_STEP, threads: int | None = None,
                  max_episode_steps: int | None = None):
@@ -102,9 +115,7 @@ class BatchedVectorEnv(gym.vector.VectorEnv):
                 env._use_buffers(self._obs[i], self._mask[i], self._info[i])
             self._batch.bind(self._rewards, self._terminated, self._truncated, self._elapsed, max_episode_steps or 0,
                              kinds, *self._blocks)
-        if threads is None:
-            threads = 2 if num_envs >= THREADS_FROM and (os.cpu_count() or 1) >= 2 else 1
-        self.threads = threads
+        self.threads = default_threads(num_envs) if threads is None else threads
         self._n_actions = n_actions
         self._ends: dict = {}  # a Python-stepped env's info entries beyond the row (metrics), this step
         self._shape = (num_envs,)
@@ -185,8 +196,16 @@ class BatchedVectorEnv(gym.vector.VectorEnv):
             raise ValueError(f"actions: expected integers in 0..{self._n_actions - 1}, got {a!r}")
         for block in self._blocks:
             block[:, resets] = 0
+        started: list = []  # (env, its reset's info) of the envs starting an episode
         if self._batch is not None and native.any():
-            self._batch.step(a, native, self.threads)
+            if resets and self.threads > 1:  # the engine steps the others on its threads meanwhile
+                self._batch.launch(a, native, self.threads)
+                try:
+                    started = [(i, self._reset_env(i)) for i in resets]
+                finally:
+                    self._batch.finish()
+            else:
+                self._batch.step(a, native, self.threads)
         for i in python:  # episodes in Python: one env at a time
             obs, r, term, _, info = self.envs[i].step(int(a[i]))
             self._obs[i] = obs
@@ -201,8 +220,10 @@ class BatchedVectorEnv(gym.vector.VectorEnv):
             infos.update(dict.fromkeys(self._every_mask, stepped))
         if ((terminated | truncated) & stepped).any():
             infos = self._end_episodes(infos, stepped)
-        for i in resets:  # NEXT_STEP: the envs that ended at the last step start their next episode
-            infos = self._add_info(infos, self._reset_env(i), i)
+        if not started:
+            started = [(i, self._reset_env(i)) for i in resets]
+        for i, info in started:  # NEXT_STEP: the envs that ended at the last step start their next episode
+            infos = self._add_info(infos, info, i)
             rewards[i], terminated[i], truncated[i] = 0.0, False, False
         if resets:
             self._all_native = bool(self._native.all())
@@ -227,9 +248,11 @@ class BatchedVectorEnv(gym.vector.VectorEnv):
         return infos
 
     def _copy_python_info(self, i: int, info: dict) -> None:
-        """A Python-stepped env's info into the buffers (its columns, its mask; the end entries kept)."""
+        """A Python-stepped env's info into the buffers (its columns, its mask; the end entries kept).
+        A float field the info leaves out (the v1 envs' ``ttft_s`` of a rejected request) reads NaN,
+        as the engine's row has it."""
         for name, k, row in self._layout:
-            self._blocks[k][row, i] = info[name]
+            self._blocks[k][row, i] = info[name] if k or name in info else np.nan
         if "action_mask" in info:
             self._mask[i] = info["action_mask"]
         end = {k: v for k, v in info.items() if k != "action_mask" and k not in self._field_names}
@@ -273,6 +296,24 @@ def make_routing_vector(num_envs: int, autoreset_mode=AutoresetMode.NEXT_STEP, t
     return BatchedVectorEnv(lambda: PrefillRoutingEnv(**kwargs), num_envs, autoreset_mode, threads, max_episode_steps)
 
 
+def make_routing_v1_vector(num_envs: int, autoreset_mode=AutoresetMode.NEXT_STEP, threads: int | None = None,
+                           max_episode_steps: int | None = None, **kwargs) -> BatchedVectorEnv:
+    """``PrefillRouting-v1``'s vector entry point: ``num_envs`` envs of the same ``kwargs``, each a
+    ``ClusterEnvCore`` on the native engine (``_engine/clusterenv.hpp``)."""
+    from mooncake_gym.envs.prefill_routing_v1 import PrefillRoutingV1Env
+
+    return BatchedVectorEnv(lambda: PrefillRoutingV1Env(**kwargs), num_envs, autoreset_mode, threads, max_episode_steps)
+
+
+def make_admission_v1_vector(num_envs: int, autoreset_mode=AutoresetMode.NEXT_STEP, threads: int | None = None,
+                             max_episode_steps: int | None = None, **kwargs) -> BatchedVectorEnv:
+    """``OverloadAdmission-v1``'s vector entry point, as :func:`make_routing_v1_vector`."""
+    from mooncake_gym.envs.overload_admission_v1 import OverloadAdmissionV1Env
+
+    return BatchedVectorEnv(lambda: OverloadAdmissionV1Env(**kwargs), num_envs, autoreset_mode, threads,
+                            max_episode_steps)
+
+
 try:  # stable-baselines3 is a dependency of the package; the class is defined only where it imports
     from stable_baselines3.common.vec_env import VecEnv as _SB3VecEnv
 except ImportError:  # pragma: no cover
@@ -282,7 +323,8 @@ except ImportError:  # pragma: no cover
 if _SB3VecEnv is not None:
     class SB3VecEnv(_SB3VecEnv):
         """A :class:`BatchedVectorEnv` (``SAME_STEP`` autoreset) as stable-baselines3's ``VecEnv``:
-        ``SB3VecEnv(lambda: gym.make(...).unwrapped, n)`` or ``SB3VecEnv.routing(n, **kwargs)``;
+        ``SB3VecEnv(lambda: gym.make(...).unwrapped, n)``, ``SB3VecEnv.routing(n, **kwargs)`` or
+        ``SB3VecEnv.routing_v1(n, **kwargs)``;
         each ended episode's last observation is ``infos[i]["terminal_observation"]``, and
         ``infos[i]["TimeLimit.truncated"]`` says whether it was truncated."""
 
@@ -297,6 +339,13 @@ if _SB3VecEnv is not None:
             from mooncake_gym.envs.prefill_routing import PrefillRoutingEnv
 
             return cls(lambda: PrefillRoutingEnv(**kwargs), num_envs, threads)
+
+        @classmethod
+        def routing_v1(cls, num_envs: int, threads: int | None = None, **kwargs) -> "SB3VecEnv":
+            """``num_envs`` ``PrefillRouting-v1`` envs of the same ``kwargs``."""
+            from mooncake_gym.envs.prefill_routing_v1 import PrefillRoutingV1Env
+
+            return cls(lambda: PrefillRoutingV1Env(**kwargs), num_envs, threads)
 
         def reset(self):
             seeds = [None if s is None else int(s) for s in self._seeds]
