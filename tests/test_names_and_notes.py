@@ -57,9 +57,10 @@ def test_compare_names_the_shipped_agents_it_does_not_show():
                               "expert_cluster_trace", "ppo_cluster_saturated", "ppo_cluster_heterogeneous"}
     assert elsewhere["ppo_cluster_saturated"] == {
         "agent": "ppo_cluster_saturated", "trained_on": "mooncake_gym/PrefillRouting-v1 (preset mooncake)",
-        "see": "mooncake-gym compare --scenario routing-cluster-saturated"}
-    assert elsewhere["expert_cluster_trace"]["see"] == ("mooncake-gym compare --scenario "
-                                                        "routing-cluster-mooncake-trace,routing-cluster-long-context")
+        "see": "mooncake-gym compare --scenario routing-cluster-saturated,routing-cluster-bursty,routing-cluster-diurnal"}
+    assert elsewhere["expert_cluster_trace"]["see"] == (
+        "mooncake-gym compare --scenario routing-cluster-mooncake-trace,routing-cluster-long-context,"
+        "routing-cluster-trace-window")
     assert elsewhere["ppo_routing"] == {"agent": "ppo_routing",
                                         "trained_on": "mooncake_gym/PrefillRouting-v0 (the lecture's toy)",
                                         "see": "mooncake-gym compare --preset lecture"}

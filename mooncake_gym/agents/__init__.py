@@ -56,13 +56,13 @@ SHIPPED_SHA256 = {
     # behind RoutingRelativeFeatures; per-scenario (their cards' "scenarios"). expert_cluster_trace: trained on
     # routing-cluster-long-context (the trace's requests i.i.d.), for routing-cluster-mooncake-trace too
     "expert_cluster_trace": {"zip": "f35ae9a5ca9d909a0720407c5e9b211867c8d0fcd56935ac46564ce039d3b21d",
-                             "json": "f2d3adbe2c03db0874a5626affbad978a59e3b4cc3f7954844ac913d237589fb"},
+                             "json": "8bc711ac5d18a8f39d7c360568b837ccad841630273545e8d49e7f4590d37b20"},
     # ppo_cluster_saturated: the student of routing-cluster-saturated, then PPO with the ttft reward
     "ppo_cluster_saturated": {"zip": "c7b22bd112ff75e4e1ca3b50b605fba46cfe55b671546e7aeca32af9efe83a9e",
-                              "json": "718a484add65b32808360fcad578552bf485bfab29fe9e19f6de61ad35ba3898"},
+                              "json": "32d1e02f999d0bbf83b60a8fa62fd69563f62e4114114438d3b054fec34803c7"},
     # ppo_cluster_heterogeneous: the same recipe on routing-cluster-heterogeneous
     "ppo_cluster_heterogeneous": {"zip": "0f312a7b48ae9cd1a52fb5c54c638f56ed45a5737b5d2eb0ee6a001159a4f161",
-                                  "json": "838ce71834bfbb87a0efbfc4b8b053810402150f0eecc7888bf6cf104a011f2d"},
+                                  "json": "bee5313582cf57fa581493f6649fc7b918ac712277fbe29d1f57cfbd790b3410"},
 }
 
 
