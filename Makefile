@@ -132,7 +132,7 @@ fuzz: $(STAMP)
 # the data from the tuned files already there. The scenario that replays Mooncake's trace runs where
 # $(SHARED_TRACE) exists, and is skipped with the reason otherwise.
 .PHONY: leaderboard leaderboard-tables
-LEADERBOARD_SEEDS ?= 5
+LEADERBOARD_SEEDS ?= 10
 LEADERBOARD_TUNE_SEEDS ?= 3
 LEADERBOARD_ADMISSION_TUNE_SEEDS ?= 1
 LEADERBOARD_ROUTING_TUNE ?= all
