@@ -56,13 +56,13 @@ SHIPPED_SHA256 = {
     # behind RoutingRelativeFeatures; per-scenario (their cards' "scenarios"). expert_cluster_trace: trained on
     # routing-cluster-long-context (the trace's requests i.i.d.), for routing-cluster-mooncake-trace too
     "expert_cluster_trace": {"zip": "f35ae9a5ca9d909a0720407c5e9b211867c8d0fcd56935ac46564ce039d3b21d",
-                             "json": "8bc711ac5d18a8f39d7c360568b837ccad841630273545e8d49e7f4590d37b20"},
+                             "json": "32134bd0d89756b8ac85c7a24abaf60e74c76ce48c193012efceda722a5f6f03"},
     # ppo_cluster_saturated: the student of routing-cluster-saturated, then PPO with the ttft reward
     "ppo_cluster_saturated": {"zip": "c7b22bd112ff75e4e1ca3b50b605fba46cfe55b671546e7aeca32af9efe83a9e",
-                              "json": "32d1e02f999d0bbf83b60a8fa62fd69563f62e4114114438d3b054fec34803c7"},
+                              "json": "81327fb51bd947566d5514826d7d3dfec3de5a98c125cc4ad1364e982a77a6a2"},
     # ppo_cluster_heterogeneous: the same recipe on routing-cluster-heterogeneous
     "ppo_cluster_heterogeneous": {"zip": "0f312a7b48ae9cd1a52fb5c54c638f56ed45a5737b5d2eb0ee6a001159a4f161",
-                                  "json": "bee5313582cf57fa581493f6649fc7b918ac712277fbe29d1f57cfbd790b3410"},
+                                  "json": "56af54fa8a8906a5a04611b6733f0266e4937e405321587d4d7e201445ba3837"},
 }
 
 
