@@ -186,5 +186,5 @@ if __name__ == "__main__":
             g, w = dict(got[1]), dict(want[1])
             for k in w.keys() | g.keys():
                 if g.get(k) != w.get(k):
-                    print("GOLDEN DIFF in", k, "" if k in g else "(missing)" if k in w else "(new)")
+                    print("GOLDEN DIFF in", k, "(new)" if k not in w else "(missing)" if k not in g else "")
             sys.exit(1)
