@@ -91,14 +91,61 @@ struct Router {
 // check), early rejection (the TTFT check, then the prefill and decode loads against a threshold).
 enum class Admission { All, Baseline, Early };
 
-class Cluster {
+struct ClusterEvent {
+    double t;
+    uint64_t order;  // the kind in the top byte, the sequence number below: (kind, seq) in one key
+    int64_t r;       // the request (reserve decode, prefill done, join, pull), the decode instance (batching
+                     // decode), the prefill instance (iteration) or the network's version
+    int64_t j;       // the decode instance (join), the instance's version (batching decode), the prefill
+                     // instance (pull)
+    int kind() const { return static_cast<int>(order >> 56); }
+    bool operator>(const ClusterEvent& o) const {  // heapq's tuple order (t, kind, seq)
+        return t != o.t ? t > o.t : order > o.order;
+    }
+};
+
+struct ClusterDefaultRoute {
+    int64_t instance;
+    bool pull;
+    double prefill_s, finish;
+};
+
+// The part of a Cluster's state a snapshot copies whole (Cluster::snapshot; the per-request records, copied
+// up to the requests that have arrived, and the prefill pool aside): the default router, the decode
+// pool's counts, the events, the counters, the series and the NICs.
+struct ClusterState {
+    Router router_;
+    std::vector<int64_t> used_, batch_;
+    std::vector<ClusterEvent> heap_;
+    int64_t seq_ = 0, i_ = 0;
+    bool done_ = false;
+    std::vector<BatchingDecode> decoders_;
+    int64_t completed_ = 0, completed_in_ttft_slo_ = 0, admitted_ = 0, rejected_at_arrival_ = 0,
+            rejected_after_prefill_ = 0, refused_too_long_ = 0, granted_ = 0, granted_in_ttft_slo_ = 0,
+            in_prefill_ = 0, in_decode_ = 0, preempted_ = 0;
+    double wasted_prefill_s_ = 0.0;
+    std::vector<double> wasted_t_, wasted_s_;
+    std::vector<int64_t> completions_;
+    std::vector<double> samples_t_, samples_p_, samples_d_, samples_kv_;
+    int64_t k_sample_ = 0;
+    double next_sample_ = 0.0, horizon_ = 0.0;
+    bool routed_ = false;
+    ClusterDefaultRoute route_{};
+    std::vector<size_t> tbt_done_;  // per decode instance: its finished requests whose TBT is set
+    std::vector<char> iterating_;  // batching prefill: an iteration event is pending for the instance
+    std::vector<std::vector<std::pair<double, int64_t>>> fifo_;  // batching prefill: (prefill end, request)
+    Network network_;
+    int64_t net_version_ = -1;  // the network's version of the pending network event
+};
+
+class Cluster : private ClusterState {
   public:
     // `pool` is the prefill pool (held by reference: its owner keeps it alive, and only this cluster
     // drives it); `trace` is the pool's trace.
     Cluster(std::shared_ptr<const TraceColumns> trace, std::vector<int64_t> output, RoutingEngine& pool,
             ClusterSettings s, Router router)
-        : trace_ptr_(std::move(trace)), trace_(*trace_ptr_), output_(std::move(output)), pool_(pool),
-          s_(s), router_(router) {
+        : trace_ptr_(std::move(trace)), trace_(*trace_ptr_), output_(std::move(output)), pool_(pool), s_(s) {
+        router_ = router;
         const size_t n = static_cast<size_t>(trace_.size());
         if (output_.size() != n) throw std::invalid_argument("output_tokens: expected one per request");
         if (n == 0) throw std::invalid_argument("trace: expected at least one request");
@@ -174,11 +221,7 @@ class Cluster {
 
     // The default router's answer on the pending request (ClusterView._default), made once per decision:
     // (instance, pull as the router gave it, prefill time on that route, predicted prefill finish).
-    struct DefaultRoute {
-        int64_t instance;
-        bool pull;
-        double prefill_s, finish;
-    };
+    using DefaultRoute = ClusterDefaultRoute;
     const DefaultRoute& default_route() {
         if (done_) throw std::out_of_range("default_route: the workload is exhausted");
         if (!routed_) {
@@ -392,18 +435,7 @@ class Cluster {
     // event kinds, ordered as sim/cluster.py's at equal times
     static constexpr int DECODE_EVENT = 0, PREFILL_DONE_EVENT = 1, JOIN_EVENT = 2, PULLED_EVENT = 3, ITER_EVENT = 4,
                          NET_EVENT = 5;
-    struct Event {
-        double t;
-        uint64_t order;  // the kind in the top byte, the sequence number below: (kind, seq) in one key
-        int64_t r;       // the request (reserve decode, prefill done, join, pull), the decode instance (batching
-                         // decode), the prefill instance (iteration) or the network's version
-        int64_t j;       // the decode instance (join), the instance's version (batching decode), the prefill
-                         // instance (pull)
-        int kind() const { return static_cast<int>(order >> 56); }
-        bool operator>(const Event& o) const {  // heapq's tuple order (t, kind, seq)
-            return t != o.t ? t > o.t : order > o.order;
-        }
-    };
+    using Event = ClusterEvent;
 
     std::shared_ptr<const TraceColumns> trace_ptr_;
     const TraceColumns& trace_;
@@ -411,38 +443,15 @@ class Cluster {
     std::vector<char> never_fits_;
     RoutingEngine& pool_;
     ClusterSettings s_;
-    Router router_;
-
-    std::vector<int64_t> used_, batch_;
-    std::vector<Event> heap_;
-    int64_t seq_ = 0, i_ = 0;
-    bool done_ = false;
     std::vector<int64_t> target_;
     std::vector<int8_t> outcome_;
     std::vector<double> ttft_s_, prefill_s_, decode_start_s_, end_s_, tbt_s_, prefill_end_s_, max_interval_s_,
         mean_interval_s_;
-    std::vector<BatchingDecode> decoders_;
     std::vector<int64_t> reserved_;  // per request: the KV tokens its decode instance holds for its copy
     std::vector<Completion> ended_;
     std::vector<int64_t> prefill_instance_, decode_instance_;
-    int64_t completed_ = 0, completed_in_ttft_slo_ = 0, admitted_ = 0, rejected_at_arrival_ = 0,
-            rejected_after_prefill_ = 0, refused_too_long_ = 0, granted_ = 0, granted_in_ttft_slo_ = 0,
-            in_prefill_ = 0, in_decode_ = 0, preempted_ = 0;
-    double wasted_prefill_s_ = 0.0;
-    std::vector<double> wasted_t_, wasted_s_;
-    std::vector<int64_t> completions_;
-    std::vector<double> samples_t_, samples_p_, samples_d_, samples_kv_;
-    int64_t k_sample_ = 0;
-    double next_sample_ = 0.0, horizon_ = 0.0;
-    bool routed_ = false;
-    DefaultRoute route_{};
     mutable std::vector<double> steps_, terms_;
     std::vector<BatchingDecode::Load> loads_;
-    std::vector<size_t> tbt_done_;  // per decode instance: its finished requests whose TBT is set
-    std::vector<char> iterating_;  // batching prefill: an iteration event is pending for the instance
-    std::vector<std::vector<std::pair<double, int64_t>>> fifo_;  // batching prefill: (prefill end, request)
-    Network network_;
-    int64_t net_version_ = -1;  // the network's version of the pending network event
     std::vector<Network::Payload> drained_;
 
     void push(double t, int kind, int64_t r, int64_t j = 0) {
@@ -782,35 +791,14 @@ class Cluster {
         std::vector<int8_t> outcome_;
         std::vector<double> ttft_s_, prefill_s_, decode_start_s_, end_s_, tbt_s_, prefill_end_s_, max_interval_s_,
             mean_interval_s_;
-        Router router_;
-        std::vector<int64_t> used_, batch_;
-        std::vector<Event> heap_;
-        int64_t seq_ = 0, i_ = 0;
-        bool done_ = false;
-        std::vector<BatchingDecode> decoders_;
-        int64_t completed_ = 0, completed_in_ttft_slo_ = 0, admitted_ = 0, rejected_at_arrival_ = 0,
-                rejected_after_prefill_ = 0, refused_too_long_ = 0, granted_ = 0, granted_in_ttft_slo_ = 0,
-                in_prefill_ = 0, in_decode_ = 0, preempted_ = 0;
-        double wasted_prefill_s_ = 0.0;
-        std::vector<double> wasted_t_, wasted_s_;
-        std::vector<int64_t> completions_;
-        std::vector<double> samples_t_, samples_p_, samples_d_, samples_kv_;
-        int64_t k_sample_ = 0;
-        double next_sample_ = 0.0, horizon_ = 0.0;
-        bool routed_ = false;
-        DefaultRoute route_{};
-        std::vector<size_t> tbt_done_;
-        std::vector<char> iterating_;
-        std::vector<std::vector<std::pair<double, int64_t>>> fifo_;
-        Network network_;
-        int64_t net_version_ = -1;
+        ClusterState state;
     };
 
     std::unique_ptr<Snapshot> snapshot() const {
         auto s = std::make_unique<Snapshot>();
         s->owner = this;
         s->pool = pool_.snapshot();
-        copy_state(*s, *this);
+        s->state = static_cast<const ClusterState&>(*this);
         const size_t k = static_cast<size_t>(i_);
         for_records(*s, *this, [k](auto& to, const auto& from, auto) { to.assign(from.begin(), from.begin() + k); });
         return s;
@@ -820,57 +808,16 @@ class Cluster {
     void restore(const Snapshot& s) {
         if (s.owner != this) throw std::invalid_argument("restore: a snapshot of another cluster");
         pool_.restore(*s.pool);
-        const size_t k = static_cast<size_t>(s.i_), now = static_cast<size_t>(i_);
+        const size_t k = static_cast<size_t>(s.state.i_), now = static_cast<size_t>(i_);
         // the snapshot's records, and the initial values from there to the requests this run has reached
         for_records(*this, s, [k, now](auto& to, const auto& from, auto init) {
             std::copy(from.begin(), from.end(), to.begin());
             if (now > k) std::fill(to.begin() + static_cast<std::ptrdiff_t>(k), to.begin() + static_cast<std::ptrdiff_t>(now), init);
         });
-        copy_state(*this, s);
+        static_cast<ClusterState&>(*this) = s.state;
     }
 
   private:
-    // the state a snapshot copies whole (both ways: Cluster -> Snapshot, Snapshot -> Cluster)
-    template <class To, class From>
-    static void copy_state(To& to, const From& from) {
-        to.router_ = from.router_;
-        to.used_ = from.used_;
-        to.batch_ = from.batch_;
-        to.heap_ = from.heap_;
-        to.seq_ = from.seq_;
-        to.i_ = from.i_;
-        to.done_ = from.done_;
-        to.decoders_ = from.decoders_;
-        to.completed_ = from.completed_;
-        to.completed_in_ttft_slo_ = from.completed_in_ttft_slo_;
-        to.admitted_ = from.admitted_;
-        to.rejected_at_arrival_ = from.rejected_at_arrival_;
-        to.rejected_after_prefill_ = from.rejected_after_prefill_;
-        to.refused_too_long_ = from.refused_too_long_;
-        to.granted_ = from.granted_;
-        to.granted_in_ttft_slo_ = from.granted_in_ttft_slo_;
-        to.in_prefill_ = from.in_prefill_;
-        to.in_decode_ = from.in_decode_;
-        to.preempted_ = from.preempted_;
-        to.wasted_prefill_s_ = from.wasted_prefill_s_;
-        to.wasted_t_ = from.wasted_t_;
-        to.wasted_s_ = from.wasted_s_;
-        to.completions_ = from.completions_;
-        to.samples_t_ = from.samples_t_;
-        to.samples_p_ = from.samples_p_;
-        to.samples_d_ = from.samples_d_;
-        to.samples_kv_ = from.samples_kv_;
-        to.k_sample_ = from.k_sample_;
-        to.next_sample_ = from.next_sample_;
-        to.horizon_ = from.horizon_;
-        to.routed_ = from.routed_;
-        to.route_ = from.route_;
-        to.tbt_done_ = from.tbt_done_;
-        to.iterating_ = from.iterating_;
-        to.fifo_ = from.fifo_;
-        to.network_ = from.network_;
-        to.net_version_ = from.net_version_;
-    }
     // f(to's record, from's record, its initial value) for every per-request record
     template <class To, class From, class F>
     static void for_records(To& to, const From& from, F f) {
