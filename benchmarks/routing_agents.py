@@ -4,7 +4,10 @@ TTFT lower bound, on held-out seeds 1,000,000 on (``compare``'s).
 
     python benchmarks/routing_agents.py tune --setting saturated --out tuned_saturated.json
     python benchmarks/routing_agents.py table --setting saturated --tuned tuned_saturated.json \
-        --agent mooncake_gym/agents/ppo_routing_ws.zip --seeds 10
+        --agent PATH.zip --seeds 10
+
+(``PATH.zip``: an agent zip with its card; the figures of attempt 6 were of ``ppo_routing_ws``, since
+retired, whose zip and card are in git history before its retirement.)
 
 ``tune`` searches each of ``TUNED``'s ``KNOBS`` grids on training seeds 0, 1, 2 (the objective of
 ``mooncake_gym.experiments.tune``: mean TTFT over the seeds, on the setting's own env kwargs). The settings are

@@ -53,7 +53,7 @@ def test_compare_names_the_shipped_agents_it_does_not_show():
     routing = cmp.Setting("routing-cluster", "routing (mooncake)", "mooncake_gym/PrefillRouting-v1", {})
     elsewhere = {e["agent"]: e for e in cmp.agents_elsewhere([routing])}
     # routing agents only: the toy's and the realistic cluster's per-scenario agents (none is in this table)
-    assert set(elsewhere) == {"ppo_routing", "ppo_routing_ws", "ppo_routing_bursty", "ppo_routing_saturated",
+    assert set(elsewhere) == {"ppo_routing", "ppo_routing_saturated",
                               "expert_cluster_trace", "ppo_cluster_saturated", "ppo_cluster_heterogeneous"}
     assert elsewhere["ppo_cluster_saturated"] == {
         "agent": "ppo_cluster_saturated", "trained_on": "mooncake_gym/PrefillRouting-v1 (preset mooncake)",
@@ -64,20 +64,19 @@ def test_compare_names_the_shipped_agents_it_does_not_show():
     assert elsewhere["ppo_routing"] == {"agent": "ppo_routing",
                                         "trained_on": "mooncake_gym/PrefillRouting-v0 (the lecture's toy)",
                                         "see": "mooncake-gym compare --preset lecture"}
-    assert elsewhere["ppo_routing_bursty"]["see"] == "mooncake-gym compare --scenario routing-bursty"
     assert elsewhere["ppo_routing_saturated"]["see"] == "mooncake-gym compare --scenario routing-saturated"
     admission = cmp.Setting("admission-cluster", "admission (mooncake)", "mooncake_gym/OverloadAdmission-v1", {})
     v1 = {e["agent"]: e for e in cmp.agents_elsewhere([admission])}["ppo_admission_v1"]
     assert v1["trained_on"] == "mooncake_gym/OverloadAdmission-v1 (preset mooncake-overload)"
     assert v1["see"].startswith("mooncake-gym compare --scenario admission-load") and "admission-load2" in v1["see"]
     shown = cmp.Setting("routing", "routing", "mooncake_gym/PrefillRouting-v0", {},
-                        rows=[{"policy": "ppo_routing"}, {"policy": "ppo_routing_ws"}])
+                        rows=[{"policy": "ppo_routing_saturated"}])
     assert [e["agent"] for e in cmp.agents_elsewhere([shown])] == [
-        "ppo_routing_bursty", "ppo_routing_saturated", "expert_cluster_trace", "ppo_cluster_saturated",
-        "ppo_cluster_heterogeneous"]
+        "ppo_routing", "expert_cluster_trace", "ppo_cluster_saturated", "ppo_cluster_heterogeneous"]
     text = cmp.format_elsewhere(cmp.agents_elsewhere([shown])[:2])
     assert text.splitlines() == ["Shipped agents not in these tables (each acts on the problem it was trained on):",
-                                 "- ppo_routing_bursty: trained on mooncake_gym/PrefillRouting-v0 (the lecture's toy); "
-                                 "shown by `mooncake-gym compare --scenario routing-bursty`",
-                                 "- ppo_routing_saturated: trained on mooncake_gym/PrefillRouting-v0 (the lecture's toy); "
-                                 "shown by `mooncake-gym compare --scenario routing-saturated`"]
+                                 "- ppo_routing: trained on mooncake_gym/PrefillRouting-v0 (the lecture's toy); "
+                                 "shown by `mooncake-gym compare --preset lecture`",
+                                 "- expert_cluster_trace: trained on mooncake_gym/PrefillRouting-v1 (preset mooncake); "
+                                 "shown by `mooncake-gym compare --scenario routing-cluster-mooncake-trace,"
+                                 "routing-cluster-long-context,routing-cluster-trace-window`"]

@@ -5,6 +5,7 @@ own scraped views, bursty session arrivals, replayed trace windows, the scenario
 
 import hashlib
 import json
+import shutil
 
 import gymnasium as gym
 import numpy as np
@@ -323,12 +324,22 @@ def test_cli_compare_scenario_takes_an_agent_and_tuned_files(monkeypatch, capsys
     tuned = tmp_path / "kv.json"
     tuned.write_text(json.dumps({"policy": "kvcentric", "env": "routing", "knobs": {"threshold": 4.0},
                                  "scenario": "routing-tiny"}))
-    agent = REPO_ROOT / "mooncake_gym" / "agents" / "ppo_routing.zip"
+    # the tutorial agent's card says "scenarios": [] (on no scenario's table): a copy without it
+    shipped = REPO_ROOT / "mooncake_gym" / "agents" / "ppo_routing"
+    shutil.copy(shipped.with_suffix(".zip"), tmp_path / "mine.zip")
+    card = json.loads(shipped.with_suffix(".json").read_text())
+    assert card.pop("scenarios") == []
+    (tmp_path / "mine.json").write_text(json.dumps(card))
+    agent = tmp_path / "mine.zip"
     assert main(["compare", "--scenario", "routing-tiny", "--seeds", "1", "--json",
                  "--agent", str(agent), "--tuned", str(tuned)]) == 0
     (setting,) = json.loads(capsys.readouterr().out)["settings"]
     names = [r["policy"] for r in setting["rows"]]
     assert "user_agent" in names and "kvcentric (tuned on routing-tiny)" in names
+    assert main(["compare", "--scenario", "routing-tiny", "--seeds", "1", "--json", "--agent", str(shipped) + ".zip"]) == 0
+    out = capsys.readouterr()
+    assert "user_agent" not in [r["policy"] for r in json.loads(out.out)["settings"][0]["rows"]]
+    assert "note: --agent: in no table of these scenarios: its card's \"scenarios\" is []" in out.err
     assert main(["compare", "--preset", "mooncake", "--agent", str(agent)]) == 2
     assert "--agent: not with --preset mooncake" in capsys.readouterr().err
 

@@ -26,28 +26,20 @@ __all__ = ["Agent", "AgentFormatError", "AgentIntegrityError", "SHIPPED", "SHIPP
            "card", "load_agent", "load_user_agent", "save_agent"]
 
 #: Shipped agents by name -> the problem they solve.
-SHIPPED = {"ppo_routing": "routing", "ppo_admission": "admission", "ppo_routing_ws": "routing",
-           "ppo_admission_v1": "admission-v1", "ppo_routing_bursty": "routing", "ppo_routing_saturated": "routing",
+SHIPPED = {"ppo_routing": "routing", "ppo_admission": "admission",
+           "ppo_admission_v1": "admission-v1", "ppo_routing_saturated": "routing",
            "expert_cluster_trace": "routing-cluster", "ppo_cluster_saturated": "routing-cluster",
            "ppo_cluster_heterogeneous": "routing-cluster"}
 #: sha256 of each shipped agent's zip and card (update both when an agent is retrained).
 SHIPPED_SHA256 = {
     "ppo_routing": {"zip": "e59cf80ea9a8048d8a1b14f03750bc2f3181f8a1ed604d13e6738a6fff031401",
-                    "json": "a33b327f4e261eda805eb9e89db6ee973c0b65c98be6acad75fb858bf4d4ba9c"},
+                    "json": "d7ea3fce719a5fe439972103832d7e56f9ca159e1a670b0ff399f5d36d9b8c3e"},
     "ppo_admission": {"zip": "62891c2c5b55734adea4b309dbd9b268c345e3a41981a9ae9112e43ec1f5a6f0",
                       "json": "5a07e537b6cf6933939d0c04860849f80515d5574221ee9f677e17bef7c6d9f6"},
-    # issue 13: behaviour cloning of relsplit on the registered routing scenarios (then PPO, which did
-    # not improve on it), behind mooncake_gym.envs.wrappers.RoutingRelativeFeatures
-    "ppo_routing_ws": {"zip": "5c56f3e76f446dd2887bfe521216140ba44bca8e2846f4aa12cb9c73a411372e",
-                       "json": "9402dcf18c3da108c9cfc77a047d8b523dcf6424684dfa5086a16018bf3ec5c1"},
     # issue 13: CEM on a linear policy then PPO on OverloadAdmission-v1, behind
     # mooncake_gym.envs.wrappers.AdmissionRuleFeatures (mooncake_gym/agents/warmstart_admission.py)
     "ppo_admission_v1": {"zip": "ba7c877044c4e25315bb917fa6859bc1e7f9343101ecfd0493e4d5f749a5e3ef",
                          "json": "b23e26e2ea5dfc7e78be0a66e19ddac58793244272695d1c3e8d661c61ea300e"},
-    # issue 13: a per-scenario agent for routing-bursty (its card's "scenarios"; compare shows it only
-    # there): behaviour cloning of relsplit (2, 4, min_load 3), then PPO, behind RoutingRelativeFeatures
-    "ppo_routing_bursty": {"zip": "03cef35fc90d86fe769ada10da69b5fbe9e1a45c67561219ae6ba23e0ccc9c7f",
-                           "json": "b02238b2759ddb38caac334c72b710808d4945659a40b4cdc76cf2f8c4650a0b"},
     # issue 26: a per-scenario agent for routing-saturated: expert iteration (DAgger over the rollout
     # reference, mooncake_gym/agents/expert.py), then PPO with the ttft reward, behind RoutingRelativeFeatures
     "ppo_routing_saturated": {"zip": "92b8f2f643537ad0f008f1607d4f82e3f69d79879ce573e9be0237041d305eac",

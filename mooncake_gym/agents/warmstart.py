@@ -13,7 +13,13 @@ to a teacher's actions (cross-entropy) and the value network to the teacher's di
 written for routing (``PrefillRouting-v0``, mean TTFT: the defaults) and serves any environment
 whose unwrapped env has ``decision_view()`` and ``encode_action()`` with a per-episode metric to
 select checkpoints by (``env_id``, ``metric``, ``goal``): ``mooncake_gym/agents/warmstart_admission.py`` uses it
-for ``OverloadAdmission-v1`` and token goodput.
+for ``OverloadAdmission-v1`` and token goodput, and ``mooncake_gym/agents/expert.py`` for PPO from its
+distilled student.
+
+The routing recipe (``python -m mooncake_gym.agents.warmstart OUT --scenarios ...``) made
+``ppo_routing_ws`` and ``ppo_routing_bursty``, once shipped and since retired: behaviour clones of the
+hand rule ``relsplit`` (then PPO), 1.00-1.78x the best tuned rule's mean TTFT on the leaderboard's 10
+held-out seeds (``docs/routing-agents.md``). It stays as the documented recipe of those attempts.
 """
 
 from __future__ import annotations
@@ -136,7 +142,7 @@ def selection_score(ttfts, references) -> float:
 def warm_start_ppo(workloads: list[dict], out, wrappers=(), timesteps: int = 300_000, demo_seeds=range(20),
                    select_seeds=range(900, 903), chunk: int = 50_000, bc_epochs: int = 10, seed: int = 0,
                    hyperparameters: dict | None = None, time_budget_s: float = 1800.0, env_id: str = ENV_ID,
-                   metric: str = "mean_ttft_s", goal: str = "min", name: str = "ppo_routing_ws", init=None) -> dict:
+                   metric: str = "mean_ttft_s", goal: str = "min", name: str = "ppo_warmstart", init=None) -> dict:
     """Behaviour cloning of each workload's teacher, then PPO on all workloads together.
 
     ``workloads``: ``[{"env_kwargs": {...}, "teacher": policy, "envs": n, "reference": policy}]``
@@ -232,9 +238,9 @@ def warm_start_ppo(workloads: list[dict], out, wrappers=(), timesteps: int = 300
 
 
 def issue13_workloads(sanity: bool = False) -> list[dict]:
-    """The workloads of the shipped ``ppo_routing_ws``: saturated (12 sessions/s, teacher sizesplit
-    1.5 s / 2 instances) and heterogeneous (4xH800+4xA800 at 24/s, sizesplit 0.8 s / 1 instance),
-    2 envs each; with ``sanity``, also 4-8 sessions/s with kvcentric as the teacher (docs/routing-agents.md)."""
+    """The workloads of attempts 5-6 (the first ``ppo_routing_ws``, retired): saturated (12 sessions/s,
+    teacher sizesplit 1.5 s / 2 instances) and heterogeneous (4xH800+4xA800 at 24/s, sizesplit 0.8 s /
+    1 instance), 2 envs each; with ``sanity``, also 4-8 sessions/s with kvcentric as the teacher (docs/routing-agents.md)."""
     out = [{"env_kwargs": {"rate": 12.0, "episode_requests": 3000}, "teacher": SizeSplit(1.5, 2, 0.0), "envs": 2},
            {"env_kwargs": {"rate": 24.0, "episode_requests": 3000, "instances": "4xH800+4xA800"},
             "teacher": SizeSplit(0.8, 1, 0.0), "envs": 2}]
@@ -251,12 +257,12 @@ SCENARIO_ENVS = {"routing-saturated": 2, "routing-bursty": 2, "routing-heterogen
 
 def scenario_workloads(long_factor: float = 6.0, long_instances: int = 2, min_load: float = 0.0,
                        envs: dict | None = None) -> list[dict]:
-    """The workloads of the shipped ``ppo_routing_ws``: each registered routing scenario of ``envs``
-    (``{name: vector envs}``, default :data:`SCENARIO_ENVS`; its ``config()``), with one teacher for
-    all, ``relsplit`` (sizesplit with a threshold relative to the running mean size; knobs chosen on
+    """The workloads of attempts 7-8 (the retired ``ppo_routing_ws``): each registered routing scenario
+    of ``envs`` (``{name: vector envs}``, default :data:`SCENARIO_ENVS`; its ``config()``), with one
+    teacher for all, ``relsplit`` (sizesplit with a threshold relative to the running mean size; knobs chosen on
     training seeds 0-9 of these scenarios, docs/routing-agents.md), and kvcentric (the best tuned
-    baseline on each) as the reference for checkpoint selection. A per-scenario agent
-    (``ppo_routing_bursty``) passes its one scenario in ``envs``."""
+    baseline on each) as the reference for checkpoint selection. A per-scenario agent (attempt 10,
+    the retired ``ppo_routing_bursty``) passes its one scenario in ``envs``."""
     return [{"scenario": name, "env_kwargs": get_scenario(name).config(), "envs": envs,
              "teacher": RelativeSizeSplit(long_factor, long_instances, min_load=min_load), "reference": KVCentric()}
             for name, envs in (SCENARIO_ENVS if envs is None else envs).items()]
@@ -329,7 +335,7 @@ if __name__ == "__main__":  # python -m mooncake_gym.agents.warmstart OUT [--sce
     ap.add_argument("--only", metavar="SCENARIO", help="with --scenarios: train a per-scenario agent on this one "
                     "routing scenario alone (--envs vector envs of it)")
     ap.add_argument("--envs", type=int, default=4, help="with --only: vector envs (default 4)")
-    ap.add_argument("--name", default="ppo_routing_ws", help="the agent's file name (default ppo_routing_ws)")
+    ap.add_argument("--name", default="ppo_warmstart", help="the agent's file name (default ppo_warmstart)")
     a = ap.parse_args()
     if a.only and not a.scenarios:
         ap.error("--only: give --scenarios too (a per-scenario agent trains on a registered scenario)")

@@ -94,8 +94,8 @@ class RelativeSizeSplit(SizeSplit):
     has no queue for a long prompt to block). The rest is :class:`SizeSplit`."""
 
     name = "relsplit"
-    #: The knobs ``tune`` searches: the defaults, and the per-scenario agents' teachers (6, 2, 0) and
-    #: (2, 4, 3) (mooncake_gym/agents/ppo_routing_ws.json, ppo_routing_bursty.json).
+    #: The knobs ``tune`` searches: the defaults, and the teachers (6, 2, 0) and (2, 4, 3) of the cloned
+    #: agents ``ppo_routing_ws`` and ``ppo_routing_bursty`` (retired: docs/routing-agents.md).
     KNOBS = {"long_factor": [2.0, 4.0, 6.0, 10.0], "long_instances": [1, 2, 4], "min_load": [0.0, 3.0]}
 
     def __init__(self, long_factor: float | None = 6.0, long_instances: int = 2, work_weight: float = 0.0,

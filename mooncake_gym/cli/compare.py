@@ -4,6 +4,7 @@ named scenarios (``--scenario``)."""
 
 from __future__ import annotations
 
+import sys
 
 from mooncake_gym.agents import load_user_agent
 from mooncake_gym.cli.options import (PRESET_DEFAULT, TRACE_FORMAT, Command, NoEffect, decode_model, floats, opt,
@@ -110,6 +111,11 @@ def _run_scenarios(args, agents, tuned) -> int:
     settings, skipped = cmp.compare_scenarios(names, seeds=args.seeds, trace=args.trace, agents=agents, tuned=tuned,
                                               progress=not (args.json or args.no_progress), threads=args.threads,
                                               seed_base=args.seed_base, rollouts=args.rollouts, workers=args.workers)
+    if agents and "user_agent" in agents and not any(r["policy"] == "user_agent" for s in settings for r in s.rows):
+        only = cmp.agent_scenarios(agents["user_agent"][1])
+        why = (f"its card's \"scenarios\" is {only}" if only is not None
+               else "it solves another problem, or its spaces fit none of them")
+        print(f"note: --agent: in no table of these scenarios: {why}", file=sys.stderr)
     if args.json:
         doc = cmp.settings_json(settings, args.seeds, args.seed_base)
         for s, out in zip(settings, doc["settings"]):

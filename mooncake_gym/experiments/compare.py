@@ -94,18 +94,23 @@ def admission_settings(loads=(2.0,), trace=None, episode_requests=ADMISSION_EPIS
 
 def policies_for(problem: str, agents: dict, scenario: str | None = None) -> dict:
     """Every baseline of ``problem`` plus the agents (``{name: model}``) that solve it; a
-    per-scenario agent (:func:`agent_scenarios`) only on ``scenario`` (a scenario's setting's name)."""
+    per-scenario agent (:func:`agent_scenarios`) only on ``scenario`` (a scenario's setting's name),
+    a tutorial agent (``scenarios`` empty) only without one (``compare --preset``'s settings)."""
     out = problems.get(problem).policies()
     for name, (agent_problem, model) in agents.items():
         only = agent_scenarios(model)
-        if agent_problem == problem and (only is None or scenario in only):
+        shown = only is None or (scenario in only if only else scenario is None)
+        if agent_problem == problem and shown:
             out[name] = ModelPolicy(model, name)
     return out
 
 
 def agent_scenarios(model) -> list | None:
-    """The scenarios a per-scenario agent is for: its card's ``scenarios`` (a list of scenario names;
-    ``compare`` shows it only in their tables), or None for an agent meant for every setting it fits."""
+    """The scenarios an agent is for: its card's ``scenarios``, a list of scenario names (a
+    per-scenario agent: ``compare`` shows it only in their tables, and not on ``compare --preset``'s
+    settings), an empty list (a tutorial agent: shown on ``compare --preset``'s settings and in no
+    scenario's table, so never on the leaderboard), or None (no ``scenarios``: every setting and
+    scenario it fits)."""
     only = (getattr(model, "card", None) or {}).get("scenarios")
     if only is not None and not (isinstance(only, list) and all(isinstance(n, str) for n in only)):
         raise ValueError(f"agent card: 'scenarios' must be a list of scenario names, got {only!r}")
@@ -540,8 +545,8 @@ def agents_elsewhere(settings: list[Setting]) -> list[dict]:
         env_id, kwargs = c["env_id"], c.get("env_kwargs") or {}
         if c.get("scenarios"):
             see = f"mooncake-gym compare --scenario {','.join(c['scenarios'])}"
-        elif env_id.endswith("-v0"):
-            see = "mooncake-gym compare --preset lecture"
+        elif env_id.endswith("-v0") or c.get("scenarios") == []:  # a tutorial agent: on no scenario's table
+            see = f"mooncake-gym compare --preset {'lecture' if env_id.endswith('-v0') else kwargs.get('preset', 'mooncake')}"
         else:
             same = [sc.name for sc in SCENARIOS.values() if sc.base_env_id == env_id and not sc.requires
                     and sc.config().get("preset") == kwargs.get("preset")]
