@@ -144,3 +144,43 @@ def test_lbgr_same_seed_same_numbers_and_feedback_reaches_it_through_the_envs():
     q = make_policy("routing", "lbgr")
     evaluate(ROUTING_V1_ENV_ID, OnRoutingView(q), [3], episode_requests=200)
     assert any(x != 0.0 for x in q.bias_s)
+
+
+@pytest.mark.parametrize("env_id, kwargs", [(ROUTING_ENV_ID, {"rate": 8.0, "episode_requests": 60}),
+                                            (ROUTING_V1_ENV_ID, {"episode_requests": 60})])
+def test_listen_moves_a_native_episode_to_the_reference_before_its_first_step_only(env_id, kwargs):
+    """``listen`` (one place for both environments, ``envs.common.FeedbackChannel``): on the engine,
+    which has no feedback channel, the episode drawn at reset continues on the reference, the same
+    episode; after a step it is refused."""
+    import gymnasium as gym
+
+    from mooncake_gym import _engine
+
+    if not _engine.available():
+        pytest.skip("the native engine is not built")
+
+    def run(listen: bool):
+        env = gym.make(env_id, engine="native", **kwargs)
+        env.reset(seed=5)
+        spy = Spy()
+        if listen:
+            assert env.unwrapped._engine_steps() == 0
+            env.unwrapped.listen(spy)
+            assert env.unwrapped._engine_steps() is None  # on the reference now
+        rewards, done = [], False
+        while not done:
+            _, r, term, trunc, _ = env.step(0)
+            rewards.append(r)
+            done = term or trunc
+        return rewards, spy
+
+    (native, _), (listened, spy) = run(False), run(True)
+    assert listened == native and len(native) == 60  # the same episode
+    assert sum(e[0] == "observe" for e in spy.log) == 60  # every request's TTFT told
+    env = gym.make(env_id, engine="native", **kwargs)
+    env.reset(seed=5)
+    env.unwrapped.listen(lambda v: 0)  # a policy without observe: nothing to tell, it stays on the engine
+    assert env.unwrapped._engine_steps() == 0
+    env.step(0)
+    with pytest.raises(RuntimeError, match="listen: call it after reset, before the episode's first step"):
+        env.unwrapped.listen(Spy())

@@ -72,6 +72,11 @@ def test_every_scenario_has_exactly_one_table():
 def test_a_cluster_routing_baseline_acts_on_the_cluster_view():
     policy = problems.get("routing-cluster").policy("kvcentric")
     assert isinstance(policy.policy, problems.OnRoutingView) and policy.env_kwargs == {}
+    # its repr names the rule and its knobs (a card records it: expert iteration's base rule)
+    assert repr(policy.policy) == "OnRoutingView(KVCentric(threshold=1))"
+    relsplit = problems.get("routing-cluster").policy("relsplit", long_factor=6.0, long_instances=1)
+    assert repr(relsplit.policy) == ("OnRoutingView(RelativeSizeSplit(long_factor=6.0, long_instances=1, work_weight=0, "
+                                     "threshold=1, memory=1000, min_load=0))")
     oracle = problems.get("admission-v1").policy("size_oracle", "size (tuned)")
     assert oracle.name == "size (tuned)" and oracle.env_kwargs == {"oracle": True}
 

@@ -26,15 +26,14 @@ from gymnasium import spaces
 from mooncake_gym import _engine
 from mooncake_gym._engine.cluster import NativeClusterSimulator, preset_unsupported
 from mooncake_gym.sim.observation import as_observation
-from mooncake_gym.sim.policy import feedback_of
 from mooncake_gym.sim.cluster import ClusterAction, ClusterSimulator, saturation
 from mooncake_gym.sim.decode import TBT_TAIL_SHARE, tail_means
 from mooncake_gym.sim.admission import DEMO3_BASE_RATE
 from mooncake_gym.model.prediction import DEFAULT_PREDICTION_SIGMA, check_sigma, predict_output_tokens
 from mooncake_gym.model.presets import ClusterPreset, get_preset
 from mooncake_gym.model.workload import synthetic_trace
-from mooncake_gym.envs.common import (ValueOrRange, as_float32, as_trace, check_range, check_workload_shape, clipped,
-                                      episode_workload, native_or_python)
+from mooncake_gym.envs.common import (FeedbackChannel, ValueOrRange, as_float32, as_trace, check_range,
+                                      check_workload_shape, clipped, episode_workload, native_or_python)
 from mooncake_gym.envs.features import (DEFAULT_WASTE_PENALTY, IN_PREFILL_CAP_PER_INSTANCE, OUTPUT_TOKENS_CAP,
                                         PER_INSTANCE_FEATURES, QUEUE_CAP_SLO, TIME_UNIT_S, TTFT_CAP_SLO, routing_features)
 
@@ -263,7 +262,7 @@ def shared_sections(rewards: str) -> str:
                         "    ## Starting State", WORKLOAD_DOC, "    ## Episode End", END_DOC))
 
 
-class ClusterEnv(gym.Env):
+class ClusterEnv(FeedbackChannel, gym.Env):
     """The base of the v1 environments (see the module docstring); not registered itself.
 
     Subclasses set ``action_space`` and :attr:`KIND` (the native core's problem: ``"routing"``,
@@ -433,18 +432,11 @@ class ClusterEnv(gym.Env):
                                                               sim.predicted_output or [])
             core.bind(self._obs, self._mask_buffer, self._info_row)
 
-    def listen(self, policy) -> None:
-        """Tell ``policy`` each request's measured TTFT at its prefill's end (the feedback channel,
-        :mod:`mooncake_gym.sim.policy`), from this episode on; call it after ``reset`` and before the
-        first step. The engine has no feedback channel: an episode begun on it continues on the
-        reference, which gives the same episode."""
-        if feedback_of(policy) is None or self.sim is None:
-            return
-        if self._core is not None:
-            if self._actions:
-                raise RuntimeError("listen: call it after reset, before the episode's first step")
-            self._start(native=False)
-        self.sim.listen(policy)
+    def _engine_steps(self) -> int | None:  # FeedbackChannel's
+        return None if self._core is None else len(self._actions)
+
+    def _to_reference(self) -> None:  # FeedbackChannel's: the same episode, restarted on the reference
+        self._start(native=False)
 
     def __getstate__(self) -> dict:
         """A native episode pickles as what reset drew and the actions taken since (the engine's state

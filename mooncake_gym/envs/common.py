@@ -12,6 +12,7 @@ import numpy as np
 
 from mooncake_gym.model.limits import MAX_SYNTHETIC_SESSIONS, check, check_bound, check_range  # noqa: F401  (check_range: moved)
 from mooncake_gym.model.workload import Trace, as_arrivals, read_trace, resample_iid, synthetic_trace
+from mooncake_gym.sim.policy import feedback_of
 
 
 #: Exact types of the integer actions the environments' fast path accepts (Python's, and the numpy
@@ -277,6 +278,27 @@ class PicturedEnv(gym.Env):
         if self.render_mode == "ansi":
             return self._picture()
         return self._frame()
+
+
+class FeedbackChannel:
+    """:meth:`listen` of an environment whose episode may run on the native engine, which has no
+    feedback channel. The environment gives ``_engine_steps()``, None while its episode runs on the
+    reference simulator (``self.sim``) and else the steps taken on the engine, and ``_to_reference()``,
+    which begins the episode drawn at ``reset`` again on the reference."""
+
+    def listen(self, policy) -> None:
+        """Tell ``policy`` each request's measured TTFT at its prefill's end (the feedback channel,
+        :mod:`mooncake_gym.sim.policy`), from this episode on; call it after ``reset`` and before the
+        first step. The engine has no feedback channel: an episode begun on it continues on the
+        reference, which gives the same episode."""
+        if feedback_of(policy) is None or self.sim is None:
+            return
+        steps = self._engine_steps()
+        if steps is not None:
+            if steps:
+                raise RuntimeError("listen: call it after reset, before the episode's first step")
+            self._to_reference()
+        self.sim.listen(policy)
 
 
 def native_or_python(engine: str | None, why: str | None) -> str:

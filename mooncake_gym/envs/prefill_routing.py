@@ -13,10 +13,9 @@ from mooncake_gym._engine.stepper import NativeRoutingSimulator
 from mooncake_gym.model.costmodel import CostModel
 from mooncake_gym.sim.credit import QueueCredit
 from mooncake_gym.sim.observation import as_observation
-from mooncake_gym.sim.policy import feedback_of
 from mooncake_gym.sim.routing import RoutingConfig, RoutingSimulator, RoutingView, check_route
-from mooncake_gym.envs.common import (INTEGER_TYPES, in_space, PicturedEnv, WorkloadSpec, as_float32, check, check_render_mode,
-                                      native_or_python)
+from mooncake_gym.envs.common import (FeedbackChannel, INTEGER_TYPES, in_space, PicturedEnv, WorkloadSpec, as_float32,
+                                      check, check_render_mode, native_or_python)
 from mooncake_gym.envs.features import PER_INSTANCE_FEATURES, QUEUE_CAP_SLO, TIME_UNIT_S, routing_features
 from mooncake_gym.envs.viewer import RoutingViewer
 
@@ -30,7 +29,7 @@ NATIVE_INFO_FIELDS = len(NATIVE_INFO)
 REWARDS = ("ttft", "slo", "credit")
 
 
-class PrefillRoutingEnv(PicturedEnv):
+class PrefillRoutingEnv(FeedbackChannel, PicturedEnv):
     """
     ## Description
 
@@ -356,20 +355,15 @@ class PrefillRoutingEnv(PicturedEnv):
         self._last_info: dict = {}
         return self._observe(), {"requests": len(trace), "rate_per_s": trace.rate, "action_mask": self._mask()}
 
-    def listen(self, policy) -> None:
-        """Tell ``policy`` each request's measured TTFT at its prefill's end (the feedback channel,
-        :mod:`mooncake_gym.sim.policy`), from this episode on; call it after ``reset`` and before the
-        first step. The engine has no feedback channel: an episode begun on it continues on the
-        reference, which gives the same episode."""
-        if feedback_of(policy) is None or self.sim is None:
-            return
-        if isinstance(self.sim, NativeRoutingSimulator):
-            view = self.sim.view
-            if view is not None and view.index != 0:
-                raise RuntimeError("listen: call it after reset, before the episode's first step")
-            self._core = None
-            self.sim = RoutingSimulator(self.sim.trace, self.config, self.cost, self.observation, None)
-        self.sim.listen(policy)
+    def _engine_steps(self) -> int | None:  # FeedbackChannel's
+        if not isinstance(self.sim, NativeRoutingSimulator):
+            return None
+        view = self.sim.view
+        return 0 if view is None else view.index
+
+    def _to_reference(self) -> None:  # FeedbackChannel's: the episode's trace, from its start, on the reference
+        self._core = None
+        self.sim = RoutingSimulator(self.sim.trace, self.config, self.cost, self.observation, None)
 
     def _end_info(self) -> dict:
         """What the last step's info adds when the episode ends (the vector env's interface)."""

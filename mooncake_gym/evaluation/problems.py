@@ -223,6 +223,9 @@ class OnRoutingView:
     def __call__(self, view):
         return self.policy(view.routing)
 
+    def __repr__(self) -> str:  # what a card records of it (e.g. expert iteration's base rule)
+        return f"OnRoutingView({self.policy!r})"
+
 
 def _as_is(policy):
     return policy
