@@ -10,6 +10,13 @@ An agent is what a policy needs to act on an environment:
   variance, clip, epsilon), the observation wrappers it was trained behind (import path and JSON
   keyword arguments), and the zip's sha256.
 
+A card may also say where ``compare`` shows the agent, ``scenarios``: a list of scenario names (a
+per-scenario agent: only in those scenarios' tables, not on ``compare --preset``'s settings), an
+empty list (a tutorial agent: on ``compare --preset``'s settings and in no scenario's table, so not
+on the leaderboard; ``ppo_routing``), or no ``scenarios`` (everywhere its spaces fit;
+:func:`mooncake_gym.experiments.compare.agent_scenarios`); and, for people, ``notes``, ``trained_on``,
+``never_saw`` and ``evaluation``.
+
 Loading never unpickles (:func:`load`): the policy is built from the card's architecture and
 spaces, and its weights are read from the zip's ``policy.pth`` with
 ``torch.load(weights_only=True)``, which accepts tensors only. SB3's own ``data`` member, which

@@ -152,8 +152,8 @@ It prints the scenario's fingerprint and its ranked table with your agent as `us
 between the baselines and the bound (`--scenario all` runs every scenario whose spaces it fits;
 add `--trace synthetic_trace.jsonl` for the scenarios that replay Mooncake's trace, `--markdown`
 for a table to paste). An agent is shown only where its observation and action spaces fit the
-scenario's environment, and an agent whose card names `"scenarios": [...]` (a per-scenario agent)
-only on those. To add a row here, open a pull request with the agent's zip, its card
+scenario's environment, an agent whose card names `"scenarios": [...]` (a per-scenario agent)
+only on those, and one whose card says `"scenarios": []` (a tutorial agent) on none. To add a row here, open a pull request with the agent's zip, its card
 and the printed table; a row counts only with the fingerprint printed above it, on seeds your
 training never used (`compare`'s seeds start at 1,000,000; training uses seeds below 1,000).
 """
@@ -195,8 +195,9 @@ Each table is one scenario, its fingerprint above it; each cell the mean ± 95 %
 - `NAME (tuned on SCENARIO)` is baseline NAME with the knobs its search chose on that scenario's
   training seeds. The `_oracle` rules read the true output length (a reference, not deployable); the
   `_predicted` ones the noisy prediction every policy sees.
-- Agent rows are the shipped agents whose spaces fit the scenario; each card in `mooncake_gym/agents/` says
-  which workloads it was trained on and which it never saw.
+- Agent rows are the shipped agents whose spaces fit the scenario, but for per-scenario agents only
+  on their cards' scenarios and for the tutorial's agent (`ppo_routing`, PPO from scratch) on none;
+  each card in `mooncake_gym/agents/` says which workloads it was trained on and which it never saw.
 
 No row can pass its bound; the gap between the best row and the bound is the room left.
 
