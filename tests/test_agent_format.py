@@ -243,6 +243,7 @@ def test_pickle_carrying_zip_is_refused_without_the_flag(tmp_path, monkeypatch):
     (lambda c: c["observation_space"].update(low=c["observation_space"]["low"][:-1]), "low must list"),
     (lambda c: c["action_space"].update(n=10**12), "n must be an integer in 1..65536"),
     (lambda c: c["action_space"].update(n=True), "n must be an integer"),
+    (lambda c: c["action_space"].update(start=5), r"start must be 0 \(SB3's policies act on 0..n-1\), got 5"),
     # every field the loader reads has its type: a clear error, never a traceback
     (lambda c: c.update(env_id=5), "env_id must be a JSON str, got int"),
     (lambda c: c.update(algorithm=["PPO"]), "algorithm must be a JSON str, got list"),

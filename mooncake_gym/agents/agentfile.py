@@ -131,6 +131,8 @@ def space_from_json(d: Any, what: str):
         if d["type"] == "Discrete":
             if not (_is_int(d["n"]) and 0 < d["n"] <= MAX_AGENT_ACTIONS and _is_int(d["start"])):
                 raise ValueError(f"n must be an integer in 1..{MAX_AGENT_ACTIONS} and start an integer")
+            if d["start"] != 0:  # SB3's policies answer 0..n-1 whatever the space's start
+                raise ValueError(f"start must be 0 (SB3's policies act on 0..n-1), got {d['start']}")
             return spaces.Discrete(d["n"], start=d["start"])
         if d["type"] == "MultiDiscrete":  # Conductor-v1's actions: one Discrete per decision
             nvec = d["nvec"]
