@@ -105,21 +105,29 @@ def run(timesteps: int = 20000, rounds: int = 2, seed: int = 0, verbose: bool = 
         hp1 = load_hyperparams(V1_ID)
         made.update({name: (make, hp1) for name, make in v1_setups(hp1).items()})
     rates: dict[str, list[float]] = {name: [] for name in made}
+    phases: dict[str, list[dict]] = {name: [] for name in made}
     for r in range(rounds):
         for name, (make, hp_of) in made.items():
             model = _ppo(make(), hp_of, seed + r)
+            clock = _clock_phases(model)
             start = time.perf_counter()
             model.learn(total_timesteps=timesteps)
-            rates[name].append(model.num_timesteps / (time.perf_counter() - start))
+            elapsed = time.perf_counter() - start
+            rates[name].append(model.num_timesteps / elapsed)
+            phases[name].append({k: v / model.num_timesteps * 1e6 for k, v in clock.items()}
+                                | {"learn": elapsed / model.num_timesteps * 1e6})
             model.env.close()
     best = {name: max(v) for name, v in rates.items()}
+    # each set-up's phases in its best round (us per sample)
+    per_sample = {name: phases[name][rates[name].index(best[name])] for name in made}
     base = best["today, 1 env"]
     recipe = next(n for n in best if n.startswith("today, recipe"))
     vec = f"vector {VECTOR_ENVS} native"
     result = {"steps_per_s": best, "rounds": rates, "ratio_to_single": best[vec] / base,
               "ratio_to_native_single": best[vec] / best[NATIVE_SINGLE],
               "ratio_to_recipe": best[vec] / best[recipe], "target": TARGET_RATIO, "timesteps": timesteps,
-              "threads": threads}
+              "threads": threads, "us_per_sample": per_sample,
+              "ceiling": ceiling(per_sample["today, 1 env"], per_sample[vec])}
     result["meets_target"] = result["ratio_to_single"] >= TARGET_RATIO
     if v1:
         result["v1_ratio_to_single"] = best[f"v1 vector {VECTOR_ENVS} native"] / best["v1 today, 1 env"]
@@ -133,7 +141,45 @@ def run(timesteps: int = 20000, rounds: int = 2, seed: int = 0, verbose: bool = 
               f"{result['ratio_to_native_single']:.2f}x; / the recipe's {hp['n_envs']} envs: {result['ratio_to_recipe']:.2f}x")
         if v1:
             print(f"PrefillRouting-v1: vector {VECTOR_ENVS} / one reference env: {result['v1_ratio_to_single']:.2f}x")
+        print(format_phases(per_sample, result["ceiling"]))
     return result
+
+
+def _clock_phases(model) -> dict:
+    """Clock ``model``'s rollouts (``collect_rollouts``) and updates (``train``): the dict returned
+    accumulates each phase's wall seconds while ``model.learn`` runs."""
+    spent = {"rollout": 0.0, "update": 0.0}
+
+    def clocked(f, phase):
+        def run(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return f(*args, **kwargs)
+            finally:
+                spent[phase] += time.perf_counter() - t0
+        return run
+
+    model.collect_rollouts = clocked(model.collect_rollouts, "rollout")
+    model.train = clocked(model.train, "update")
+    return spent
+
+
+def ceiling(single: dict, vector: dict) -> dict:
+    """What the update's cost allows the vector set-up over the single reference env: the single
+    env's rollout plus its update, per sample, over the update alone (the ratio with a rollout that
+    costs nothing), once with the single env's update cost and once with the vector set-up's."""
+    whole = single["rollout"] + single["update"]
+    return {"with_single_update": whole / single["update"], "with_vector_update": whole / vector["update"]}
+
+
+def format_phases(per_sample: dict, ceil: dict) -> str:
+    lines = [f"{'us per sample (best round)':<28s} {'rollout':>9s} {'update':>9s} {'learn':>9s}"]
+    for name, p in per_sample.items():
+        lines.append(f"{name:<28s} {p['rollout']:>9.1f} {p['update']:>9.1f} {p['learn']:>9.1f}")
+    lines.append(f"ceiling of vector / today's single env with a free rollout, (rollout_single + update) / update: "
+                 f"{ceil['with_single_update']:.2f}x (the single env's update), {ceil['with_vector_update']:.2f}x "
+                 f"(the vector set-up's update)")
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
