@@ -147,16 +147,19 @@ def run(timesteps: int = 20000, rounds: int = 2, seed: int = 0, verbose: bool = 
 
 def _clock_phases(model) -> dict:
     """Clock ``model``'s rollouts (``collect_rollouts``) and updates (``train``): the dict returned
-    accumulates each phase's wall seconds while ``model.learn`` runs."""
-    spent = {"rollout": 0.0, "update": 0.0}
+    accumulates each phase's wall seconds (``rollout``, ``update``) and CPU seconds of the process
+    (``rollout_cpu``, ``update_cpu``: what a shared machine's other jobs do not inflate) while
+    ``model.learn`` runs."""
+    spent = {"rollout": 0.0, "update": 0.0, "rollout_cpu": 0.0, "update_cpu": 0.0}
 
     def clocked(f, phase):
         def run(*args, **kwargs):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             try:
                 return f(*args, **kwargs)
             finally:
                 spent[phase] += time.perf_counter() - t0
+                spent[phase + "_cpu"] += time.process_time() - c0
         return run
 
     model.collect_rollouts = clocked(model.collect_rollouts, "rollout")
@@ -167,18 +170,26 @@ def _clock_phases(model) -> dict:
 def ceiling(single: dict, vector: dict) -> dict:
     """What the update's cost allows the vector set-up over the single reference env: the single
     env's rollout plus its update, per sample, over the update alone (the ratio with a rollout that
-    costs nothing), once with the single env's update cost and once with the vector set-up's."""
-    whole = single["rollout"] + single["update"]
-    return {"with_single_update": whole / single["update"], "with_vector_update": whole / vector["update"]}
+    costs nothing), with the single env's update cost and with the vector set-up's, in wall time
+    and in CPU time."""
+    out = {}
+    for clock in ("", "_cpu"):
+        whole = single["rollout" + clock] + single["update" + clock]
+        out["with_single_update" + clock] = whole / single["update" + clock]
+        out["with_vector_update" + clock] = whole / vector["update" + clock]
+    return out
 
 
 def format_phases(per_sample: dict, ceil: dict) -> str:
-    lines = [f"{'us per sample (best round)':<28s} {'rollout':>9s} {'update':>9s} {'learn':>9s}"]
+    lines = [f"{'us per sample (best round)':<28s} {'rollout':>9s} {'update':>9s} {'learn':>9s}   CPU: "
+             f"{'rollout':>9s} {'update':>9s}"]
     for name, p in per_sample.items():
-        lines.append(f"{name:<28s} {p['rollout']:>9.1f} {p['update']:>9.1f} {p['learn']:>9.1f}")
-    lines.append(f"ceiling of vector / today's single env with a free rollout, (rollout_single + update) / update: "
-                 f"{ceil['with_single_update']:.2f}x (the single env's update), {ceil['with_vector_update']:.2f}x "
-                 f"(the vector set-up's update)")
+        lines.append(f"{name:<28s} {p['rollout']:>9.1f} {p['update']:>9.1f} {p['learn']:>9.1f}        "
+                     f"{p['rollout_cpu']:>9.1f} {p['update_cpu']:>9.1f}")
+    lines.append("ceiling of vector / today's single env with a free rollout, (rollout_single + update) / update: "
+                 f"{ceil['with_single_update']:.2f}x with the single env's update, {ceil['with_vector_update']:.2f}x "
+                 f"with the vector set-up's (CPU time: {ceil['with_single_update_cpu']:.2f}x, "
+                 f"{ceil['with_vector_update_cpu']:.2f}x)")
     return "\n".join(lines)
 
 
