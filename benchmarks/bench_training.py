@@ -38,6 +38,18 @@ about 48 us per sample (vector) and 700 us (single env), so the ratio sits near 
 --v1``, load average 11-12): 3.36x the single reference env (2.98x the native single env, 1.91x the
 recipe's 4 envs); PrefillRouting-v1's vector env of 16 2.75x its single reference env. At load
 average 2: 2.68x (2.48x the native single env), v1 3.39x.
+
+Each set-up's rollouts (``collect_rollouts``) and updates (``train``) are clocked too, in wall and
+in CPU time per sample, and the run prints the ceiling the update's cost sets: the single reference
+env's (rollout + update) / update, the ratio a vector env whose rollout cost nothing would reach.
+One run (2026-12-04, branch vec-speed3, ``--timesteps 16384 --rounds 1``, load average 5.2-5.9):
+the vector env 3.18x the single reference env (3,115 vs 980 timesteps/s; 2.95x the native single
+env, 2.13x the recipe's 4 envs); in CPU time per sample, the single reference env's rollout 311 us
+and update 137 us, the vector env's rollout 20 us and update 117 us. The ceiling is 3.28x with the
+single env's update cost and 3.83x with the vector set-up's (wall time: 3.26x and 3.81x), and the
+vector env already makes (311 + 137) / (20 + 117) = 3.27x in CPU time: with the shipped
+hyperparameters (10 epochs over minibatches of 256 per sample) issue 25's 4x is out of reach
+whatever the environment costs (docs/engine.md, "Measured speed").
 """
 
 from __future__ import annotations
