@@ -112,11 +112,11 @@ vector 16 native 2.89x and 2.87x CartPole-v1 before, 3.33x and 3.15x after, with
 PrefillRouting-v1's vector env of 16 0.85x / 0.84x before, 1.00x / 0.83x after. What changed: the
 vector step's info columns (one copy per kind's block, rows indexed into a copied dict: 8.9 -> 5.8 us
 per call of 16 in CPU), the synthetic trace's order (a radix sort) and the native simulator's set-up
-(a reset 517 -> 435 us of CPU). The >= 8x target is not met and cannot be on this engine step: in CPU
-time per env step (load 5.3) the vector env costs 1.57 us against CartPole-v1's 5.31 us per step
-(3.39x): the engine's ``EnvBatch.step`` 0.80 us, the episodes' starts 0.41 us (numpy's draws and
-the trace's assembly 0.32 us), the Python around the engine call 0.35 us; with free starts and
-no Python the engine alone would make 6.6x, and 8x needs 0.66 us per env step in all
+(a reset 517 -> 435 us of CPU). The >= 8x target is not met and cannot be on this engine step: in
+CPU time per env step (load 6.2) the vector env costs 1.65 us against CartPole-v1's 4.77 us per step
+(2.89x): the engine's ``EnvBatch.step`` 0.85 us, the episodes' starts 0.44 us (numpy's draws and the
+trace's assembly 0.33 us), their final metrics 0.11 us, the Python around the engine call 0.26 us;
+with all but the engine free the vector env would make 5.6x, and 8x needs 0.60 us per env step in all
 (docs/engine.md, "Measured speed").
 
 ``OverloadAdmission-v0`` on the native engine (2026-12-04, branch adm-native; its row's engine tag is
