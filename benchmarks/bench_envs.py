@@ -105,6 +105,20 @@ engine's routing step itself faster (docs/engine.md, "Measured speed"). With wor
 (the default below 64 envs), 2.48x and 2.27x on two; PrefillRouting-v1's vector env of 16 0.75x and
 0.59x against its single env's 0.67x and 0.63x.
 
+Third round on the vector env (2026-12-04, branch vec-speed3; main at 870d058 and the branch
+alternating, two runs each of ``python benchmarks/bench_envs.py --engine``, load average 6.1-6.8):
+vector 16 native 2.89x and 2.87x CartPole-v1 before, 3.33x and 3.15x after, with resets (step only
+3.82x / 3.78x before, 4.37x / 4.02x after); on 2 threads 2.41x / 2.44x before, 2.64x / 2.61x after;
+PrefillRouting-v1's vector env of 16 0.85x / 0.84x before, 1.00x / 0.83x after. What changed: the
+vector step's info columns (one copy per kind's block, rows indexed into a copied dict: 8.9 -> 5.8 us
+per call of 16 in CPU), the synthetic trace's order (a radix sort) and the native simulator's set-up
+(a reset 517 -> 435 us of CPU). The >= 8x target is not met and cannot be on this engine step: in
+CPU time per env step (load 6.2) the vector env costs 1.65 us against CartPole-v1's 4.77 us per step
+(2.89x): the engine's ``EnvBatch.step`` 0.85 us, the episodes' starts 0.44 us (numpy's draws and the
+trace's assembly 0.33 us), their final metrics 0.11 us, the Python around the engine call 0.26 us;
+with all but the engine free the vector env would make 5.6x, and 8x needs 0.60 us per env step in all
+(docs/engine.md, "Measured speed").
+
 ``OverloadAdmission-v0`` on the native engine (2026-12-04, branch adm-native; its row's engine tag is
 the env's ``engine``, native by default now): ``python benchmarks/bench_envs.py --wrapped --seconds 2``,
 one run each at load average 6-10, 1.40 / 1.70 / 1.54 / 1.50 / 1.46 / 1.95 / 1.57x CartPole-v1 with

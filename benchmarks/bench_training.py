@@ -38,6 +38,18 @@ about 48 us per sample (vector) and 700 us (single env), so the ratio sits near 
 --v1``, load average 11-12): 3.36x the single reference env (2.98x the native single env, 1.91x the
 recipe's 4 envs); PrefillRouting-v1's vector env of 16 2.75x its single reference env. At load
 average 2: 2.68x (2.48x the native single env), v1 3.39x.
+
+Each set-up's rollouts (``collect_rollouts``) and updates (``train``) are clocked too, in wall and
+in CPU time per sample, and the run prints the ceiling the update's cost sets: the single reference
+env's (rollout + update) / update, the ratio a vector env whose rollout cost nothing would reach.
+One run (2026-12-04, branch vec-speed3, ``--timesteps 16384 --rounds 1``, load average 5.2-5.9):
+the vector env 3.18x the single reference env (3,115 vs 980 timesteps/s; 2.95x the native single
+env, 2.13x the recipe's 4 envs); in CPU time per sample, the single reference env's rollout 311 us
+and update 137 us, the vector env's rollout 20 us and update 117 us. The ceiling is 3.28x with the
+single env's update cost and 3.83x with the vector set-up's (wall time: 3.26x and 3.81x), and the
+vector env already makes (311 + 137) / (20 + 117) = 3.27x in CPU time: with the shipped
+hyperparameters (10 epochs over minibatches of 256 per sample) issue 25's 4x is out of reach
+whatever the environment costs (docs/engine.md, "Measured speed").
 """
 
 from __future__ import annotations
@@ -105,21 +117,29 @@ def run(timesteps: int = 20000, rounds: int = 2, seed: int = 0, verbose: bool = 
         hp1 = load_hyperparams(V1_ID)
         made.update({name: (make, hp1) for name, make in v1_setups(hp1).items()})
     rates: dict[str, list[float]] = {name: [] for name in made}
+    phases: dict[str, list[dict]] = {name: [] for name in made}
     for r in range(rounds):
         for name, (make, hp_of) in made.items():
             model = _ppo(make(), hp_of, seed + r)
+            clock = _clock_phases(model)
             start = time.perf_counter()
             model.learn(total_timesteps=timesteps)
-            rates[name].append(model.num_timesteps / (time.perf_counter() - start))
+            elapsed = time.perf_counter() - start
+            rates[name].append(model.num_timesteps / elapsed)
+            phases[name].append({k: v / model.num_timesteps * 1e6 for k, v in clock.items()}
+                                | {"learn": elapsed / model.num_timesteps * 1e6})
             model.env.close()
     best = {name: max(v) for name, v in rates.items()}
+    # each set-up's phases in its best round (us per sample)
+    per_sample = {name: phases[name][rates[name].index(best[name])] for name in made}
     base = best["today, 1 env"]
     recipe = next(n for n in best if n.startswith("today, recipe"))
     vec = f"vector {VECTOR_ENVS} native"
     result = {"steps_per_s": best, "rounds": rates, "ratio_to_single": best[vec] / base,
               "ratio_to_native_single": best[vec] / best[NATIVE_SINGLE],
               "ratio_to_recipe": best[vec] / best[recipe], "target": TARGET_RATIO, "timesteps": timesteps,
-              "threads": threads}
+              "threads": threads, "us_per_sample": per_sample,
+              "ceiling": ceiling(per_sample["today, 1 env"], per_sample[vec])}
     result["meets_target"] = result["ratio_to_single"] >= TARGET_RATIO
     if v1:
         result["v1_ratio_to_single"] = best[f"v1 vector {VECTOR_ENVS} native"] / best["v1 today, 1 env"]
@@ -133,7 +153,56 @@ def run(timesteps: int = 20000, rounds: int = 2, seed: int = 0, verbose: bool = 
               f"{result['ratio_to_native_single']:.2f}x; / the recipe's {hp['n_envs']} envs: {result['ratio_to_recipe']:.2f}x")
         if v1:
             print(f"PrefillRouting-v1: vector {VECTOR_ENVS} / one reference env: {result['v1_ratio_to_single']:.2f}x")
+        print(format_phases(per_sample, result["ceiling"]))
     return result
+
+
+def _clock_phases(model) -> dict:
+    """Clock ``model``'s rollouts (``collect_rollouts``) and updates (``train``): the dict returned
+    accumulates each phase's wall seconds (``rollout``, ``update``) and CPU seconds of the process
+    (``rollout_cpu``, ``update_cpu``: what a shared machine's other jobs do not inflate) while
+    ``model.learn`` runs."""
+    spent = {"rollout": 0.0, "update": 0.0, "rollout_cpu": 0.0, "update_cpu": 0.0}
+
+    def clocked(f, phase):
+        def run(*args, **kwargs):
+            t0, c0 = time.perf_counter(), time.process_time()
+            try:
+                return f(*args, **kwargs)
+            finally:
+                spent[phase] += time.perf_counter() - t0
+                spent[phase + "_cpu"] += time.process_time() - c0
+        return run
+
+    model.collect_rollouts = clocked(model.collect_rollouts, "rollout")
+    model.train = clocked(model.train, "update")
+    return spent
+
+
+def ceiling(single: dict, vector: dict) -> dict:
+    """What the update's cost allows the vector set-up over the single reference env: the single
+    env's rollout plus its update, per sample, over the update alone (the ratio with a rollout that
+    costs nothing), with the single env's update cost and with the vector set-up's, in wall time
+    and in CPU time."""
+    out = {}
+    for clock in ("", "_cpu"):
+        whole = single["rollout" + clock] + single["update" + clock]
+        out["with_single_update" + clock] = whole / single["update" + clock]
+        out["with_vector_update" + clock] = whole / vector["update" + clock]
+    return out
+
+
+def format_phases(per_sample: dict, ceil: dict) -> str:
+    lines = [f"{'us per sample (best round)':<28s} {'rollout':>9s} {'update':>9s} {'learn':>9s}   CPU: "
+             f"{'rollout':>9s} {'update':>9s}"]
+    for name, p in per_sample.items():
+        lines.append(f"{name:<28s} {p['rollout']:>9.1f} {p['update']:>9.1f} {p['learn']:>9.1f}        "
+                     f"{p['rollout_cpu']:>9.1f} {p['update_cpu']:>9.1f}")
+    lines.append("ceiling of vector / today's single env with a free rollout, (rollout_single + update) / update: "
+                 f"{ceil['with_single_update']:.2f}x with the single env's update, {ceil['with_vector_update']:.2f}x "
+                 f"with the vector set-up's (CPU time: {ceil['with_single_update_cpu']:.2f}x, "
+                 f"{ceil['with_vector_update_cpu']:.2f}x)")
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:

@@ -1,5 +1,6 @@
 """The env benchmark's floor (``benchmarks/bench_envs.py``): "its cluster simulator alone" steps the
-same episodes as the environment, with the same decisions, and nothing else. No timing is asserted."""
+same episodes as the environment, with the same decisions, and nothing else; the PPO benchmark's
+phases and ceiling (``benchmarks/bench_training.py``). No timing is asserted."""
 
 import importlib.util
 import json
@@ -69,3 +70,41 @@ def test_bench_json_prints_one_json_document(capsys):
     assert main(["bench", "--only", "bench_cache", "--seconds", "0.1", "--json"]) == 0
     out = capsys.readouterr()
     assert list(json.loads(out.out)) == ["bench_cache"] and "bench_cache" in out.err
+
+
+# --- the PPO benchmark's phases and the ceiling its update cost sets (benchmarks/bench_training.py) ---
+BENCH_TRAINING = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_training.py"
+
+
+@pytest.fixture(scope="module")
+def bench_training():
+    spec = importlib.util.spec_from_file_location("bench_training_under_test", BENCH_TRAINING)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_training_ceiling_is_the_single_envs_whole_cost_over_the_update(bench_training):
+    # us per sample: the single env 300 + 100 (wall), 150 + 50 (CPU); the vector set-up's update 80 / 40
+    single = {"rollout": 300.0, "update": 100.0, "rollout_cpu": 150.0, "update_cpu": 50.0}
+    vector = {"rollout": 20.0, "update": 80.0, "rollout_cpu": 10.0, "update_cpu": 40.0}
+    assert bench_training.ceiling(single, vector) == {"with_single_update": 4.0, "with_vector_update": 5.0,
+                                                      "with_single_update_cpu": 4.0, "with_vector_update_cpu": 5.0}
+    text = bench_training.format_phases({"today, 1 env": {**single, "learn": 410.0}}, bench_training.ceiling(single, vector))
+    assert "4.00x with the single env's update, 5.00x with the vector set-up's (CPU time: 4.00x, 5.00x)" in text
+
+
+def test_training_phases_clock_the_rollouts_and_the_updates_apart(bench_training):
+    class Model:  # an algorithm's two phases: each busy for a while, returning what SB3's do
+        def collect_rollouts(self, *args):
+            return sum(i * i for i in range(200_000)) > 0
+
+        def train(self):
+            sum(i * i for i in range(100_000))
+
+    model = Model()
+    spent = bench_training._clock_phases(model)
+    assert model.collect_rollouts(1, 2) is True
+    assert spent["rollout"] > 0 and spent["rollout_cpu"] > 0 and spent["update"] == spent["update_cpu"] == 0.0
+    model.train()
+    assert spent["update"] > 0 and spent["update_cpu"] > 0

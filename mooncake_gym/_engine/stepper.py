@@ -18,6 +18,7 @@ from mooncake_gym.sim.routing import RoutingResult, RoutingSimulator, RoutingVie
 from mooncake_gym.sim.views import Route, check_route
 
 _new_tuple = tuple.__new__
+_EXACT = as_observation(None)  # the engine's observation (frozen: one shared)
 
 
 class RoutingSnapshot:
@@ -54,12 +55,13 @@ class NativeRoutingSimulator:
         if why:
             raise ValueError(f"config: {why}; use RoutingSimulator")
         self.trace, self.config, self.cost, self.costs = trace, config, cost, tuple(costs)
-        self.observation = as_observation(None)
+        self.observation = _EXACT
         self._cache_blocks = config.instance_cache_blocks()
         self._n = len(self._cache_blocks)
         self._output = None  # the trace's output lengths and block ids as lists, made for the first view
-        self._engine = make_engine(self)
-        self._restart()
+        self._engine = make_engine(self)  # (a new engine is at its start: no reset)
+        self._built_at = -1
+        self._view: RoutingView | None = None
 
     # -- snapshots and pickling ----------------------------------------------------------------------
     def snapshot(self) -> "RoutingSnapshot":

@@ -108,7 +108,6 @@ class BatchedVectorEnv(gym.vector.VectorEnv):
         self._blocks = tuple(np.zeros((m, num_envs), dtype) for m, dtype in zip(sizes, (np.float64, np.int64, np.bool_)))
         # (name, block, row of the block) per field, in NATIVE_INFO's order
         self._layout = [(name, k, kinds[:f].count(k)) for f, ((name, _), k) in enumerate(zip(self._fields, kinds))]
-        self._names = [name for k in range(len(_KINDS)) for name, b, _ in self._layout if b == k]  # blocks' order
         self._batch = _engine.native.EnvBatch(num_envs) if self._batchable else None
         if self._batchable:
             for i, env in enumerate(self.envs):
@@ -122,6 +121,9 @@ class BatchedVectorEnv(gym.vector.VectorEnv):
         self._everyone = np.ones(num_envs, np.bool_)  # (a read-only mask of every env, shared by the infos)
         self._everyone.flags.writeable = False
         self._every_mask = {"_" + name: self._everyone for name, _ in self._fields}
+        # a step's infos before its values: the fields (block order), then their masks (every env)
+        self._spec = [(name, k, row) for k in range(len(_KINDS)) for name, b, row in self._layout if b == k]
+        self._template = {**{name: None for name, _, _ in self._spec}, **self._every_mask}
         self._resets: list[int] = []  # NEXT_STEP: the envs that ended at the last step
         self._all_native = False
         self._field_names = {name for name, _ in self._fields}
@@ -176,8 +178,7 @@ class BatchedVectorEnv(gym.vector.VectorEnv):
             return self._step_mixed(a)
         # every env native, none starting an episode: one engine call, the infos' columns
         ended = self._batch.step(a, None, self.threads)
-        infos = dict(zip(self._names, [*self._blocks[0].copy(), *self._blocks[1].copy(), *self._blocks[2].copy()]))
-        infos.update(self._every_mask)
+        infos = self._columns(self._template.copy())
         if ended:
             infos = self._end_episodes(infos, self._everyone)
         infos["action_mask"], infos["_action_mask"] = self._mask.copy(), self._everyone
@@ -216,7 +217,7 @@ class BatchedVectorEnv(gym.vector.VectorEnv):
         stepped.flags.writeable = False
         infos: dict = {}
         if stepped.any():
-            infos = dict(zip(self._names, [*self._blocks[0].copy(), *self._blocks[1].copy(), *self._blocks[2].copy()]))
+            infos = self._columns({})
             infos.update(dict.fromkeys(self._every_mask, stepped))
         if ((terminated | truncated) & stepped).any():
             infos = self._end_episodes(infos, stepped)
@@ -229,6 +230,14 @@ class BatchedVectorEnv(gym.vector.VectorEnv):
             self._all_native = bool(self._native.all())
         infos["action_mask"], infos["_action_mask"] = self._mask.copy(), self._everyone
         return self._obs.copy(), rewards.copy(), terminated.copy(), truncated.copy(), infos
+
+    def _columns(self, infos: dict) -> dict:
+        """``infos`` with this step's info columns, new arrays: each kind's block copied once, then
+        its rows (indexing a row is cheaper than iterating the block or copying each row)."""
+        blocks = (self._blocks[0].copy(), self._blocks[1].copy(), self._blocks[2].copy())
+        for name, k, row in self._spec:
+            infos[name] = blocks[k][row]
+        return infos
 
     def _end_episodes(self, infos: dict, stepped: np.ndarray) -> dict:
         """The entries of the envs whose episode ended at this step (``metrics``), and their
