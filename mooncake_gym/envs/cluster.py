@@ -51,6 +51,55 @@ NATIVE_INFO = (("index", int), ("admitted", bool), ("prefill_instance", int), ("
                ("good_requests", int), ("wasted_s", float), ("completed", int), ("rejected_at_arrival", int),
                ("rejected_after_prefill", int), ("preempted", int), ("ttft_s", float))
 NATIVE_INFO_FIELDS = len(NATIVE_INFO)
+#: The policy name of the final step's ``info["metrics"]`` (``ClusterResult``'s first entry).
+END_POLICY = "env"
+
+
+class EpisodeMetrics(dict):
+    """A native episode's ``info["metrics"]``: the simulator's final metrics (``sim.result("env")
+    .metrics``), made when first read rather than at the episode's last step (the final TBTs and
+    metrics cost about as much as 500 engine steps, and a training loop rarely reads them). It is
+    a ``dict``; every read (``[k]``, ``in``, ``len``, iteration, ``items()``, ``==``, ``repr``,
+    ``copy``, pickling, ...) makes the entries first, from the finished episode's simulator, which
+    nothing changes after its last step (the env's next ``reset`` makes a new one; ``restore`` on
+    the finished episode makes them first). Until then it holds the first entry (``policy``), so
+    that C code which reads a subclass's entries through ``items()`` unless the dict is empty
+    (``json``'s encoder) reads them all; C code that reads a dict's slots directly
+    (``PyDict_Next``) sees only that entry until the metrics are read once (:meth:`fill`)."""
+
+    __slots__ = ("_sim",)
+
+    def __init__(self, sim):
+        super().__init__(policy=END_POLICY)
+        self._sim = sim
+
+    def fill(self) -> "EpisodeMetrics":
+        """Make the entries now (once)."""
+        sim = self._sim
+        if sim is not None:
+            self._sim = None
+            dict.update(self, sim.result(END_POLICY).metrics)
+        return self
+
+    def __reduce__(self):  # pickles and copies as the plain dict
+        return dict, (dict(self.fill()),)
+
+
+def _filled(name: str):
+    method = getattr(dict, name)
+
+    @functools.wraps(method)
+    def filled(self, *args, **kwargs):
+        if self._sim is not None:
+            self.fill()
+        return method(self, *args, **kwargs)
+    return filled
+
+
+for _name in ("__getitem__", "__iter__", "__len__", "__contains__", "__eq__", "__ne__", "__repr__", "__or__",
+              "__ror__", "__ior__", "__reversed__", "__setitem__", "__delitem__", "keys", "values", "items", "get",
+              "copy", "pop", "popitem", "setdefault", "update", "clear"):
+    setattr(EpisodeMetrics, _name, _filled(_name))
 
 
 @functools.cache
@@ -330,6 +379,7 @@ class ClusterEnv(gym.Env):
         self._use_buffers(np.zeros(self.observation_space.shape, np.float32), np.ones(self._n_mask(), np.int8),
                           np.zeros(NATIVE_INFO_FIELDS, np.float64))
         self._core = None  # the native core of the episode, else None
+        self._end_metrics = None
         self._episode = None  # what reset drew: (trace, the simulator's seed, predicted output lengths)
         self._actions: list = []
 
@@ -359,9 +409,12 @@ class ClusterEnv(gym.Env):
             core.bind(obs, mask, info)
 
     def _end_info(self) -> dict:
-        """What the last step's info adds when the episode ends (the vector env's interface)."""
-        sim = self.sim
-        return {"metrics": sim.result("env").metrics}
+        """What the last step's info adds when the episode ends (the vector env's interface): on the
+        engine the metrics made when first read (:class:`EpisodeMetrics`)."""
+        if self._core is None:
+            return {"metrics": self.sim.result(END_POLICY).metrics}
+        self._end_metrics = metrics = EpisodeMetrics(self.sim)
+        return {"metrics": metrics}
 
     # -- the decision view --------------------------------------------------------------------------
     def decision_view(self):
@@ -416,6 +469,7 @@ class ClusterEnv(gym.Env):
         where ``native`` and the trace fits the engine, else on the reference."""
         trace, sim_seed, predicted = self._episode
         self._core = None
+        self._end_metrics = None  # the last native episode's EpisodeMetrics (restore fills them)
         self._actions: list = []  # the native episode's actions, replayed when the env is unpickled
         sim = None
         if native:  # the reference where this trace cannot run natively (its caches' size)
@@ -450,6 +504,7 @@ class ClusterEnv(gym.Env):
         """A native episode pickles as what reset drew and the actions taken since (the engine's state
         is not picklable); unpickling replays them on a new core, which gives the same state."""
         state = self.__dict__.copy()
+        state["_end_metrics"] = None
         if state.get("_core") is not None:
             state["_core"] = state["sim"] = None
         return state
@@ -495,7 +550,7 @@ class ClusterEnv(gym.Env):
         if act.admit:
             info["ttft_s"] = sim.ttft_s[i]
         if terminated:
-            info["metrics"] = sim.result("env").metrics
+            info["metrics"] = sim.result(END_POLICY).metrics
         return self._observe(), float(self._reward(info)), terminated, False, info
 
     # -- snapshots -----------------------------------------------------------------------------------
@@ -515,6 +570,9 @@ class ClusterEnv(gym.Env):
         if not (isinstance(snapshot, tuple) and len(snapshot) == 4 and snapshot[0] is self.sim):
             raise ValueError("snapshot: expected a snapshot of this env's current episode")
         sim, state, core, sums = snapshot
+        if self._end_metrics is not None:  # the finished episode's metrics, made before its state changes
+            self._end_metrics.fill()
+            self._end_metrics = None
         if core is not None:
             sim.restore_state(state)
             _engine.native.env_restore(self._core, core)  # (writes the observation and the mask)
