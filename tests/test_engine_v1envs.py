@@ -278,3 +278,31 @@ def test_final_metrics_made_when_first_read_are_the_references():
     assert json.dumps(lazy) == json.dumps(ref)
     for made in (pickle.loads(pickle.dumps(lazy)), copy.deepcopy(lazy), dict(lazy), {**lazy}):
         assert type(made) is dict and repr(made) == repr(ref)
+
+
+def test_final_metrics_held_unread_are_made_when_the_next_episode_ends():
+    """An episode's ``info["metrics"]`` still held unread when the next episode ends is made then (its
+    simulator freed: at most one finished episode's is kept), with the values it would have had;
+    one nobody holds is never made."""
+    import gc
+    import weakref
+
+    env = gym.make(ROUTING, engine="native", episode_requests=40).unwrapped
+    rng = np.random.default_rng(1)
+
+    def episode(seed):
+        env.reset(seed=seed)
+        while True:
+            _, _, terminated, _, info = env.step(int(rng.integers(env.action_space.n)))
+            if terminated:
+                return info["metrics"]
+
+    kept = episode(1)
+    sim = weakref.ref(env.sim)
+    expected = repr(env.sim.result("env").metrics)
+    assert dict.__len__(kept) == 1
+    dropped = weakref.ref(episode(2))  # the first is made now; the second's info is dropped at once
+    assert dict.__len__(kept) > 1 and repr(kept) == expected
+    gc.collect()
+    assert sim() is None and dropped() is None
+    episode(3)  # nothing left to make

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
 
 import gymnasium as gym
 import numpy as np
@@ -62,12 +63,14 @@ class EpisodeMetrics(dict):
     a ``dict``; every read (``[k]``, ``in``, ``len``, iteration, ``items()``, ``==``, ``repr``,
     ``copy``, pickling, ...) makes the entries first, from the finished episode's simulator, which
     nothing changes after its last step (the env's next ``reset`` makes a new one; ``restore`` on
-    the finished episode makes them first). Until then it holds the first entry (``policy``), so
-    that C code which reads a subclass's entries through ``items()`` unless the dict is empty
-    (``json``'s encoder) reads them all; C code that reads a dict's slots directly
+    the finished episode makes them first). Unread, it keeps that simulator (about 1.4 MB) alive:
+    the env makes the metrics of an episode still held unread when the next episode ends, so at
+    most one finished episode's simulator is kept for them. Until read it holds the first entry
+    (``policy``), so that C code which reads a subclass's entries through ``items()`` unless the
+    dict is empty (``json``'s encoder) reads them all; C code that reads a dict's slots directly
     (``PyDict_Next``) sees only that entry until the metrics are read once (:meth:`fill`)."""
 
-    __slots__ = ("_sim",)
+    __slots__ = ("_sim", "__weakref__")
 
     def __init__(self, sim):
         super().__init__(policy=END_POLICY)
@@ -382,7 +385,7 @@ class ClusterEnv(gym.Env):
         self._use_buffers(np.zeros(self.observation_space.shape, np.float32), np.ones(self._n_mask(), np.int8),
                           np.zeros(NATIVE_INFO_FIELDS, np.float64))
         self._core = None  # the native core of the episode, else None
-        self._end_metrics = None
+        self._end_metrics = None  # a weak reference to the last native episode's EpisodeMetrics
         self._episode = None  # what reset drew: (trace, the simulator's seed, predicted output lengths)
         self._actions: list = []
 
@@ -416,8 +419,17 @@ class ClusterEnv(gym.Env):
         engine the metrics made when first read (:class:`EpisodeMetrics`)."""
         if self._core is None:
             return {"metrics": self.sim.result(END_POLICY).metrics}
-        self._end_metrics = metrics = EpisodeMetrics(self.sim)
+        self._fill_end_metrics()  # an earlier episode's, still held unread: made now, its simulator freed
+        metrics = EpisodeMetrics(self.sim)
+        self._end_metrics = weakref.ref(metrics)
         return {"metrics": metrics}
+
+    def _fill_end_metrics(self) -> None:
+        """Make the last native episode's ``info["metrics"]`` now if something still holds it unread."""
+        ref, self._end_metrics = self._end_metrics, None
+        metrics = None if ref is None else ref()
+        if metrics is not None:
+            metrics.fill()
 
     # -- the decision view --------------------------------------------------------------------------
     def decision_view(self):
@@ -472,7 +484,6 @@ class ClusterEnv(gym.Env):
         where ``native`` and the trace fits the engine, else on the reference."""
         trace, sim_seed, predicted = self._episode
         self._core = None
-        self._end_metrics = None  # the last native episode's EpisodeMetrics (restore fills them)
         self._actions: list = []  # the native episode's actions, replayed when the env is unpickled
         sim = None
         if native:  # the reference where this trace cannot run natively (its caches' size)
@@ -573,9 +584,7 @@ class ClusterEnv(gym.Env):
         if not (isinstance(snapshot, tuple) and len(snapshot) == 4 and snapshot[0] is self.sim):
             raise ValueError("snapshot: expected a snapshot of this env's current episode")
         sim, state, core, sums = snapshot
-        if self._end_metrics is not None:  # the finished episode's metrics, made before its state changes
-            self._end_metrics.fill()
-            self._end_metrics = None
+        self._fill_end_metrics()  # (a finished episode's metrics, made before its state changes)
         if core is not None:
             sim.restore_state(state)
             _engine.native.env_restore(self._core, core)  # (writes the observation and the mask)
