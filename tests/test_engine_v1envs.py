@@ -240,3 +240,69 @@ def test_shipped_presets_once_native(env_id, preset):
     if why is not None:
         pytest.skip(f"not native yet: {why}")
     episodes(env_id, (0,), preset=preset, episode_requests=200)
+
+
+def test_final_metrics_made_when_first_read_are_the_references():
+    """On the engine the last step's ``info["metrics"]`` is an ``EpisodeMetrics``: a dict made when
+    first read. Read after a restore that took the finished episode back (which fills it first), as
+    JSON, pickled, copied or key by key, it is the reference's metrics."""
+    import copy
+    import json
+    import pickle
+
+    from mooncake_gym.envs.cluster import EpisodeMetrics
+
+    finals = {}
+    for engine in ("native", "python"):
+        env = gym.make(ROUTING, engine=engine, episode_requests=60).unwrapped
+        env.reset(seed=4)
+        rng = np.random.default_rng(0)
+        snapshot, terminated, step = None, False, 0
+        while not terminated:
+            _, _, terminated, _, info = env.step(int(rng.integers(env.action_space.n)))
+            step += 1
+            if step == 20:
+                snapshot = env.snapshot()
+        finals[engine] = (env, info["metrics"], snapshot)
+    env, lazy, snapshot = finals["native"]
+    ref = finals["python"][1]
+    assert type(lazy) is EpisodeMetrics and isinstance(lazy, dict) and type(ref) is dict
+    assert dict.__len__(lazy) == 1  # not made yet: only its first entry
+    for read in (json.dumps, repr, len, list, lambda m: repr(sorted(m.items())), lambda m: "policy" in m):  # (NaN: by repr)
+        fresh = EpisodeMetrics(env.sim)  # (over the finished episode's simulator, as the step's)
+        assert read(fresh) == read(ref)
+    env.restore(snapshot)  # the finished episode's state changes: the metrics are made first
+    assert list(lazy) == list(ref)
+    for k in ref:
+        assert same(lazy[k], ref[k]), (k, lazy[k], ref[k])
+    assert json.dumps(lazy) == json.dumps(ref)
+    for made in (pickle.loads(pickle.dumps(lazy)), copy.deepcopy(lazy), dict(lazy), {**lazy}):
+        assert type(made) is dict and repr(made) == repr(ref)
+
+
+def test_final_metrics_held_unread_are_made_when_the_next_episode_ends():
+    """An episode's ``info["metrics"]`` still held unread when the next episode ends is made then (its
+    simulator freed: at most one finished episode's is kept), with the values it would have had;
+    one nobody holds is never made."""
+    import gc
+    import weakref
+
+    env = gym.make(ROUTING, engine="native", episode_requests=40).unwrapped
+    rng = np.random.default_rng(1)
+
+    def episode(seed):
+        env.reset(seed=seed)
+        while True:
+            _, _, terminated, _, info = env.step(int(rng.integers(env.action_space.n)))
+            if terminated:
+                return info["metrics"]
+
+    kept = episode(1)
+    sim = weakref.ref(env.sim)
+    expected = repr(env.sim.result("env").metrics)
+    assert dict.__len__(kept) == 1
+    dropped = weakref.ref(episode(2))  # the first is made now; the second's info is dropped at once
+    assert dict.__len__(kept) > 1 and repr(kept) == expected
+    gc.collect()
+    assert sim() is None and dropped() is None
+    episode(3)  # nothing left to make

@@ -128,20 +128,24 @@ void bind_cluster(nb::module_& m) {
                   input[q] = base.input_tokens[static_cast<size_t>(k)];
                   start[q + 1] = start[q] + (bounds[k + 1] - bounds[k]);
               }
-              std::vector<int64_t> dense(static_cast<size_t>(start[n])), unique;
+              std::vector<int64_t> dense(static_cast<size_t>(start[n]));
+              std::vector<int64_t> unique(std::min(dense.size(), static_cast<size_t>(base.n_unique())));
               std::vector<int32_t> renumbered(static_cast<size_t>(base.n_unique()), -1);
               int32_t* table = renumbered.data();
               int64_t* out = dense.data();
+              const int64_t* ids = base.unique_ids.data();
+              int32_t next = 0;
               for (size_t q = 0; q < n; ++q) {
                   for (int64_t j = bounds[ix[q]], e = bounds[ix[q] + 1]; j < e; ++j) {
                       const int32_t b = blocks[j];
                       if (table[b] < 0) {
-                          table[b] = static_cast<int32_t>(unique.size());
-                          unique.push_back(base.unique_ids[static_cast<size_t>(b)]);
+                          unique[static_cast<size_t>(next)] = ids[b];
+                          table[b] = next++;
                       }
                       *out++ = table[b];
                   }
               }
+              unique.resize(static_cast<size_t>(next));
               auto t = std::make_shared<mooncake::TraceColumns>(
                   std::vector<double>(arrival.data(), arrival.data() + n), std::move(input), std::move(start),
                   dense.data(), dense.size());  // (numbered in order of first appearance: no hashing)

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -418,9 +419,17 @@ class Cluster : private ClusterState {
     const std::vector<double>& samples_kv() const { return samples_kv_; }
     const std::vector<double>& wasted_t() const { return wasted_t_; }
     const std::vector<double>& wasted_s() const { return wasted_s_; }
-    std::vector<int64_t> counters() const {
+    // the counters in NativeClusterSimulator's order (completed, completed_in_ttft_slo, admitted,
+    // rejected_at_arrival, rejected_after_prefill, refused_too_long, granted, granted_in_ttft_slo,
+    // requests_in_prefill, requests_in_decode, preempted); counts() without a heap copy (a step reads it)
+    using Counts = std::array<int64_t, 11>;
+    Counts counts() const {
         return {completed_, completed_in_ttft_slo_, admitted_, rejected_at_arrival_, rejected_after_prefill_,
                 refused_too_long_, granted_, granted_in_ttft_slo_, in_prefill_, in_decode_, preempted_};
+    }
+    std::vector<int64_t> counters() const {
+        const Counts c = counts();
+        return {c.begin(), c.end()};
     }
     double wasted_prefill_s() const { return wasted_prefill_s_; }
     // batching prefill: each instance's (prefill end, request) in ClusterSimulator._prefill_fifo's order

@@ -85,7 +85,7 @@ class ClusterEnvCore : public SteppableEnv {
         score();
         const double wasted = c_.wasted_prefill_s() - last_wasted_;
         last_wasted_ = c_.wasted_prefill_s();
-        const std::vector<int64_t> n = c_.counters();
+        const Cluster::Counts n = c_.counts();
         const size_t r = static_cast<size_t>(i);
         const double ttft = admit ? c_.ttft_s()[r] : std::numeric_limits<double>::quiet_NaN();
         const int64_t good = good_tokens_ - good0;
@@ -148,7 +148,7 @@ class ClusterEnvCore : public SteppableEnv {
         const double ttft = c_.default_route().finish - now;
         *out++ = clip(ttft / spec_.ttft_den);
         *out++ = ttft > spec_.ttft_slo_s ? 1.0f : 0.0f;
-        *out++ = clip(static_cast<double>(c_.counters()[8]) / spec_.in_prefill_den);
+        *out++ = clip(static_cast<double>(c_.counts()[8]) / spec_.in_prefill_den);
         if (spec_.oracle) *out++ = clip(static_cast<double>(c_.output_tokens()[i]) / spec_.output_cap);
         if (spec_.prediction) *out++ = clip(std::log1p(predicted_[i]) * spec_.log_output_scale);
     }

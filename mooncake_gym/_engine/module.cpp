@@ -168,13 +168,21 @@ nb::dict cluster_env_info(const double* r) {
     static nb::object interned[n];
     if (!interned[0].is_valid())
         for (int k = 0; k < n; ++k) interned[k] = nb::steal(PyUnicode_InternFromString(keys[k]));
+    // (the C API directly: a step makes one such dict, and nanobind's item assignment costs more)
     nb::dict d;
-    d[interned[0]] = static_cast<int64_t>(r[0]);
-    d[interned[1]] = r[1] != 0.0;
-    for (int k = 2; k < 5; ++k) d[interned[k]] = static_cast<int64_t>(r[k]);
-    d[interned[5]] = r[5];
-    for (int k = 6; k < 10; ++k) d[interned[k]] = static_cast<int64_t>(r[k]);
-    if (r[1] != 0.0) d[interned[10]] = r[10];
+    auto set = [&](int k, PyObject* value) {
+        if (!value || PyDict_SetItem(d.ptr(), interned[k].ptr(), value) != 0) {
+            Py_XDECREF(value);
+            throw nb::python_error();
+        }
+        Py_DECREF(value);
+    };
+    set(0, PyLong_FromLongLong(static_cast<long long>(r[0])));
+    set(1, PyBool_FromLong(r[1] != 0.0));
+    for (int k = 2; k < 5; ++k) set(k, PyLong_FromLongLong(static_cast<long long>(r[k])));
+    set(5, PyFloat_FromDouble(r[5]));
+    for (int k = 6; k < 10; ++k) set(k, PyLong_FromLongLong(static_cast<long long>(r[k])));
+    if (r[1] != 0.0) set(10, PyFloat_FromDouble(r[10]));
     return d;
 }
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
 
 import gymnasium as gym
 import numpy as np
@@ -50,6 +51,57 @@ NATIVE_INFO = (("index", int), ("admitted", bool), ("prefill_instance", int), ("
                ("good_requests", int), ("wasted_s", float), ("completed", int), ("rejected_at_arrival", int),
                ("rejected_after_prefill", int), ("preempted", int), ("ttft_s", float))
 NATIVE_INFO_FIELDS = len(NATIVE_INFO)
+#: The policy name of the final step's ``info["metrics"]`` (``ClusterResult``'s first entry).
+END_POLICY = "env"
+
+
+class EpisodeMetrics(dict):
+    """A native episode's ``info["metrics"]``: the simulator's final metrics (``sim.result("env")
+    .metrics``), made when first read rather than at the episode's last step (the final TBTs and
+    metrics cost about as much as 500 engine steps, and a training loop rarely reads them). It is
+    a ``dict``; every read (``[k]``, ``in``, ``len``, iteration, ``items()``, ``==``, ``repr``,
+    ``copy``, pickling, ...) makes the entries first, from the finished episode's simulator, which
+    nothing changes after its last step (the env's next ``reset`` makes a new one; ``restore`` on
+    the finished episode makes them first). Unread, it keeps that simulator (about 1.4 MB) alive:
+    the env makes the metrics of an episode still held unread when the next episode ends, so at
+    most one finished episode's simulator is kept for them. Until read it holds the first entry
+    (``policy``), so that C code which reads a subclass's entries through ``items()`` unless the
+    dict is empty (``json``'s encoder) reads them all; C code that reads a dict's slots directly
+    (``PyDict_Next``) sees only that entry until the metrics are read once (:meth:`fill`)."""
+
+    __slots__ = ("_sim", "__weakref__")
+
+    def __init__(self, sim):
+        super().__init__(policy=END_POLICY)
+        self._sim = sim
+
+    def fill(self) -> "EpisodeMetrics":
+        """Make the entries now (once)."""
+        sim = self._sim
+        if sim is not None:
+            self._sim = None
+            dict.update(self, sim.result(END_POLICY).metrics)
+        return self
+
+    def __reduce__(self):  # pickles and copies as the plain dict
+        return dict, (dict(self.fill()),)
+
+
+def _filled(name: str):
+    method = getattr(dict, name)
+
+    @functools.wraps(method)
+    def filled(self, *args, **kwargs):
+        if self._sim is not None:
+            self.fill()
+        return method(self, *args, **kwargs)
+    return filled
+
+
+for _name in ("__getitem__", "__iter__", "__len__", "__contains__", "__eq__", "__ne__", "__repr__", "__or__",
+              "__ror__", "__ior__", "__reversed__", "__setitem__", "__delitem__", "keys", "values", "items", "get",
+              "copy", "pop", "popitem", "setdefault", "update", "clear"):
+    setattr(EpisodeMetrics, _name, _filled(_name))
 
 
 @functools.cache
@@ -198,7 +250,10 @@ END_DOC = """\
     ``metrics.LENGTH_CLASSES``), so that a policy gaining by refusing long requests shows it.
     Beside them: ``drain_good_requests`` and ``drain_token_goodput`` (the same of the drain, left
     out; the old keys of docs/metrics.md are kept as aliases), TTFT and TBT percentiles and
-    attainment, rejections, preemptions, wasted prefill seconds, hit ratio, load correlation."""
+    attainment, rejections, preemptions, wasted prefill seconds, hit ratio, load correlation. On the
+    native engine ``info["metrics"]`` is a ``dict`` whose entries are made when it is first read
+    (``envs.cluster.EpisodeMetrics``: the final TBTs and metrics cost about as much as 500 steps);
+    the values are the same."""
 
 INFO_DOC = """\
     ``reset`` returns ``{"requests", "load", "saturation_per_s", "sim_seed"}`` (``load`` is NaN
@@ -329,6 +384,7 @@ class ClusterEnv(FeedbackChannel, gym.Env):
         self._use_buffers(np.zeros(self.observation_space.shape, np.float32), np.ones(self._n_mask(), np.int8),
                           np.zeros(NATIVE_INFO_FIELDS, np.float64))
         self._core = None  # the native core of the episode, else None
+        self._end_metrics = None  # a weak reference to the last native episode's EpisodeMetrics
         self._episode = None  # what reset drew: (trace, the simulator's seed, predicted output lengths)
         self._actions: list = []
 
@@ -358,9 +414,21 @@ class ClusterEnv(FeedbackChannel, gym.Env):
             core.bind(obs, mask, info)
 
     def _end_info(self) -> dict:
-        """What the last step's info adds when the episode ends (the vector env's interface)."""
-        sim = self.sim
-        return {"metrics": sim.result("env").metrics}
+        """What the last step's info adds when the episode ends (the vector env's interface): on the
+        engine the metrics made when first read (:class:`EpisodeMetrics`)."""
+        if self._core is None:
+            return {"metrics": self.sim.result(END_POLICY).metrics}
+        self._fill_end_metrics()  # an earlier episode's, still held unread: made now, its simulator freed
+        metrics = EpisodeMetrics(self.sim)
+        self._end_metrics = weakref.ref(metrics)
+        return {"metrics": metrics}
+
+    def _fill_end_metrics(self) -> None:
+        """Make the last native episode's ``info["metrics"]`` now if something still holds it unread."""
+        ref, self._end_metrics = self._end_metrics, None
+        metrics = None if ref is None else ref()
+        if metrics is not None:
+            metrics.fill()
 
     # -- the decision view --------------------------------------------------------------------------
     def decision_view(self):
@@ -442,6 +510,7 @@ class ClusterEnv(FeedbackChannel, gym.Env):
         """A native episode pickles as what reset drew and the actions taken since (the engine's state
         is not picklable); unpickling replays them on a new core, which gives the same state."""
         state = self.__dict__.copy()
+        state["_end_metrics"] = None
         if state.get("_core") is not None:
             state["_core"] = state["sim"] = None
         return state
@@ -487,7 +556,7 @@ class ClusterEnv(FeedbackChannel, gym.Env):
         if act.admit:
             info["ttft_s"] = sim.ttft_s[i]
         if terminated:
-            info["metrics"] = sim.result("env").metrics
+            info["metrics"] = sim.result(END_POLICY).metrics
         return self._observe(), float(self._reward(info)), terminated, False, info
 
     # -- snapshots -----------------------------------------------------------------------------------
@@ -507,6 +576,7 @@ class ClusterEnv(FeedbackChannel, gym.Env):
         if not (isinstance(snapshot, tuple) and len(snapshot) == 4 and snapshot[0] is self.sim):
             raise ValueError("snapshot: expected a snapshot of this env's current episode")
         sim, state, core, sums = snapshot
+        self._fill_end_metrics()  # (a finished episode's metrics, made before its state changes)
         if core is not None:
             sim.restore_state(state)
             _engine.native.env_restore(self._core, core)  # (writes the observation and the mask)

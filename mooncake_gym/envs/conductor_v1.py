@@ -149,7 +149,8 @@ class ConductorV1Env(ClusterEnv):
                 a = action.tolist()
         elif isinstance(action, (list, tuple)) and len(action) == 4 and all(type(x) in INTEGER_TYPES for x in action):
             a = [int(x) for x in action]
-        if a is None or not all(0 <= x < n for x, n in zip(a, self._nvec)):
+        nvec = self._nvec
+        if a is None or not (0 <= a[0] < 2 and 0 <= a[1] < nvec[1] and 0 <= a[2] < 2 and 0 <= a[3] < nvec[3]):
             raise ValueError(f"action: expected 4 integers (admit 0..1, prefill instance 0..{self._nvec[1] - 1}, "
                              f"pull 0..1, decode instance 0..{self._nvec[3] - 1}), got {action!r}")
         return a
