@@ -403,6 +403,7 @@ if __name__ == "__main__":
     ap.add_argument("--load", type=float, help="train at this load instead of the scenario's (a realistic cluster's)")
     ap.add_argument("--episode-requests", type=int, help="requests per training episode instead of the scenario's")
     ap.add_argument("--resume", action="store_true", help="go on from OUT's run stopped between rounds")
+    ap.add_argument("--seed", type=int, default=0, help="the network's initialisation and fits' shuffles (default 0)")
     ap.add_argument("--for", dest="for_scenarios", help="comma-separated scenarios the card names (where compare "
                     "shows the agent; default --scenario)")
     a = ap.parse_args()
@@ -416,10 +417,11 @@ if __name__ == "__main__":
         if a.fine_tune:
             fine_tune(a.fine_tune, names[0] if len(names) == 1 else names, a.out, rule, a.reward, a.timesteps,
                       chunk=a.chunk, envs=a.envs, name=a.name, select_seeds=range(900, 900 + a.select_seeds),
-                      time_budget_s=a.budget_s, overrides=overrides[0] if len(names) == 1 else overrides)
+                      time_budget_s=a.budget_s, overrides=overrides[0] if len(names) == 1 else overrides,
+                      seed=a.seed)
             raise SystemExit(0)
         expert_iteration(names[0] if len(names) == 1 else names, a.out, rule, a.horizon, a.rounds, a.episodes,
-                         a.epochs, range(900, 900 + a.select_seeds), name=a.name,
+                         a.epochs, range(900, 900 + a.select_seeds), seed=a.seed, name=a.name,
                          teacher_name=f"rollout H={a.horizon} over {label}", tau=a.tau,
                          overrides=overrides[0] if len(names) == 1 else overrides,
                          for_scenarios=a.for_scenarios.split(",") if a.for_scenarios else None, resume=a.resume)
