@@ -209,3 +209,23 @@ def test_fine_tune_on_a_mix_runs_ppo_on_each_scenario_and_scores_against_each_re
         assert len(h["select_mean_ttft_s"]) == 2
         assert h["score"] == selection_score(h["select_mean_ttft_s"], refs)
     assert t["timesteps_run"] == 1024
+
+
+def test_resume_goes_on_from_a_card_written_before_the_scores(tmp_path):
+    import json
+
+    from mooncake_gym.agents.warmstart import selection_score
+
+    kw = dict(horizon=3, episodes=1, epochs=1, select_seeds=range(900, 902), name="one",
+              overrides={"episode_requests": 15})
+    first = expert_iteration("routing-saturated", tmp_path, RelativeSizeSplit(3.0, 1), rounds=1, **kw)
+    assert first["training"]["history"][0]["select_score"] == selection_score(
+        [first["training"]["history"][0]["select_ratio_to_base"]], [1.0])
+    for h in first["training"]["history"]:  # a card of before this change: no score
+        del h["select_score"]
+    (tmp_path / "one.json").write_text(json.dumps(first))
+    card = expert_iteration("routing-saturated", tmp_path, RelativeSizeSplit(3.0, 1), rounds=2, resume=True, **kw)
+    history = card["training"]["history"]
+    assert [h["round"] for h in history] == [0, 1] and history[1]["labels"] == 30
+    ratios = [h["select_ratio_to_base"] for h in history]
+    assert card["training"]["selected_round"] == int(np.argmin(ratios))

@@ -19,7 +19,8 @@ the expert, i.e. expert iteration (Anthony, Tian, Barber, NeurIPS 2017) without 
 Every seed it uses is a training seed (below 1,000): round r's episodes are seeds
 ``r * episodes ..``; compare's held-out seeds (1,000,000 on) are never seen. It takes any
 registered routing scenario whose simulator has snapshots (``get_scenario(name).base_env_id`` and
-its ``config()``).
+its ``config()``), or a mix of them on one env id (``--scenario`` repeated: every round labels
+episodes of each, one network is fit to all).
 
     python -m mooncake_gym.agents.expert OUT --scenario routing-saturated --tuned relsplit.json \\
         --horizon 128 --rounds 3 --episodes 4 --name expert_routing_saturated
@@ -147,6 +148,7 @@ def expert_iteration(scenario, out, base, horizon: int = DEFAULT_HORIZON, rounds
     out.mkdir(parents=True, exist_ok=True)
     base_ttfts = [float(np.mean([e["mean_ttft_s"] for e in evaluate(env_id, base, list(select_seeds), **k)]))
                   for k in all_kwargs]
+    one = (lambda x: x[0]) if single else (lambda x: x)  # (one scenario: its figures, not lists, on the card)
     obs_parts, act_parts, cost_parts, history = [], [], [], []
     best, best_round = None, -1
     if resume:
@@ -155,7 +157,9 @@ def expert_iteration(scenario, out, base, horizon: int = DEFAULT_HORIZON, rounds
         history = json.loads((out / f"{name}.json").read_text())["training"]["history"]
         if history[-1]["labels"] != len(data["actions"]):  # (labels: every pair so far)
             raise ValueError(f"resume: {out / name}'s data and card disagree (a round was labelled but not fit)")
-        score = [h.get("select_score", h["select_mean_ttft_s"]) for h in history]  # (older cards: no score)
+        # (a card of one scenario written before the scores: its ratio's score)
+        score = [h["select_score"] if "select_score" in h else selection_score([h["select_ratio_to_base"]], [1.0])
+                 for h in history]
         best_round = min(range(len(history)), key=score.__getitem__)
         best = score[best_round]
         model.policy.load_state_dict(load(out / f"{name}.zip").policy.state_dict())
@@ -179,7 +183,6 @@ def expert_iteration(scenario, out, base, horizon: int = DEFAULT_HORIZON, rounds
                     value_coef=0.0)
         sel = mean_metric(model, workloads, list(select_seeds), specs, env_id)
         score = selection_score(sel, base_ttfts)
-        one = (lambda x: x[0]) if single else (lambda x: x)  # (one scenario: the figures, not lists)
         history.append({"round": r, "actor": "rollout" if r == 0 else "student", "seeds": [seeds.start, seeds.stop - 1],
                         "actor_mean_ttft_s": float(np.mean(actor_ttft)), "actor_agreement": float(np.mean(agree)),
                         "labels": int(len(act)), "fit": fit, "select_mean_ttft_s": one(sel),
