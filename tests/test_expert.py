@@ -12,6 +12,7 @@ from mooncake_gym.agents.warmstart import clone
 from mooncake_gym.analysis.rollout import best_trial, rollout_trials
 from mooncake_gym.baselines.sizesplit import RelativeSizeSplit
 from mooncake_gym.envs.wrappers import RoutingRelativeFeatures
+from mooncake_gym.evaluation.scenarios import get_scenario
 from mooncake_gym.sim.policy import reset_policy
 
 KWARGS = dict(n_instances=3, rate=9.0, episode_requests=40)
@@ -135,3 +136,96 @@ def test_base_rule_takes_the_problem_of_the_tune_file(tmp_path):
     with pytest.raises(ValueError, match=r"^--tuned: expected a routing tune result of relsplit, "
                                          r"got routing-cluster/relsplit$"):
         base_rule("relsplit", str(path))
+
+
+def test_expert_iteration_on_a_mix_labels_each_scenario_and_selects_by_the_score(tmp_path):
+    import json
+
+    from mooncake_gym.agents.warmstart import selection_score
+    from mooncake_gym.evaluation.episodes import evaluate
+
+    names = ["routing-saturated", "routing-bursty"]
+    overrides = [{"episode_requests": 20}, {"episode_requests": 12}]
+    base = RelativeSizeSplit(3.0, 1)
+    card = expert_iteration(names, tmp_path, base, horizon=3, rounds=2, episodes=1, epochs=1,
+                            select_seeds=range(900, 902), name="mix", overrides=overrides)
+    data = np.load(tmp_path / "mix-data.npz")
+    # each round: one episode of each scenario (20 + 12 decisions), seeds 0 then 1
+    assert [h["labels"] for h in card["training"]["history"]] == [32, 64] and len(data["actions"]) == 64
+    kwargs = [{**dict(get_scenario(n).kwargs), **o} for n, o in zip(names, overrides)]
+    refs = [float(np.mean([e["mean_ttft_s"] for e in evaluate("mooncake_gym/PrefillRouting-v0", base, [900, 901], **k)]))
+            for k in kwargs]
+    assert card["training"]["base_select_mean_ttft_s"] == refs
+    for h in card["training"]["history"]:
+        assert len(h["select_mean_ttft_s"]) == 2
+        assert h["select_ratio_to_base"] == [t / b for t, b in zip(h["select_mean_ttft_s"], refs)]
+        assert h["select_score"] == selection_score(h["select_mean_ttft_s"], refs)
+    scores = [h["select_score"] for h in card["training"]["history"]]
+    assert card["training"]["selected_round"] == int(np.argmin(scores))
+    assert [t["scenario"] for t in card["trained_on"]] == [
+        "routing-saturated with {'episode_requests': 20}", "routing-bursty with {'episode_requests': 12}"]
+    assert card["env_kwargs"] == kwargs[0] and card["scenarios"] == names
+    assert "routing-saturated" in card["never_saw"]  # (other episodes than the scenario's)
+    assert json.loads((tmp_path / "mix.json").read_text()) == card
+
+
+def test_expert_iteration_refuses_a_mix_of_env_ids_and_mismatched_overrides(tmp_path):
+    with pytest.raises(ValueError, match=r"^scenario: expected scenarios of one env id, got "
+                                         r"\['mooncake_gym/PrefillRouting-v0', 'mooncake_gym/PrefillRouting-v1'\]$"):
+        expert_iteration(["routing-saturated", "routing-cluster-saturated"], tmp_path, RelativeSizeSplit(), horizon=4)
+    with pytest.raises(ValueError, match=r"^overrides: expected one dict per scenario \(2\), got 1$"):
+        expert_iteration(["routing-saturated", "routing-bursty"], tmp_path, RelativeSizeSplit(), horizon=4,
+                         overrides=[{}])
+
+
+def test_parse_workload_reads_json_values_and_strings():
+    from mooncake_gym.agents.expert import parse_workload
+
+    assert parse_workload("routing-cluster-saturated") == ("routing-cluster-saturated", {})
+    assert parse_workload("routing-cluster-saturated:load=null:load_range=[0.35,0.55]:base_trace=a/b.jsonl") == (
+        "routing-cluster-saturated", {"load": None, "load_range": [0.35, 0.55], "base_trace": "a/b.jsonl"})
+    with pytest.raises(ValueError, match=r"^--scenario: expected NAME:KEY=VALUE:\.\.\., got 'routing-saturated:load'$"):
+        parse_workload("routing-saturated:load")
+    with pytest.raises(ValueError, match=r"^scenario: expected one of"):
+        parse_workload("no-such-scenario")
+
+
+def test_fine_tune_on_a_mix_runs_ppo_on_each_scenario_and_scores_against_each_reference(tmp_path):
+    from mooncake_gym.agents.expert import fine_tune
+    from mooncake_gym.agents.warmstart import selection_score
+
+    names = ["routing-saturated", "routing-bursty"]
+    overrides = [{"episode_requests": 20}, {"episode_requests": 12}]
+    base = RelativeSizeSplit(3.0, 1)
+    expert_iteration(names, tmp_path, base, horizon=3, rounds=1, episodes=1, epochs=1, select_seeds=range(900, 901),
+                     name="mix", overrides=overrides)
+    card = fine_tune(tmp_path / "mix.zip", names, tmp_path, base, timesteps=1024, chunk=1024, envs=1,
+                     value_episodes=1, select_seeds=range(900, 901), name="mix_ppo", overrides=overrides)
+    t = card["training"]
+    assert [w["scenario"] for w in t["workloads"]] == names and [w["envs"] for w in t["workloads"]] == [1, 1]
+    assert [w["env_kwargs"]["episode_requests"] for w in t["workloads"]] == [20, 12]
+    refs = [w["reference_mean_ttft_s"] for w in t["workloads"]]
+    for h in t["history"]:
+        assert len(h["select_mean_ttft_s"]) == 2
+        assert h["score"] == selection_score(h["select_mean_ttft_s"], refs)
+    assert t["timesteps_run"] == 1024
+
+
+def test_resume_goes_on_from_a_card_written_before_the_scores(tmp_path):
+    import json
+
+    from mooncake_gym.agents.warmstart import selection_score
+
+    kw = dict(horizon=3, episodes=1, epochs=1, select_seeds=range(900, 902), name="one",
+              overrides={"episode_requests": 15})
+    first = expert_iteration("routing-saturated", tmp_path, RelativeSizeSplit(3.0, 1), rounds=1, **kw)
+    assert first["training"]["history"][0]["select_score"] == selection_score(
+        [first["training"]["history"][0]["select_ratio_to_base"]], [1.0])
+    for h in first["training"]["history"]:  # a card of before this change: no score
+        del h["select_score"]
+    (tmp_path / "one.json").write_text(json.dumps(first))
+    card = expert_iteration("routing-saturated", tmp_path, RelativeSizeSplit(3.0, 1), rounds=2, resume=True, **kw)
+    history = card["training"]["history"]
+    assert [h["round"] for h in history] == [0, 1] and history[1]["labels"] == 30
+    ratios = [h["select_ratio_to_base"] for h in history]
+    assert card["training"]["selected_round"] == int(np.argmin(ratios))

@@ -53,14 +53,19 @@ def test_compare_names_the_shipped_agents_it_does_not_show():
     routing = cmp.Setting("routing-cluster", "routing (mooncake)", "mooncake_gym/PrefillRouting-v1", {})
     elsewhere = {e["agent"]: e for e in cmp.agents_elsewhere([routing])}
     # routing agents only: the toy's and the realistic cluster's per-scenario agents (none is in this table)
-    assert set(elsewhere) == {"ppo_routing", "ppo_routing_saturated",
-                              "expert_cluster_trace", "ppo_cluster_saturated", "ppo_cluster_heterogeneous"}
+    assert set(elsewhere) == {"ppo_routing", "ppo_routing_saturated", "expert_cluster_trace", "ppo_cluster_saturated",
+                              "ppo_cluster_heterogeneous", "expert_cluster_synthetic"}
     assert elsewhere["ppo_cluster_saturated"] == {
         "agent": "ppo_cluster_saturated", "trained_on": "mooncake_gym/PrefillRouting-v1 (preset mooncake)",
         "see": "mooncake-gym compare --scenario routing-cluster-saturated,routing-cluster-bursty,routing-cluster-diurnal"}
     assert elsewhere["expert_cluster_trace"]["see"] == (
         "mooncake-gym compare --scenario routing-cluster-mooncake-trace,routing-cluster-long-context,"
         "routing-cluster-trace-window")
+    # the agent trained only on synthetic workloads, shown on the trace's windows first (issue 26's target there)
+    assert elsewhere["expert_cluster_synthetic"]["see"] == (
+        "mooncake-gym compare --scenario routing-cluster-trace-window,routing-cluster-saturated,"
+        "routing-cluster-heterogeneous,routing-cluster-bursty,routing-cluster-diurnal,routing-cluster-mooncake-trace,"
+        "routing-cluster-long-context")
     assert elsewhere["ppo_routing"] == {"agent": "ppo_routing",
                                         "trained_on": "mooncake_gym/PrefillRouting-v0 (the lecture's toy)",
                                         "see": "mooncake-gym compare --preset lecture"}
@@ -72,7 +77,8 @@ def test_compare_names_the_shipped_agents_it_does_not_show():
     shown = cmp.Setting("routing", "routing", "mooncake_gym/PrefillRouting-v0", {},
                         rows=[{"policy": "ppo_routing_saturated"}])
     assert [e["agent"] for e in cmp.agents_elsewhere([shown])] == [
-        "ppo_routing", "expert_cluster_trace", "ppo_cluster_saturated", "ppo_cluster_heterogeneous"]
+        "ppo_routing", "expert_cluster_trace", "ppo_cluster_saturated", "ppo_cluster_heterogeneous",
+        "expert_cluster_synthetic"]
     text = cmp.format_elsewhere(cmp.agents_elsewhere([shown])[:2])
     assert text.splitlines() == ["Shipped agents not in these tables (each acts on the problem it was trained on):",
                                  "- ppo_routing: trained on mooncake_gym/PrefillRouting-v0 (the lecture's toy); "

@@ -29,7 +29,7 @@ __all__ = ["Agent", "AgentFormatError", "AgentIntegrityError", "SHIPPED", "SHIPP
 SHIPPED = {"ppo_routing": "routing", "ppo_admission": "admission",
            "ppo_admission_v1": "admission-v1", "ppo_routing_saturated": "routing",
            "expert_cluster_trace": "routing-cluster", "ppo_cluster_saturated": "routing-cluster",
-           "ppo_cluster_heterogeneous": "routing-cluster"}
+           "ppo_cluster_heterogeneous": "routing-cluster", "expert_cluster_synthetic": "routing-cluster"}
 #: sha256 of each shipped agent's zip and card (update both when an agent is retrained).
 SHIPPED_SHA256 = {
     # the tutorial's PPO from scratch (docs/tutorial.md); its card's "scenarios": [] keeps it off every
@@ -57,6 +57,10 @@ SHIPPED_SHA256 = {
     # ppo_cluster_heterogeneous: the same recipe on routing-cluster-heterogeneous
     "ppo_cluster_heterogeneous": {"zip": "0f312a7b48ae9cd1a52fb5c54c638f56ed45a5737b5d2eb0ee6a001159a4f161",
                                   "json": "56af54fa8a8906a5a04611b6733f0266e4937e405321587d4d7e201445ba3837"},
+    # expert_cluster_synthetic: trained only on synthetic workloads (routing-cluster-saturated, -heterogeneous and
+    # the saturated cluster with long prompts of LONG_PROMPT_SYNTHETIC), for windows of Mooncake's trace among others
+    "expert_cluster_synthetic": {"zip": "a9f949bb060d6dcc986407b463b16ee1dc33c23387f21be4120a7e1cf3448188",
+                                 "json": "1f11048d3f17a172cf610d1f094045f813a3adadd6e2adb06a158fec185643c9"},
 }
 
 

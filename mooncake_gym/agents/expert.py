@@ -19,7 +19,8 @@ the expert, i.e. expert iteration (Anthony, Tian, Barber, NeurIPS 2017) without 
 Every seed it uses is a training seed (below 1,000): round r's episodes are seeds
 ``r * episodes ..``; compare's held-out seeds (1,000,000 on) are never seen. It takes any
 registered routing scenario whose simulator has snapshots (``get_scenario(name).base_env_id`` and
-its ``config()``).
+its ``config()``), or a mix of them on one env id (``--scenario`` repeated: every round labels
+episodes of each, one network is fit to all).
 
     python -m mooncake_gym.agents.expert OUT --scenario routing-saturated --tuned relsplit.json \\
         --horizon 128 --rounds 3 --episodes 4 --name expert_routing_saturated
@@ -38,7 +39,7 @@ import numpy as np
 from mooncake_gym._files import write_atomic
 from mooncake_gym.agents.agentfile import as_agent, load, save_agent, sha256_of, wrapper_spec
 from mooncake_gym.agents.train import library_versions
-from mooncake_gym.agents.warmstart import _wrapped, clone, mean_metric, warm_start_ppo
+from mooncake_gym.agents.warmstart import _wrapped, clone, mean_metric, selection_score, warm_start_ppo
 from mooncake_gym.analysis.rollout import DEFAULT_HORIZON, check_horizon, best_trial, rollout_trials
 from mooncake_gym.envs.wrappers import RoutingRelativeFeatures
 from mooncake_gym.evaluation import problems
@@ -88,10 +89,10 @@ def soft_targets(costs: np.ndarray, tau: float) -> np.ndarray:
     return (w / w.sum(axis=1, keepdims=True)).astype(np.float32)
 
 
-def expert_iteration(scenario: str, out, base, horizon: int = DEFAULT_HORIZON, rounds: int = 3, episodes: int = 4,
+def expert_iteration(scenario, out, base, horizon: int = DEFAULT_HORIZON, rounds: int = 3, episodes: int = 4,
                      epochs: int = 30, select_seeds=range(900, 904), wrappers=(RoutingRelativeFeatures,),
                      seed: int = 0, name: str = "expert_routing", lr: float = 1e-3, net_arch=None,
-                     teacher_name: str | None = None, tau: float = 0.0, overrides: dict | None = None,
+                     teacher_name: str | None = None, tau: float = 0.0, overrides=None,
                      for_scenarios: list | None = None, resume: bool = False) -> dict:
     """DAgger over the rollout reference on ``scenario`` (module docstring); writes ``out/NAME.zip``
     and its card and returns the card. ``base``: the rollout's base rule (a routing rule without
@@ -99,6 +100,11 @@ def expert_iteration(scenario: str, out, base, horizon: int = DEFAULT_HORIZON, r
     ``overrides``: env kwargs over the scenario's (its trace file, or another load: the card's
     ``trained_on`` records them); ``for_scenarios``: the card's ``scenarios`` (where ``compare``
     shows the agent; default the scenario trained on).
+    ``scenario`` may be a list of scenarios of one env id (a mix; ``overrides`` then None or one dict
+    per scenario): each round labels ``episodes`` episodes of each, one network is fit to all the
+    pairs, and the rounds are compared by :func:`~mooncake_gym.agents.warmstart.selection_score` of
+    the student's mean TTFT on each scenario against ``base``'s (the mean ratio plus 4 times every
+    ratio's excess over 1), which orders a single scenario's rounds by their mean TTFT.
     ``tau`` (s): 0 fits the rollout's chosen actions; above 0 the soft targets of
     :func:`soft_targets` (every trial weighed by its TTFT sum). The pairs are kept in
     ``out/NAME-data.npz`` (observations, labels, trial costs). ``resume``: go on from a run stopped
@@ -115,21 +121,34 @@ def expert_iteration(scenario: str, out, base, horizon: int = DEFAULT_HORIZON, r
         raise ValueError(f"episodes: expected an integer >= 1, got {episodes!r}")
     if not (isinstance(tau, (int, float)) and tau >= 0):
         raise ValueError(f"tau: expected a time >= 0 s, got {tau!r}")
-    sc = get_scenario(scenario)
-    env_id, kwargs = sc.base_env_id, sc.config(**(overrides or {}))
+    single = isinstance(scenario, str)
+    names = [scenario] if single else list(scenario)
+    if not names:
+        raise ValueError("scenario: expected a scenario name or a non-empty list of them, got []")
+    if overrides is None or isinstance(overrides, dict):
+        overrides = [overrides or {}] * len(names)
+    if len(overrides) != len(names):
+        raise ValueError(f"overrides: expected one dict per scenario ({len(names)}), got {len(overrides)}")
+    scs = [get_scenario(n) for n in names]
+    env_id = scs[0].base_env_id
+    if any(s.base_env_id != env_id for s in scs):
+        raise ValueError(f"scenario: expected scenarios of one env id, got {sorted({s.base_env_id for s in scs})}")
+    all_kwargs = [s.config(**o) for s, o in zip(scs, overrides)]
     if max(select_seeds) >= 1000 or rounds * episodes > 900:
         raise ValueError("select_seeds, rounds x episodes: expert iteration uses training seeds below 1,000 only")
     torch.set_num_threads(1)
     start = time.time()
     specs = [wrapper_spec(w) for w in wrappers]
-    env = _wrapped(kwargs, specs, env_id)
-    venv = DummyVecEnv([lambda: _wrapped(kwargs, specs, env_id)])
+    envs = [_wrapped(k, specs, env_id) for k in all_kwargs]
+    venv = DummyVecEnv([lambda: _wrapped(all_kwargs[0], specs, env_id)])
     model = PPO("MlpPolicy", venv, seed=seed, device="cpu", verbose=0,
                 policy_kwargs={"net_arch": list(net_arch or NET_ARCH)})
-    workload = [{"env_kwargs": kwargs}]
+    workloads = [{"env_kwargs": k} for k in all_kwargs]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    base_ttft = float(np.mean([e["mean_ttft_s"] for e in evaluate(env_id, base, list(select_seeds), **kwargs)]))
+    base_ttfts = [float(np.mean([e["mean_ttft_s"] for e in evaluate(env_id, base, list(select_seeds), **k)]))
+                  for k in all_kwargs]
+    one = (lambda x: x[0]) if single else (lambda x: x)  # (one scenario: its figures, not lists, on the card)
     obs_parts, act_parts, cost_parts, history = [], [], [], []
     best, best_round = None, -1
     if resume:
@@ -138,72 +157,87 @@ def expert_iteration(scenario: str, out, base, horizon: int = DEFAULT_HORIZON, r
         history = json.loads((out / f"{name}.json").read_text())["training"]["history"]
         if history[-1]["labels"] != len(data["actions"]):  # (labels: every pair so far)
             raise ValueError(f"resume: {out / name}'s data and card disagree (a round was labelled but not fit)")
-        best_round = min(range(len(history)), key=lambda k: history[k]["select_mean_ttft_s"])
-        best = history[best_round]["select_mean_ttft_s"]
+        # (a card of one scenario written before the scores: its ratio's score)
+        score = [h["select_score"] if "select_score" in h else selection_score([h["select_ratio_to_base"]], [1.0])
+                 for h in history]
+        best_round = min(range(len(history)), key=score.__getitem__)
+        best = score[best_round]
         model.policy.load_state_dict(load(out / f"{name}.zip").policy.state_dict())
         start -= history[-1]["wall_s"]
     for r in range(len(history), rounds):
         student = None if r == 0 else as_agent(model, env_id, specs)
         seeds = range(r * episodes, (r + 1) * episodes)
         actor_ttft, agree = [], []
-        for s in seeds:
-            o, a, c, ttft, ag = label_episode(env, base, horizon, s, student)
-            obs_parts.append(o)
-            act_parts.append(a)
-            cost_parts.append(c)
-            actor_ttft.append(ttft)
-            agree.append(ag)
+        for env in envs:
+            for s in seeds:
+                o, a, c, ttft, ag = label_episode(env, base, horizon, s, student)
+                obs_parts.append(o)
+                act_parts.append(a)
+                cost_parts.append(c)
+                actor_ttft.append(ttft)
+                agree.append(ag)
         obs, act, cost = np.concatenate(obs_parts), np.concatenate(act_parts), np.concatenate(cost_parts)
         np.savez_compressed(out / f"{name}-data.npz", obs=obs, actions=act, costs=cost)
         target = act if tau == 0 else soft_targets(cost, tau)
         fit = clone(model, obs, target, np.zeros(len(act), np.float32), epochs=epochs, lr=lr, seed=seed + r,
                     value_coef=0.0)
-        sel = mean_metric(model, workload, list(select_seeds), specs, env_id)[0]
+        sel = mean_metric(model, workloads, list(select_seeds), specs, env_id)
+        score = selection_score(sel, base_ttfts)
         history.append({"round": r, "actor": "rollout" if r == 0 else "student", "seeds": [seeds.start, seeds.stop - 1],
                         "actor_mean_ttft_s": float(np.mean(actor_ttft)), "actor_agreement": float(np.mean(agree)),
-                        "labels": int(len(act)), "fit": fit, "select_mean_ttft_s": sel,
-                        "select_ratio_to_base": sel / base_ttft, "wall_s": round(time.time() - start, 1)})
+                        "labels": int(len(act)), "fit": fit, "select_mean_ttft_s": one(sel),
+                        "select_ratio_to_base": one([t / b for t, b in zip(sel, base_ttfts)]), "select_score": score,
+                        "wall_s": round(time.time() - start, 1)})
         print(json.dumps(history[-1]), flush=True)
-        if best is None or sel < best:
-            best, best_round = sel, r
+        if best is None or score < best:
+            best, best_round = score, r
             save_agent(model, out / f"{name}.zip", env_id, specs)
         # the card after every round, so that a run stopped between rounds leaves a complete agent
-        card = write_student_card(out / f"{name}.json", sc, kwargs, base, teacher_name or
+        card = write_student_card(out / f"{name}.json", scs, all_kwargs, base, teacher_name or
                                   f"rollout H={horizon} over {policy_name(base)}",
                                   {"horizon": horizon, "rounds": rounds, "episodes_per_round": episodes,
                                    "epochs": epochs, "lr": lr, "tau_s": tau, "select_seeds": list(select_seeds),
-                                   "base_select_mean_ttft_s": base_ttft, "selected_round": best_round,
+                                   "base_select_mean_ttft_s": one(base_ttfts), "selected_round": best_round,
                                    "wall_time_s": round(time.time() - start, 1), "history": history},
                                   seed, overrides, for_scenarios)
-    env.close()
+    for env in envs:
+        env.close()
     venv.close()
     return card
 
 
-def write_student_card(path, sc, kwargs: dict, base, teacher: str, training: dict, seed: int = 0,
-                       overrides: dict | None = None, for_scenarios: list | None = None) -> dict:
+def write_student_card(path, sc, kwargs, base, teacher: str, training: dict, seed: int = 0,
+                       overrides=None, for_scenarios: list | None = None) -> dict:
     """Complete the card ``path`` (written by ``save_agent`` beside the zip) of a student of
-    :func:`expert_iteration` on scenario ``sc`` (made with ``kwargs``): its teacher, ``training``
-    (the rounds so far: ``history``, ``selected_round``...), what it was trained on and never saw, and
-    the scenarios it is for (``for_scenarios``, default ``sc``'s: ``compare`` shows it only there).
-    Returns the card."""
+    :func:`expert_iteration` on scenario ``sc`` (made with ``kwargs``; or lists of both, a mix, with
+    ``overrides`` one dict per scenario): its teacher, ``training`` (the rounds so far: ``history``,
+    ``selected_round``...), what it was trained on and never saw, and the scenarios it is for
+    (``for_scenarios``, default the scenarios trained on: ``compare`` shows it only there). A mix's
+    card has the first scenario's ``env_kwargs`` (those the agent's env is made with to check its
+    wrappers). Returns the card."""
     path = Path(path)
-    changed = {k: v for k, v in (overrides or {}).items() if k not in sc.requires}  # (a required trace is not a change)
+    scs, all_kwargs = (sc, kwargs) if isinstance(sc, (list, tuple)) else ([sc], [kwargs])
+    if overrides is None or isinstance(overrides, dict):
+        overrides = [overrides or {}] * len(scs)
+    # (a required trace is not a change)
+    changed = [{k: v for k, v in (o or {}).items() if k not in s.requires} for s, o in zip(scs, overrides)]
     labelled = len(training["history"]) * training["episodes_per_round"]
     sel = training["select_seeds"]
     card = json.loads(path.read_text())
     card.update({
-        "algorithm": "PPO", "policy": "MlpPolicy", "seed": seed, "env_kwargs": kwargs,
+        "algorithm": "PPO", "policy": "MlpPolicy", "seed": seed, "env_kwargs": all_kwargs[0],
         "training": {"method": "expert iteration: DAgger over the rollout reference, cross-entropy fits of the "
                                "policy network (mooncake_gym/agents/expert.py)",
                      "teacher": teacher, "base": repr(base), **training},
         # (a distilled student: fit to labelled decisions, no PPO step)
         "timesteps": 0, "labelled_decisions": training["history"][-1]["labels"], "wall_time_s": training["wall_time_s"],
-        "trained_on": [{"scenario": sc.name + (f" with {changed}" if changed else ""), "env_kwargs": kwargs,
-                        "seeds": f"0-{labelled - 1} (labelled), {min(sel)}-{max(sel)} (selection)"}],
-        "never_saw": [s.name for s in scenarios_of(sc.problem) if s.name != sc.name or changed]
+        "trained_on": [{"scenario": s.name + (f" with {c}" if c else ""), "env_kwargs": k,
+                        "seeds": f"0-{labelled - 1} (labelled), {min(sel)}-{max(sel)} (selection)"}
+                       for s, k, c in zip(scs, all_kwargs, changed)],
+        "never_saw": [s.name for s in scenarios_of(scs[0].problem)
+                      if not any(s.name == t.name and not c for t, c in zip(scs, changed))]
         + ["seeds >= 1,000,000 (compare's held-out seeds)"],
-        "scenarios": list(for_scenarios or [sc.name]),
+        "scenarios": list(for_scenarios or dict.fromkeys(s.name for s in scs)),
         "threads": 1, "versions": library_versions(),
     })
     card["sha256"] = sha256_of(path.with_suffix(".zip"))
@@ -216,55 +250,67 @@ FINE_TUNE_HP = {"learning_rate": 3e-5, "gamma": 0.999, "clip_range": 0.1, "n_ste
                 "n_epochs": 5, "policy_kwargs": {"net_arch": NET_ARCH}}
 
 
-def fine_tune(student, scenario: str, out, base, reward: str = "ttft", timesteps: int = 120_000,
+def fine_tune(student, scenario, out, base, reward: str = "ttft", timesteps: int = 120_000,
               chunk: int = 60_000, envs: int = 4, value_episodes: int = 2, select_seeds=range(900, 904),
               time_budget_s: float = 1800.0, name: str = "expert_routing_ppo", seed: int = 0,
-              overrides: dict | None = None) -> dict:
+              overrides=None) -> dict:
     """PPO from the distilled ``student`` (an agent zip of :func:`expert_iteration`) on ``scenario``
     with the env's ``reward`` ("ttft" or "credit"), through
     :func:`~mooncake_gym.agents.warmstart.warm_start_ppo` (checkpoints chosen on ``select_seeds`` by
     the mean TTFT against ``base``'s; the student, timestep 0, unless one is better). Before PPO the
     value network is fit (the policy left as it is) to the student's discounted returns under that
-    reward on ``value_episodes`` training episodes (seeds 990..), so both rewards start from a
-    critic of their own. Returns the card."""
+    reward on ``value_episodes`` training episodes (seeds 990..) of each scenario, so both rewards
+    start from a critic of their own. ``scenario`` may be a list (a mix, as in
+    :func:`expert_iteration`; ``overrides`` then one dict per scenario): ``envs`` vector envs of each,
+    checkpoints chosen by :func:`~mooncake_gym.agents.warmstart.selection_score`. Returns the card."""
     agent = load(student)
-    sc = get_scenario(scenario)
-    kwargs = sc.config(**(overrides or {}))
-    if sc.base_env_id.endswith("-v0"):
-        kwargs["reward"] = reward
+    names = [scenario] if isinstance(scenario, str) else list(scenario)
+    if overrides is None or isinstance(overrides, dict):
+        overrides = [overrides or {}] * len(names)
+    if len(overrides) != len(names):
+        raise ValueError(f"overrides: expected one dict per scenario ({len(names)}), got {len(overrides)}")
+    scs = [get_scenario(n) for n in names]
+    env_id = scs[0].base_env_id
+    if any(s.base_env_id != env_id for s in scs):
+        raise ValueError(f"scenario: expected scenarios of one env id, got {sorted({s.base_env_id for s in scs})}")
+    all_kwargs = [s.config(**o) for s, o in zip(scs, overrides)]
+    if env_id.endswith("-v0"):
+        for k in all_kwargs:
+            k["reward"] = reward
     elif reward != "ttft":  # PrefillRouting-v1's reward is the ttft one (-TTFT / SLO), with no choice
-        raise ValueError(f"reward: {sc.base_env_id} has the ttft reward only, got {reward!r}")
+        raise ValueError(f"reward: {env_id} has the ttft reward only, got {reward!r}")
     gamma = FINE_TUNE_HP["gamma"]
 
     def init(model, specs):
         """the distilled student, its value network fit to its returns"""
         model.policy.load_state_dict(agent.policy.state_dict())
-        env = _wrapped(kwargs, specs, sc.base_env_id)
         obs_all, act_all, ret_all = [], [], []
-        for s in range(990, 990 + value_episodes):
-            obs, _ = env.reset(seed=s)
-            rewards, done = [], False
-            while not done:
-                a = int(model.predict(obs, deterministic=True)[0])
-                obs_all.append(obs)
-                act_all.append(a)
-                obs, r, term, trunc, _ = env.step(a)
-                rewards.append(r)
-                done = term or trunc
-            g, ret = 0.0, np.empty(len(rewards), np.float32)
-            for t in range(len(rewards) - 1, -1, -1):
-                g = rewards[t] + gamma * g
-                ret[t] = g
-            ret_all.append(ret)
-        env.close()
+        for kwargs in all_kwargs:
+            env = _wrapped(kwargs, specs, env_id)
+            for s in range(990, 990 + value_episodes):
+                obs, _ = env.reset(seed=s)
+                rewards, done = [], False
+                while not done:
+                    a = int(model.predict(obs, deterministic=True)[0])
+                    obs_all.append(obs)
+                    act_all.append(a)
+                    obs, r, term, trunc, _ = env.step(a)
+                    rewards.append(r)
+                    done = term or trunc
+                g, ret = 0.0, np.empty(len(rewards), np.float32)
+                for t in range(len(rewards) - 1, -1, -1):
+                    g = rewards[t] + gamma * g
+                    ret[t] = g
+                ret_all.append(ret)
+            env.close()
         return clone(model, np.asarray(obs_all, np.float32), np.asarray(act_all, np.int64), np.concatenate(ret_all),
                      epochs=10, policy_coef=0.0, value_coef=1.0, seed=seed)
 
     workloads = [{"scenario": sc.name, "env_kwargs": kwargs, "teacher": f"(the student {Path(student).name})",
-                  "envs": envs, "reference": base}]
+                  "envs": envs, "reference": base} for sc, kwargs in zip(scs, all_kwargs)]
     return warm_start_ppo(workloads, out, wrappers=agent.wrappers, timesteps=timesteps, select_seeds=select_seeds,
                           chunk=chunk, seed=seed, hyperparameters=FINE_TUNE_HP, time_budget_s=time_budget_s,
-                          env_id=sc.base_env_id, name=name, init=init)
+                          env_id=env_id, name=name, init=init)
 
 
 def complete_expert_card(path, compare_jsons: list, notes: str, scenarios: list, student=None,
@@ -298,6 +344,23 @@ def complete_expert_card(path, compare_jsons: list, notes: str, scenarios: list,
     return card
 
 
+def parse_workload(text: str) -> tuple[str, dict]:
+    """A scenario of ``--scenario``: ``NAME`` or ``NAME:KEY=VALUE:...`` (env kwargs over the
+    scenario's; a VALUE that parses as JSON is that value, else the string). Returns (name, kwargs)."""
+    name, *pairs = text.strip().split(":")
+    get_scenario(name)  # (an unknown name: its one-line error)
+    kwargs = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not key:
+            raise ValueError(f"--scenario: expected NAME:KEY=VALUE:..., got {text!r}")
+        try:
+            kwargs[key] = json.loads(value)
+        except json.JSONDecodeError:
+            kwargs[key] = value
+    return name, kwargs
+
+
 def base_rule(policy: str, tuned: str | None = None, problem: str = "routing"):
     """The rollout's base rule: routing baseline ``policy`` with the knobs of ``tune``'s result file
     ``tuned`` (whose ``policy`` and problem must be the same), else its defaults; and its row name.
@@ -319,7 +382,10 @@ if __name__ == "__main__":
 
     ap = argparse.ArgumentParser(description="expert iteration: distil the rollout reference into a policy network")
     ap.add_argument("out")
-    ap.add_argument("--scenario", required=True, help="a registered routing scenario (docs/scenarios.md)")
+    ap.add_argument("--scenario", required=True, action="append",
+                    help="a registered routing scenario (docs/scenarios.md); repeated, a mix of them. Each may carry "
+                         "env kwargs over its own as NAME:KEY=VALUE:... (VALUE in JSON, else a string), e.g. "
+                         "routing-cluster-saturated:load=0.45:base_trace=long.jsonl")
     ap.add_argument("--base", default="relsplit", help="the rollout's base rule (default relsplit)")
     ap.add_argument("--tuned", help="tune's result file with the base rule's knobs")
     ap.add_argument("--horizon", type=int, default=DEFAULT_HORIZON)
@@ -334,26 +400,33 @@ if __name__ == "__main__":
     ap.add_argument("--timesteps", type=int, default=120_000, help="--fine-tune: PPO steps")
     ap.add_argument("--chunk", type=int, default=60_000, help="--fine-tune: PPO steps between checkpoints")
     ap.add_argument("--budget-s", type=float, default=1800.0, help="--fine-tune: wall-clock budget (s)")
+    ap.add_argument("--envs", type=int, default=4, help="--fine-tune: vector envs of each scenario (default 4)")
     ap.add_argument("--tau", type=float, default=0.0, help="soft targets' temperature in s of TTFT (0: the chosen actions)")
     ap.add_argument("--trace", help="the trace file of a scenario that needs one (compare --trace)")
     ap.add_argument("--load", type=float, help="train at this load instead of the scenario's (a realistic cluster's)")
     ap.add_argument("--episode-requests", type=int, help="requests per training episode instead of the scenario's")
     ap.add_argument("--resume", action="store_true", help="go on from OUT's run stopped between rounds")
+    ap.add_argument("--seed", type=int, default=0, help="the network's initialisation and fits' shuffles (default 0)")
     ap.add_argument("--for", dest="for_scenarios", help="comma-separated scenarios the card names (where compare "
                     "shows the agent; default --scenario)")
     a = ap.parse_args()
     try:
-        sc = get_scenario(a.scenario)
-        overrides = {**sc.trace_kwargs(a.trace), **({"load": a.load} if a.load is not None else {}),
-                     **({"episode_requests": a.episode_requests} if a.episode_requests is not None else {})}
-        rule, label = base_rule(a.base, a.tuned, sc.problem)
+        specs = [parse_workload(w) for w in a.scenario]
+        common = {**({"load": a.load} if a.load is not None else {}),
+                  **({"episode_requests": a.episode_requests} if a.episode_requests is not None else {})}
+        overrides = [{**get_scenario(n).trace_kwargs(a.trace), **common, **o} for n, o in specs]
+        names = [n for n, _ in specs]
+        rule, label = base_rule(a.base, a.tuned, get_scenario(names[0]).problem)
         if a.fine_tune:
-            fine_tune(a.fine_tune, a.scenario, a.out, rule, a.reward, a.timesteps, chunk=a.chunk, name=a.name,
-                      select_seeds=range(900, 900 + a.select_seeds), time_budget_s=a.budget_s, overrides=overrides)
+            fine_tune(a.fine_tune, names[0] if len(names) == 1 else names, a.out, rule, a.reward, a.timesteps,
+                      chunk=a.chunk, envs=a.envs, name=a.name, select_seeds=range(900, 900 + a.select_seeds),
+                      time_budget_s=a.budget_s, overrides=overrides[0] if len(names) == 1 else overrides,
+                      seed=a.seed)
             raise SystemExit(0)
-        expert_iteration(a.scenario, a.out, rule, a.horizon, a.rounds, a.episodes, a.epochs,
-                         range(900, 900 + a.select_seeds), name=a.name,
-                         teacher_name=f"rollout H={a.horizon} over {label}", tau=a.tau, overrides=overrides,
+        expert_iteration(names[0] if len(names) == 1 else names, a.out, rule, a.horizon, a.rounds, a.episodes,
+                         a.epochs, range(900, 900 + a.select_seeds), seed=a.seed, name=a.name,
+                         teacher_name=f"rollout H={a.horizon} over {label}", tau=a.tau,
+                         overrides=overrides[0] if len(names) == 1 else overrides,
                          for_scenarios=a.for_scenarios.split(",") if a.for_scenarios else None, resume=a.resume)
     except ValueError as e:
         ap.error(str(e))
