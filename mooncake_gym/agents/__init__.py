@@ -50,17 +50,17 @@ SHIPPED_SHA256 = {
     # behind RoutingRelativeFeatures; per-scenario (their cards' "scenarios"). expert_cluster_trace: trained on
     # routing-cluster-long-context (the trace's requests i.i.d.), for routing-cluster-mooncake-trace too
     "expert_cluster_trace": {"zip": "f35ae9a5ca9d909a0720407c5e9b211867c8d0fcd56935ac46564ce039d3b21d",
-                             "json": "32134bd0d89756b8ac85c7a24abaf60e74c76ce48c193012efceda722a5f6f03"},
+                             "json": "60982010b9d312498971e5902ed63b00257d9c8ca929128d318b01389fba0575"},
     # ppo_cluster_saturated: the student of routing-cluster-saturated, then PPO with the ttft reward
     "ppo_cluster_saturated": {"zip": "c7b22bd112ff75e4e1ca3b50b605fba46cfe55b671546e7aeca32af9efe83a9e",
-                              "json": "81327fb51bd947566d5514826d7d3dfec3de5a98c125cc4ad1364e982a77a6a2"},
+                              "json": "cb66afa7728aed4977dd486735ecfeab4e56e8401adab2d8ce6849f308a0b7e0"},
     # ppo_cluster_heterogeneous: the same recipe on routing-cluster-heterogeneous
     "ppo_cluster_heterogeneous": {"zip": "0f312a7b48ae9cd1a52fb5c54c638f56ed45a5737b5d2eb0ee6a001159a4f161",
-                                  "json": "56af54fa8a8906a5a04611b6733f0266e4937e405321587d4d7e201445ba3837"},
+                                  "json": "6d0bef0322ead540a008ec849bf28e9096ab52ccd3d8b70e11942b169a35e870"},
     # expert_cluster_synthetic: trained only on synthetic workloads (routing-cluster-saturated, -heterogeneous and
     # the saturated cluster with long prompts of LONG_PROMPT_SYNTHETIC), for windows of Mooncake's trace among others
     "expert_cluster_synthetic": {"zip": "a9f949bb060d6dcc986407b463b16ee1dc33c23387f21be4120a7e1cf3448188",
-                                 "json": "1f11048d3f17a172cf610d1f094045f813a3adadd6e2adb06a158fec185643c9"},
+                                 "json": "4a01f5939a2cc5151e333e27a00d7415a0893e1cd3878e26c556fa0443c72630"},
 }
 
 
