@@ -148,13 +148,15 @@ def test_rollout_refuses_a_feedback_rule_and_a_bad_horizon():
 
 def test_compare_rollout_rows_take_the_tuned_knobs_and_are_references():
     assert cmp.parse_rollout("relsplit:64") == ("relsplit", 64)
-    assert cmp.parse_rollout("kvcentric") == ("kvcentric", 128)
+    assert cmp.parse_rollout("kvcentric") == ("kvcentric", None)  # the problem's default (128 on routing)
     for bad in ("nosuch:4", "kvcentric:x", "kvcentric:-2"):
         with pytest.raises(ValueError, match="--rollout: expected BASE"):
             cmp.parse_rollout(bad)
     setting = cmp.Setting("routing", "tiny", "mooncake_gym/PrefillRouting-v0",
                           dict(trace=TRACE, cache_blocks=0, instances="1xH800+1xA800"), scenario="tiny")
     tuned = [{"policy": "kvcentric", "env": "routing", "knobs": {"threshold": 2.0}, "scenario": "tiny"}]
+    assert list(cmp.rollout_policies(setting, [("kvcentric", None)], tuned)) == [
+        "rollout H=128 over kvcentric (tuned on tiny) (reference)"]
     (name, policy), = cmp.rollout_policies(setting, [("kvcentric", 4)], tuned).items()
     assert name == "rollout H=4 over kvcentric (tuned on tiny) (reference)"
     assert policy.policy.threshold == 2.0 and policy.horizon == 4
@@ -299,6 +301,8 @@ def test_admission_rollout_on_the_conductor_admits_on_the_default_route():
 
 def test_compare_admission_rollout_rows_take_the_rule_and_its_env_arguments():
     assert cmp.parse_rollout("context_oracle:256") == ("context_oracle", 256)
+    setting = cmp.Setting("admission-v1", "a", ADMISSION, {}, scenario="a")
+    assert list(cmp.rollout_policies(setting, [("early", None)], [])) == ["rollout H=10000 over early (reference)"]
     setting = cmp.Setting("admission-v1", "a", ADMISSION, dict(trace=ADMISSION_TRACE, preset=ADMISSION_PRESET),
                           scenario="a")
     tuned = [{"policy": "context_oracle", "env": "admission-v1", "knobs": {"low": 0.6}, "scenario": "a"}]

@@ -41,8 +41,10 @@ without paying for it. The base rule's answer is tried first and wins ties. A re
 predicted TTFT on the default route (exact: Algorithm 1's estimate) exceeds the TTFT SLO is
 rejected without trials: it can never count, and admitting it only takes capacity. The horizon
 truncates: a request still decoding at the trial's end earns nothing in it, so the look-ahead
-must be long against the requests' decode times (at load 2, 128 arrivals are about 20 s of
-arrivals; ``compare --rollout BASE:H``). :func:`env_trials` is the one entry for both decisions
+must be long against the requests' decode times (at load 2, 128 arrivals are about 10 s of
+arrivals, and the rollout over H=128 is worse than its base); ``compare --rollout BASE`` runs it
+to the episode's end (:data:`ADMISSION_HORIZON`), Bertsekas' rollout without truncation, never
+worse than its base. :func:`env_trials` is the one entry for both decisions
 (the rollout policy of ``compare`` and expert iteration's labels).
 """
 
@@ -57,6 +59,16 @@ from mooncake_gym.sim.views import Route, check_route
 
 #: The look-ahead of the reference row by default: requests routed by the base rule after a trial.
 DEFAULT_HORIZON = 128
+#: The admission rollout's by default: the largest, to the end of any scenario's episode (a trial
+#: counts a request's tokens only if it completes within it: shorter look-aheads favour short
+#: requests, docs/admission-v1.md "The rollout reference").
+ADMISSION_HORIZON = 10_000
+
+
+def default_horizon(problem: str) -> int:
+    """``compare --rollout BASE``'s look-ahead on a table of ``problem`` (admission-v1: the admission
+    and Conductor scenarios; else routing)."""
+    return ADMISSION_HORIZON if problem == "admission-v1" else DEFAULT_HORIZON
 
 
 def check_horizon(horizon) -> int:

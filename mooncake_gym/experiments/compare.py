@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 
 from mooncake_gym.agents import available, card, load_agent
-from mooncake_gym.analysis.rollout import DEFAULT_HORIZON, check_horizon, rollout_name
+from mooncake_gym.analysis.rollout import check_horizon, default_horizon, rollout_name
 from mooncake_gym.baselines import ADMISSION_V1_POLICIES, POLICIES, ROUTING_POLICIES
 from mooncake_gym.evaluation import problems
 from mooncake_gym.evaluation.episodes import check_model_fits, evaluate, ModelPolicy, RolloutPolicy
@@ -371,16 +371,16 @@ def agents_fitting(setting: Setting, agents: dict) -> dict:
     return out
 
 
-def parse_rollout(text: str) -> tuple[str, int]:
+def parse_rollout(text: str) -> tuple[str, int | None]:
     """``BASE[:H]`` of ``--rollout``: a routing baseline (routing scenarios) or an admission one
-    (admission and Conductor scenarios) and the look-ahead (default
-    :data:`~mooncake_gym.analysis.rollout.DEFAULT_HORIZON`)."""
+    (admission and Conductor scenarios) and the look-ahead (None where not given: the problem's
+    default, :func:`~mooncake_gym.analysis.rollout.default_horizon`)."""
     base, sep, h = str(text).partition(":")
     if base not in ROUTING_POLICIES and base not in ADMISSION_V1_POLICIES:
         raise ValueError(f"--rollout: expected BASE[:H] with BASE a routing baseline ({', '.join(sorted(ROUTING_POLICIES))}) "
                          f"or an admission one ({', '.join(sorted(ADMISSION_V1_POLICIES))}), got {text!r}")
     try:
-        horizon = check_horizon(int(h)) if sep else DEFAULT_HORIZON
+        horizon = check_horizon(int(h)) if sep else None
     except ValueError:
         raise ValueError(f"--rollout: expected BASE[:H] with H an integer in [0, 10000], got {text!r}") from None
     return base, horizon
@@ -419,6 +419,7 @@ def rollout_policies(setting: Setting, rollouts, tuned: list) -> dict:
                              f"({setting.problem}: {', '.join(sorted(POLICIES[problem.baselines]))})")
         doc = next((d for d in tuned if d["env"] == setting.problem and d["policy"] == base), None)
         rule = problem.policy(base, **(doc["knobs"] if doc else {}))
+        horizon = default_horizon(setting.problem) if horizon is None else horizon
         policy = RolloutPolicy(rule.policy, horizon, rollout_name(tuned_name(doc) if doc else base, horizon))
         policy.env_kwargs = rule.env_kwargs  # (e.g. the oracle's output length for context_oracle)
         out[policy.name] = policy
