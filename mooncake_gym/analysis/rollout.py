@@ -44,8 +44,8 @@ truncates: a request still decoding at the trial's end earns nothing in it, so t
 must be long against the requests' decode times (at load 2, 128 arrivals are about 10 s of
 arrivals, and the rollout over H=128 is worse than its base); ``compare --rollout BASE`` runs it
 to the episode's end (:data:`ADMISSION_HORIZON`), Bertsekas' rollout without truncation, never
-worse than its base. :func:`env_trials` is the one entry for both decisions
-(the rollout policy of ``compare`` and expert iteration's labels).
+worse than its base. :func:`env_trials` is the one entry for both decisions (the rollout policy
+of ``compare``, ``evaluation.episodes.RolloutPolicy``).
 """
 
 from __future__ import annotations
