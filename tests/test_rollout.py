@@ -309,9 +309,30 @@ def test_compare_admission_rollout_rows_take_the_rule_and_its_env_arguments():
     (name, policy), = cmp.rollout_policies(setting, [("context_oracle", 12)], tuned).items()
     assert name == "rollout H=12 over context_oracle (tuned on a) (reference)"
     assert policy.policy.low == 0.6 and policy.env_kwargs == {"oracle": True}
-    with pytest.raises(ValueError, match="--rollout: kvcentric is not a baseline of a's problem"):
+    with pytest.raises(ValueError, match=r"--rollout: no rollout row on a: kvcentric is not a baseline of its problem \(admission-v1: "):
         cmp.rollout_policies(setting, [("kvcentric", 4)], [])
     cmp.run_setting(setting, {"baseline": cmp.problems.get("admission-v1").policy("baseline"), name: policy}, [0])
     cmp.add_ratios(setting)
     rows = {r["policy"]: r for r in setting.rows}
     assert rows[name]["kind"] == "reference" and rows[name]["best_rule"] == "baseline"
+
+
+def test_compare_all_scenarios_keeps_each_rollout_where_its_base_fits(monkeypatch):
+    """``compare --scenario all --rollout kvcentric:2 --rollout baseline:2``: the routing rule's rollout on
+    the routing scenario, the admission rule's on the admission one, a note for each that does not fit."""
+    from mooncake_gym.evaluation.scenarios import Scenario
+
+    tiny = {"r": Scenario("r", "routing", "mooncake_gym/PrefillRouting-v0", {"trace": TRACE, "cache_blocks": 0,
+                                                                            "instances": "1xH800+1xA800"}, "tiny"),
+            "a": Scenario("a", "admission", ADMISSION, {"trace": ADMISSION_TRACE, "preset": ADMISSION_PRESET}, "tiny")}
+    monkeypatch.setattr(cmp, "SCENARIOS", tiny)
+    settings, skipped = cmp.compare_scenarios("all", seeds=1, agents={}, progress=False,
+                                              rollouts=[("kvcentric", 2), ("baseline", 2)])
+    rows = {s.scenario: {r["policy"] for r in s.rows if r.get("kind") == "reference"} for s in settings}
+    assert rows == {"r": {"rollout H=2 over kvcentric (reference)"}, "a": {"rollout H=2 over baseline (reference)"}}
+    assert skipped == ["r: no rollout row over baseline, baseline is not a baseline of its problem (routing: "
+                       + ", ".join(sorted(cmp.POLICIES["routing"])) + ")",
+                       "a: no rollout row over kvcentric, kvcentric is not a baseline of its problem (admission-v1: "
+                       + ", ".join(sorted(cmp.POLICIES["admission-v1"])) + ")"]
+    with pytest.raises(ValueError, match="--rollout: no rollout row on r: baseline is not a baseline"):
+        cmp.rollout_policies(settings[0], [("baseline", 2)], [])  # (a named scenario: an error)

@@ -390,12 +390,15 @@ def parse_rollout(text: str) -> tuple[str, int | None]:
 ROLLOUT_PROBLEMS = ("routing", "routing-cluster", "admission-v1")
 
 
-def rollout_unsupported(setting: Setting) -> str | None:
-    """Why the rollout reference cannot run on ``setting`` (None: it can)."""
+def rollout_unsupported(setting: Setting, base: str | None = None) -> str | None:
+    """Why the rollout reference (over baseline ``base``, if given) cannot run on ``setting`` (None: it can)."""
     if setting.problem not in ROLLOUT_PROBLEMS:
         return f"the rollout reference runs on {', '.join(ROLLOUT_PROBLEMS)} scenarios, not {setting.problem}"
     if not as_observation(setting.env_kwargs.get("observation")).exact:
         return "the rollout reference needs the exact observation (its trials read the simulator's true state)"
+    own = POLICIES[problems.get(setting.problem).baselines]
+    if base is not None and base not in own:
+        return f"{base} is not a baseline of its problem ({setting.problem}: {', '.join(sorted(own))})"
     return None
 
 
@@ -406,17 +409,12 @@ def rollout_policies(setting: Setting, rollouts, tuned: list) -> dict:
     state): each over BASE (a baseline of the setting's problem) with the knobs of its tuned document
     if one is given (``tuned``), else its defaults. Elsewhere a ``ValueError`` saying why
     (:func:`rollout_unsupported`)."""
-    if not rollouts:
-        return {}
-    why = rollout_unsupported(setting)
-    if why is not None:
-        raise ValueError(f"--rollout: no rollout row on {setting.scenario or setting.label}: {why}")
     out = {}
-    problem = problems.get(setting.problem)
+    problem = problems.get(setting.problem) if rollouts else None
     for base, horizon in rollouts:
-        if base not in POLICIES[problem.baselines]:
-            raise ValueError(f"--rollout: {base} is not a baseline of {setting.scenario or setting.label}'s problem "
-                             f"({setting.problem}: {', '.join(sorted(POLICIES[problem.baselines]))})")
+        why = rollout_unsupported(setting, base)
+        if why is not None:
+            raise ValueError(f"--rollout: no rollout row on {setting.scenario or setting.label}: {why}")
         doc = next((d for d in tuned if d["env"] == setting.problem and d["policy"] == base), None)
         rule = problem.policy(base, **(doc["knobs"] if doc else {}))
         horizon = default_horizon(setting.problem) if horizon is None else horizon
@@ -455,11 +453,12 @@ def compare_scenarios(names="all", seeds: int = DEFAULT_SEEDS, trace=None, agent
         s = scenario_setting(sc, **own)
         s.trace = sc.trace_check(trace if own else None)
         docs = [d for d in tuned or [] if d.get("scenario") in (None, sc.name)]
-        if rollouts and names == "all" and rollout_unsupported(s) is not None:  # (named, it is an error)
-            skipped.append(f"{sc.name}: no rollout row, {rollout_unsupported(s)}")
-            rows = {}
-        else:
-            rows = rollout_policies(s, rollouts, docs)
+        fitting = rollouts
+        if rollouts and names == "all":  # (named, a rollout that cannot run is an error)
+            fitting = [r for r in rollouts if rollout_unsupported(s, r[0]) is None]
+            skipped += [f"{sc.name}: no rollout row over {r[0]}, {rollout_unsupported(s, r[0])}"
+                        for r in rollouts if r not in fitting]
+        rows = rollout_policies(s, fitting, docs)
         plan.append((s, {**with_tuned(policies_for(s.problem, agents_fitting(s, agents), sc.name), s.problem, docs),
                          **rows}))
     run_plan(plan, seed_list, progress, threads, workers=workers)
