@@ -208,3 +208,32 @@ def test_admission_and_conductor_scenarios_build_and_run_a_baseline(scenario):
     assert env.prediction and env.prediction_sigma == 0.5
     m = evaluate(env.spec.id, ADMISSION_V1_POLICIES["early"](), [0], episode_requests=60)[0]
     assert m["requests"] == 60 and m["token_goodput"] >= 0 and m["steps"] == 60 - m["refused_too_long"]
+
+
+def test_the_admission_rules_knobs_reach_the_conductors_admission_decision():
+    """On conductor-mooncake every admission rule at its defaults and over its tuning grid gives the
+    same goodput (docs/leaderboard.md). Not a lost knob: the env admits exactly what the rule answers,
+    and a knob changes the episode once it reaches the decode load of that cluster, whose 8 decode
+    instances stay below 0.28 of their KV or TBT (the grids' ``low`` starts at 0.5)."""
+    from mooncake_gym.evaluation.problems import get as get_problem
+    from mooncake_gym.evaluation.scenarios import get_scenario
+
+    sc = get_scenario("conductor-mooncake")
+    kw = {**sc.config(), "episode_requests": 300}
+    problem = get_problem("admission-v1")
+    env = gym.make(sc.base_env_id, **kw)
+    env.reset(seed=0)
+    u, rule, loads, done = env.unwrapped, problem.policy("context_predicted").policy, [], False
+    while not done:
+        view = u.decision_view()
+        loads.append(decode_load_with(view, view.input_tokens + view.predicted_output_tokens))
+        admit = rule(view)
+        _, _, done, _, info = env.step(u.encode_action(admit))
+        assert info["admitted"] == admit
+    assert 0.19 < min(loads) and max(loads) < 0.28
+    goodput = {}
+    for low, high in ((0.7, 0.9), (0.5, 0.8), (0.2, 0.25)):
+        e = evaluate(sc.base_env_id, problem.policy("context_predicted", low=low, high=high, max_footprint=4000),
+                     [0], **kw)[0]
+        goodput[low] = (e["token_goodput"], e["rejected_at_arrival"])
+    assert goodput == {0.7: (21087, 1), 0.5: (21087, 1), 0.2: (12953, 224)}

@@ -184,3 +184,50 @@ def test_v0_takes_diurnal_sessions_on_both_engines():
             out += [obs.tobytes(), repr(reward), repr({k: v for k, v in info.items() if k != "action_mask"})]
         runs.append(out)
     assert runs[0] == runs[1]
+
+
+# -- OverloadAdmission-v1 and Conductor-v1 take the same arguments (ClusterEnv) -------------------------
+ADMISSION_V1, CONDUCTOR_V1 = "mooncake_gym/OverloadAdmission-v1", "mooncake_gym/Conductor-v1"
+
+
+def run_admission(env, seed, options=None):
+    """Every observation, reward and info of an episode decided by Algorithm 1's TTFT check, and its trace."""
+    obs, info = env.reset(seed=seed, options=options)
+    u = env.unwrapped
+    trace = u.sim.trace
+    out, done = [obs.tobytes(), repr(info)], False
+    while not done:
+        view = u.decision_view()
+        obs, reward, done, _, info = env.step(u.encode_action(view.predicted_ttft_s <= view.ttft_slo_s))
+        out += [obs.tobytes(), repr(reward), repr(info)]
+    return out, trace
+
+
+@pytest.mark.skipif(_engine.native is None, reason="the native engine is not built")
+@pytest.mark.parametrize("env_id", [ADMISSION_V1, CONDUCTOR_V1])
+def test_admission_and_conductor_take_arrivals_and_windows_on_both_engines(env_id):
+    python, native = [gym.make(env_id, engine=e, load=1.5, episode_requests=200, arrivals=DIURNAL)
+                      for e in ("python", "native")]
+    a, trace = run_admission(python, 4)
+    b, _ = run_admission(native, 4)
+    assert a == b and native.unwrapped._core is not None
+    _, poisson = run_admission(gym.make(env_id, load=1.5, episode_requests=200), 4)
+    assert trace.input_tokens.tolist() == poisson.input_tokens.tolist()  # the same requests, moved
+    assert trace.arrival_s.tolist() != poisson.arrival_s.tolist() and "diurnal 0.8 x 60s" in trace.name
+    base = synthetic_trace(0, 4.0, duration_s=None, n_requests=60)
+    python, native = [gym.make(env_id, engine=e, trace=base, speed=2.0, window_requests=25) for e in ("python", "native")]
+    a, trace = run_admission(python, 9, options={"offset": 7})
+    b, _ = run_admission(native, 9, options={"offset": 7})
+    assert a == b
+    assert trace.input_tokens.tolist() == base.input_tokens[7:32].tolist()
+    assert trace.arrival_s.tolist() == ((base.arrival_s[7:32] - base.arrival_s[7]) / 2.0).tolist()
+    with pytest.raises(ValueError, match=r"^options\['offset'\]: expected an integer in \[0, 35\]"):
+        python.reset(options={"offset": 36})
+    with pytest.raises(ValueError, match=r"^window_requests: replays a window of a trace; give trace= too"):
+        gym.make(env_id, window_requests=10)
+    with pytest.raises(ValueError, match="^options: unknown key 'offset'"):
+        gym.make(env_id, load=1.5, episode_requests=50).reset(options={"offset": 3})
+    # the defaults' episodes are unchanged by the new arguments
+    plain, _ = run_admission(gym.make(env_id, load=1.5, episode_requests=80), 3)
+    assert plain == run_admission(gym.make(env_id, load=1.5, episode_requests=80, arrivals=None,
+                                           window_requests=None), 3)[0]

@@ -11,7 +11,7 @@ from helpers import trace_of
 from mooncake_gym import _engine
 from mooncake_gym._engine.routing import native_policy, production_unsupported
 from mooncake_gym._engine.stepper import NativeRoutingSimulator
-from mooncake_gym.analysis.rollout import rollout_route, trials
+from mooncake_gym.analysis.rollout import admission_trials, env_trials, rollout_route, trials
 from mooncake_gym.baselines import make_policy
 from mooncake_gym.evaluation.episodes import RolloutPolicy, evaluate
 from mooncake_gym.experiments import compare as cmp
@@ -148,13 +148,15 @@ def test_rollout_refuses_a_feedback_rule_and_a_bad_horizon():
 
 def test_compare_rollout_rows_take_the_tuned_knobs_and_are_references():
     assert cmp.parse_rollout("relsplit:64") == ("relsplit", 64)
-    assert cmp.parse_rollout("kvcentric") == ("kvcentric", 128)
+    assert cmp.parse_rollout("kvcentric") == ("kvcentric", None)  # the problem's default (128 on routing)
     for bad in ("nosuch:4", "kvcentric:x", "kvcentric:-2"):
         with pytest.raises(ValueError, match="--rollout: expected BASE"):
             cmp.parse_rollout(bad)
     setting = cmp.Setting("routing", "tiny", "mooncake_gym/PrefillRouting-v0",
                           dict(trace=TRACE, cache_blocks=0, instances="1xH800+1xA800"), scenario="tiny")
     tuned = [{"policy": "kvcentric", "env": "routing", "knobs": {"threshold": 2.0}, "scenario": "tiny"}]
+    assert list(cmp.rollout_policies(setting, [("kvcentric", None)], tuned)) == [
+        "rollout H=128 over kvcentric (tuned on tiny) (reference)"]
     (name, policy), = cmp.rollout_policies(setting, [("kvcentric", 4)], tuned).items()
     assert name == "rollout H=4 over kvcentric (tuned on tiny) (reference)"
     assert policy.policy.threshold == 2.0 and policy.horizon == 4
@@ -168,7 +170,7 @@ def test_compare_rollout_rows_take_the_tuned_knobs_and_are_references():
     with pytest.raises(ValueError, match="--rollout: no rollout row on s: the rollout reference needs the exact observation"):
         cmp.rollout_policies(scraped, [("kvcentric", 4)], [])
     admission = cmp.Setting("admission-cluster", "a", "mooncake_gym/OverloadAdmission-v1", {}, scenario="a")
-    with pytest.raises(ValueError, match="--rollout: no rollout row on a: .*routing-cluster scenarios.*not admission-cluster"):
+    with pytest.raises(ValueError, match="--rollout: no rollout row on a: .*routing-cluster, admission-v1 scenarios, not admission-cluster"):
         cmp.rollout_policies(admission, [("kvcentric", 4)], [])
     assert cmp.rollout_policies(scraped, [], []) == {}
     assert not math.isnan(rows[name]["mean_ttft_s"])
@@ -221,3 +223,116 @@ def test_rollout_on_the_realistic_cluster_same_decisions_on_both_engines():
         runs[engine] = (actions, rewards, info["metrics"]["mean_ttft_s"])
         env.close()
     assert runs["python"] == runs["native"]
+
+
+# --- admission (OverloadAdmission-v1, Conductor-v1's admission) -----------------------------------------
+# One prefill instance and the one decode instance of mooncake-overload; 12 prompts of 8k-16k tokens
+# every 0.5 s with 300-900 output tokens. Admitting all of them (baseline: every TTFT is within the SLO)
+# makes 1,500 good tokens; the rollout with a look-ahead to the episode's end rejects one of them and
+# makes 1,900 (the cost improvement property, exact with a full horizon).
+ADMISSION_PRESET = PRESETS["mooncake-overload"].with_(n_prefill=1)
+ADMISSION_TRACE = trace_of(*[(0.5 * k, 8000 + 4000 * (k % 3), 300 + 200 * (k % 4)) for k in range(12)])
+ADMISSION = "mooncake_gym/OverloadAdmission-v1"
+ENGINES = ["python"] + (["native"] if _engine.available() else [])
+
+
+def episode_return(env, first: bool, rule) -> float:
+    """The return of the episode whose first request is admitted iff ``first``, the rest decided by ``rule``."""
+    u = env.unwrapped
+    env.reset(seed=0)
+    _, total, done, _, _ = env.step(u.encode_action(first))
+    while not done:
+        _, reward, done, _, _ = env.step(u.encode_action(rule(u.decision_view())))
+        total += reward
+    return total
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_admission_trials_with_a_full_horizon_are_the_episode_returns(engine):
+    env = gym.make(ADMISSION, trace=ADMISSION_TRACE, preset=ADMISSION_PRESET, engine=engine)
+    rule = cmp.problems.get("admission-v1").policy("baseline").policy
+    obs, _ = env.reset(seed=0)
+    tried, costs = admission_trials(env, rule, horizon=11)
+    assert tried == [True, False]  # the base rule's answer first
+    assert env.unwrapped.decision_view().index == 0 and env.unwrapped.snapshot() is not None
+    assert [-c for c in costs] == [episode_return(env, a, rule) for a in tried]
+    assert costs == pytest.approx([-8.20453624724601, -6.563629], abs=1e-6)
+    env.reset(seed=0)
+    assert env_trials(env, rule, 11) == (tried, costs)  # env actions: 1 admit, 0 reject
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_admission_rollout_with_a_full_horizon_beats_its_base_and_prunes_hopeless_requests(engine):
+    rule = cmp.problems.get("admission-v1").policy("baseline")
+    # (on the 8 s TTFT SLO the rollout's rejection shortens the prefill queue: one of the last requests meets it)
+    for preset, rejected in ((ADMISSION_PRESET, (0, 1)), (PRESETS["mooncake-overload-tight"].with_(n_prefill=1), (3, 3))):
+        kw = dict(trace=ADMISSION_TRACE, preset=preset, engine=engine)
+        base = evaluate(ADMISSION, rule, [0], **kw)[0]
+        roll = evaluate(ADMISSION, RolloutPolicy(rule.policy, 12), [0], **kw)[0]
+        assert (base["token_goodput"], roll["token_goodput"]) == (1500, 1900)
+        assert base["wasted_prefill_gpu_s"] == roll["wasted_prefill_gpu_s"] == 0
+        assert (base["rejected_at_arrival"], roll["rejected_at_arrival"]) == rejected
+    # on the 8 s TTFT SLO the last requests would miss it: rejected without trials
+    env = gym.make(ADMISSION, trace=ADMISSION_TRACE, preset=preset, engine=engine)
+    env.reset(seed=0)
+    pruned = 0
+    while True:
+        view = env.unwrapped.decision_view()
+        tried, costs = admission_trials(env, rule.policy, 3)
+        if view.predicted_ttft_s > view.ttft_slo_s:
+            assert (tried, costs) == ([False], [0.0])
+            pruned += 1
+        if env.step(env.unwrapped.encode_action(rule.policy(view)))[2]:
+            break
+    assert pruned == 3
+
+
+def test_admission_rollout_on_the_conductor_admits_on_the_default_route():
+    kw = dict(trace=ADMISSION_TRACE, preset=ADMISSION_PRESET.with_(n_decode=2))
+    rule = cmp.problems.get("admission-v1").policy("baseline")
+    env = gym.make("mooncake_gym/Conductor-v1", **kw)
+    env.reset(seed=0)
+    actions, costs = env_trials(env, rule.policy, 4)
+    assert [a.tolist() for a in actions] == [[1, 0, 0, 2], [0, 0, 0, 2]] and len(costs) == 2
+    roll = evaluate("mooncake_gym/Conductor-v1", RolloutPolicy(rule.policy, 12), [0], **kw)[0]
+    base = evaluate("mooncake_gym/Conductor-v1", rule, [0], **kw)[0]
+    assert roll["token_goodput"] >= base["token_goodput"]
+
+
+def test_compare_admission_rollout_rows_take_the_rule_and_its_env_arguments():
+    assert cmp.parse_rollout("context_oracle:256") == ("context_oracle", 256)
+    setting = cmp.Setting("admission-v1", "a", ADMISSION, {}, scenario="a")
+    assert list(cmp.rollout_policies(setting, [("early", None)], [])) == ["rollout H=10000 over early (reference)"]
+    setting = cmp.Setting("admission-v1", "a", ADMISSION, dict(trace=ADMISSION_TRACE, preset=ADMISSION_PRESET),
+                          scenario="a")
+    tuned = [{"policy": "context_oracle", "env": "admission-v1", "knobs": {"low": 0.6}, "scenario": "a"}]
+    (name, policy), = cmp.rollout_policies(setting, [("context_oracle", 12)], tuned).items()
+    assert name == "rollout H=12 over context_oracle (tuned on a) (reference)"
+    assert policy.policy.low == 0.6 and policy.env_kwargs == {"oracle": True}
+    with pytest.raises(ValueError, match=r"--rollout: no rollout row on a: kvcentric is not a baseline of its problem \(admission-v1: "):
+        cmp.rollout_policies(setting, [("kvcentric", 4)], [])
+    cmp.run_setting(setting, {"baseline": cmp.problems.get("admission-v1").policy("baseline"), name: policy}, [0])
+    cmp.add_ratios(setting)
+    rows = {r["policy"]: r for r in setting.rows}
+    assert rows[name]["kind"] == "reference" and rows[name]["best_rule"] == "baseline"
+
+
+def test_compare_all_scenarios_keeps_each_rollout_where_its_base_fits(monkeypatch):
+    """``compare --scenario all --rollout kvcentric:2 --rollout baseline:2``: the routing rule's rollout on
+    the routing scenario, the admission rule's on the admission one, a note for each that does not fit."""
+    from mooncake_gym.evaluation.scenarios import Scenario
+
+    tiny = {"r": Scenario("r", "routing", "mooncake_gym/PrefillRouting-v0", {"trace": TRACE, "cache_blocks": 0,
+                                                                            "instances": "1xH800+1xA800"}, "tiny"),
+            "a": Scenario("a", "admission", ADMISSION, {"trace": ADMISSION_TRACE, "preset": ADMISSION_PRESET}, "tiny")}
+    monkeypatch.setattr(cmp, "SCENARIOS", tiny)
+    settings, skipped = cmp.compare_scenarios("all", seeds=1, agents={}, progress=False,
+                                              rollouts=[("kvcentric", 2), ("baseline", 2)])
+    rows = {s.scenario: {r["policy"] for r in s.rows if r.get("kind") == "reference"} for s in settings}
+    assert rows == {"r": {"rollout H=2 over kvcentric (reference)"}, "a": {"rollout H=2 over baseline (reference)"}}
+    assert skipped == ["r: no rollout row over baseline, baseline is not a baseline of its problem (routing: "
+                       + ", ".join(sorted(cmp.POLICIES["routing"])) + ")",
+                       "a: no rollout row over kvcentric, kvcentric is not a baseline of its problem (admission-v1: "
+                       + ", ".join(sorted(cmp.POLICIES["admission-v1"])) + ")"]
+    with pytest.raises(ValueError, match="--rollout: no rollout row on r: baseline is not a baseline"):
+        cmp.rollout_policies(settings[0], [("baseline", 2)], [])  # (a named scenario: an error)

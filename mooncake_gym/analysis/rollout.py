@@ -28,6 +28,24 @@ baseline behind ``OnRoutingView``) and every request is admitted with the defaul
 a prompt's TTFT is final once its last prefill iteration is formed; a trial's requests whose prompts
 are still queued when it ends are charged the TTFT estimated at their dispatch (the truncated
 rollout's terminal cost). Same numbers on both engines (tests/test_rollout.py).
+
+**Admission** (``OverloadAdmission-v1``, and ``Conductor-v1``'s admission decision with the default
+route and decode rule): :func:`admission_trials` tries admit and reject at each arriving request on
+a snapshot of the environment (``ClusterEnv.snapshot`` / ``restore``, either engine), lets the base
+admission rule decide the next ``horizon`` arrivals, and keeps the trial with the larger sum of
+the environment's rewards over those steps: the output tokens of the requests that completed
+within both SLOs in that time (each request's tokens paid at its completion, in units of the mean
+output), less the waste penalty on the prefill wasted in it (rejected after prefill or
+preempted); the env's own objective, so that a trial cannot buy goodput with wasted prefill
+without paying for it. The base rule's answer is tried first and wins ties. A request whose
+predicted TTFT on the default route (exact: Algorithm 1's estimate) exceeds the TTFT SLO is
+rejected without trials: it can never count, and admitting it only takes capacity. The horizon
+truncates: a request still decoding at the trial's end earns nothing in it, so the look-ahead
+must be long against the requests' decode times (at load 2, 128 arrivals are about 10 s of
+arrivals, and the rollout over H=128 is worse than its base); ``compare --rollout BASE`` runs it
+to the episode's end (:data:`ADMISSION_HORIZON`), Bertsekas' rollout without truncation, never
+worse than its base. :func:`env_trials` is the one entry for both decisions (the rollout policy
+of ``compare``, ``evaluation.episodes.RolloutPolicy``).
 """
 
 from __future__ import annotations
@@ -41,6 +59,16 @@ from mooncake_gym.sim.views import Route, check_route
 
 #: The look-ahead of the reference row by default: requests routed by the base rule after a trial.
 DEFAULT_HORIZON = 128
+#: The admission rollout's by default: the largest, to the end of any scenario's episode (a trial
+#: counts a request's tokens only if it completes within it: shorter look-aheads favour short
+#: requests, docs/admission-v1.md "The rollout reference").
+ADMISSION_HORIZON = 10_000
+
+
+def default_horizon(problem: str) -> int:
+    """``compare --rollout BASE``'s look-ahead on a table of ``problem`` (admission-v1: the admission
+    and Conductor scenarios; else routing)."""
+    return ADMISSION_HORIZON if problem == "admission-v1" else DEFAULT_HORIZON
 
 
 def check_horizon(horizon) -> int:
@@ -160,6 +188,54 @@ def rollout_trials(sim, base, horizon: int = DEFAULT_HORIZON, snapshot=None) -> 
     finally:
         sim.restore(snap)
     return tried, costs
+
+
+def admission_trials(env, base, horizon: int = DEFAULT_HORIZON) -> tuple[list[bool], list[float]]:
+    """The admission rollout's trials at ``env``'s pending decision (an ``OverloadAdmission-v1`` or
+    ``Conductor-v1`` env, unwrapped or not; the module docstring): the answers tried (the base rule's
+    first; only reject where the request would miss its TTFT SLO) and each one's cost, minus the
+    sum of the env's rewards of the decision and the ``horizon`` steps after it decided by ``base``
+    (an admission rule on the view). ``env`` is left in the state it was in."""
+    u = env.unwrapped
+    view = u.decision_view()
+    if view is None or u.sim.done:
+        raise RuntimeError("rollout: the trace is exhausted")
+    if view.predicted_ttft_s > view.ttft_slo_s:
+        return [False], [0.0]
+    first = bool(base(view))
+    tried = [first, not first]
+    snap = u.snapshot()
+    costs = []
+    try:
+        for admit in tried:
+            u.restore(snap)
+            _, total, done, _, _ = u.step(u.encode_action(admit))
+            for _ in range(horizon):
+                if done:
+                    break
+                _, reward, done, _, _ = u.step(u.encode_action(bool(base(u.decision_view()))))
+                total += reward
+            costs.append(-float(total))
+    finally:
+        u.restore(snap)
+    return tried, costs
+
+
+def env_trials(env, base, horizon: int = DEFAULT_HORIZON) -> tuple[list, list[float]]:
+    """The rollout's trials at ``env``'s pending decision as env actions, and each one's cost (lower
+    is better; :func:`best_trial` keeps one): the routing trials of :func:`rollout_trials` (TTFT sums)
+    on a routing env (``PrefillRouting-v0``/``-v1``), the admission trials of :func:`admission_trials`
+    (minus the reward sums) on ``OverloadAdmission-v1`` and ``Conductor-v1``. ``env`` is left as it was."""
+    u = env.unwrapped
+    if getattr(u, "KIND", "routing") in ("admission", "conductor"):
+        tried, costs = admission_trials(u, base, horizon)
+    else:
+        sim = getattr(u, "sim", None)
+        if not hasattr(sim, "snapshot"):
+            raise ValueError(f"rollout: {u.spec.id if u.spec else type(u).__name__}'s simulator has no "
+                             "snapshot(); the rollout reference needs one")
+        tried, costs = rollout_trials(sim, base, horizon)
+    return [u.encode_action(t) for t in tried], costs
 
 
 def rollout_name(base_name: str, horizon: int) -> str:

@@ -52,8 +52,10 @@ OPTIONS = (
              "those that need one, the others are skipped with the reason"),
     opt("--rollout", action="append", default=None, metavar="BASE[:H]",
         help="with --scenario: also the rollout reference over baseline BASE (its --tuned knobs if given) with "
-             "a look-ahead of H requests (default 128), a non-deployable reference row (repeatable; "
-             "routing scenarios with the exact observation)"),
+             "a look-ahead of H requests (default 128 on routing, the episode's end on admission), a "
+             "non-deployable reference row (repeatable; "
+             "routing scenarios with the exact observation over a routing rule, admission and Conductor "
+             "scenarios over an admission rule)"),
     opt("--json", action="store_true", group="format", help="print one JSON document"),
     opt("--markdown", action="store_true", group="format", help="print Markdown tables"),
     preset_opt("the baselines on mooncake_gym/PrefillRouting-v1 and OverloadAdmission-v1, "

@@ -284,6 +284,23 @@ ARGUMENTS_DOC = """\
     ``"native"`` where the engine cannot run the environment raises ``ValueError`` saying why. An
     invalid argument raises ``ValueError`` naming it and its allowed range."""
 
+WORKLOAD_ARGUMENTS_DOC = """\
+    Two arguments shape the workload, as ``PrefillRouting-v0``'s do (the same code,
+    ``mooncake_gym.model.workload``); both are checked at ``gym.make`` (``ValueError`` naming them).
+    ``arrivals`` (not with ``trace``): None for the Poisson arrivals above, or a dict of the fields of
+    ``BurstyArrivals`` (``burst_ratio``, ``calm_s``, ``burst_s``: a two-state Markov-modulated Poisson
+    process, bursts ``burst_ratio`` times the calm rate) or of ``DiurnalArrivals`` (``amplitude``,
+    ``period_s``: a rate ``1 - amplitude x cos(2 pi t / period_s)`` times the mean), or one of those
+    objects. The mean rate stays ``load`` x the saturation throughput; the drawn requests are the
+    same as with Poisson arrivals, only their arrival times move (the bursty process's path is drawn
+    from a generator spawned from ``np_random``). Here the process shapes the requests' arrivals
+    (the i.i.d. draws have no sessions), where ``PrefillRouting-v0``'s shapes its sessions' starts.
+    ``window_requests`` (an integer, only with ``trace``): each episode replays that many consecutive
+    requests of the trace from an offset drawn uniformly from ``np_random`` (or given as
+    ``reset(options={"offset": k})``, then accepted as a reset option), their arrivals shifted to
+    start at 0 and then replayed at ``speed``; a trace no longer than the window is replayed whole.
+    The three v1 environments take both, from this code (``ClusterEnv``)."""
+
 SPEED_DOC = """\
     ``benchmarks/bench_envs.py`` (``mooncake-gym bench --only envs``) measures raw ``step``
     throughput next to Gymnasium's CartPole-v1 in the same run, and next to the environment's

@@ -8,8 +8,8 @@ from gymnasium import spaces
 from mooncake_gym.sim.cluster import ClusterAction
 from mooncake_gym.sim.routing import Route
 from mooncake_gym.model.prediction import DEFAULT_PREDICTION_SIGMA
-from mooncake_gym.envs.cluster import (ARGUMENTS_DOC, DEFAULT_WASTE_PENALTY, GOODPUT_REWARD_DOC, SPEED_DOC, ClusterEnv,
-                                       shared_sections)
+from mooncake_gym.envs.cluster import (ARGUMENTS_DOC, DEFAULT_WASTE_PENALTY, GOODPUT_REWARD_DOC, SPEED_DOC,
+                                       WORKLOAD_ARGUMENTS_DOC, ClusterEnv, shared_sections)
 from mooncake_gym.envs.common import INTEGER_TYPES
 
 _REJECT = ClusterAction(False, None, None)
@@ -60,9 +60,11 @@ class ConductorV1Env(ClusterEnv):
     ``gym.make("mooncake_gym/Conductor-v1", preset="mooncake", load=None, load_range=None,
     base_trace=None, trace=None, speed=1.0, episode_requests=1000, oracle=False, waste_penalty=0.1,
     render_mode=None, prediction=False, prediction_sigma=0.5,
-    observation=None, fresh_blocks=False, engine=None)``. With neither ``load`` nor
-    ``load_range`` the load is 1.5.
+    observation=None, fresh_blocks=False, engine=None, arrivals=None, window_requests=None)``.
+    With neither ``load`` nor ``load_range`` the load is 1.5.
 {ARGUMENTS_DOC}
+
+{WORKLOAD_ARGUMENTS_DOC}
 
     ## Speed
 
@@ -70,6 +72,8 @@ class ConductorV1Env(ClusterEnv):
 
     ## Version History
 
+    * 2026-12-05: ``arrivals=`` and ``window_requests=`` (as ``PrefillRouting-v1``'s, issue 26); the
+      defaults' episodes are unchanged.
     * v1: initial version (before its first release, issue 13: the reward and the primary metric
       became token goodput within both SLOs without the drain, and ``prediction=True`` was added;
       issue 27: ``action_masks()`` and ``info["action_mask"]``, the observations and rewards unchanged).
@@ -83,9 +87,10 @@ class ConductorV1Env(ClusterEnv):
                  speed: float = 1.0, episode_requests: int = 1000, oracle: bool = False,
                  waste_penalty: float = DEFAULT_WASTE_PENALTY, render_mode=None, prediction: bool = False,
                  prediction_sigma: float = DEFAULT_PREDICTION_SIGMA, observation=None, fresh_blocks: bool = False,
-                 engine=None):
+                 engine=None, arrivals=None, window_requests=None):
         super().__init__(preset, load, load_range, 1.5, base_trace, trace, speed, episode_requests, oracle,
-                         waste_penalty, render_mode, prediction, prediction_sigma, observation, fresh_blocks, engine)
+                         waste_penalty, render_mode, prediction, prediction_sigma, observation, fresh_blocks, engine,
+                         arrivals, window_requests)
         p = self.preset
         self.action_space = spaces.MultiDiscrete([2, p.n_prefill, 2, p.n_decode + 1])
         self._nvec = (2, p.n_prefill, 2, p.n_decode + 1)

@@ -6,8 +6,8 @@ from gymnasium import spaces
 
 from mooncake_gym.sim.cluster import ClusterAction
 from mooncake_gym.model.prediction import DEFAULT_PREDICTION_SIGMA
-from mooncake_gym.envs.cluster import (ARGUMENTS_DOC, DEFAULT_WASTE_PENALTY, GOODPUT_REWARD_DOC, SPEED_DOC, ClusterEnv,
-                                       shared_sections)
+from mooncake_gym.envs.cluster import (ARGUMENTS_DOC, DEFAULT_WASTE_PENALTY, GOODPUT_REWARD_DOC, SPEED_DOC,
+                                       WORKLOAD_ARGUMENTS_DOC, ClusterEnv, shared_sections)
 from mooncake_gym.envs.common import INTEGER_TYPES, in_space
 
 _ACTIONS = (ClusterAction(False, None, None), ClusterAction(True, None, None))
@@ -40,9 +40,11 @@ class OverloadAdmissionV1Env(ClusterEnv):
     ``gym.make("mooncake_gym/OverloadAdmission-v1", preset="mooncake-overload", load=None,
     load_range=None, base_trace=None, trace=None, speed=1.0, episode_requests=1000, oracle=False,
     waste_penalty=0.1, render_mode=None, prediction=False, prediction_sigma=0.5,
-    observation=None, fresh_blocks=False, engine=None)``. With neither
-    ``load`` nor ``load_range`` the load is 2.
+    observation=None, fresh_blocks=False, engine=None, arrivals=None, window_requests=None)``.
+    With neither ``load`` nor ``load_range`` the load is 2.
 {ARGUMENTS_DOC}
+
+{WORKLOAD_ARGUMENTS_DOC}
 
     ## Speed
 
@@ -50,6 +52,8 @@ class OverloadAdmissionV1Env(ClusterEnv):
 
     ## Version History
 
+    * 2026-12-05: ``arrivals=`` and ``window_requests=`` (as ``PrefillRouting-v1``'s, issue 26); the
+      defaults' episodes are unchanged.
     * v1: the whole cluster (``cluster.ClusterSimulator``: continuous-batching decode, TBT SLO,
       KV transfer, preemption) on ``mooncake-overload``; the observation adds the prefill pool
       per instance and the decode pool per instance; the reward counts output tokens; load as a
@@ -67,9 +71,10 @@ class OverloadAdmissionV1Env(ClusterEnv):
                  speed: float = 1.0, episode_requests: int = 1000, oracle: bool = False,
                  waste_penalty: float = DEFAULT_WASTE_PENALTY, render_mode=None, prediction: bool = False,
                  prediction_sigma: float = DEFAULT_PREDICTION_SIGMA, observation=None, fresh_blocks: bool = False,
-                 engine=None):
+                 engine=None, arrivals=None, window_requests=None):
         super().__init__(preset, load, load_range, 2.0, base_trace, trace, speed, episode_requests, oracle,
-                         waste_penalty, render_mode, prediction, prediction_sigma, observation, fresh_blocks, engine)
+                         waste_penalty, render_mode, prediction, prediction_sigma, observation, fresh_blocks, engine,
+                         arrivals, window_requests)
         self.action_space = spaces.Discrete(2)
 
     def encode_action(self, admit) -> int:

@@ -25,7 +25,7 @@ import numpy as np
 
 from mooncake_gym._engine.stepper import NativeDecider
 from mooncake_gym.agents.agentfile import as_agent
-from mooncake_gym.analysis.rollout import DEFAULT_HORIZON, check_base, check_horizon, rollout_name, rollout_route
+from mooncake_gym.analysis.rollout import DEFAULT_HORIZON, best_trial, check_base, check_horizon, env_trials, rollout_name
 from mooncake_gym.sim.policy import policy_name, reset_policy
 
 
@@ -67,9 +67,11 @@ class ViewPolicy:
 
 class RolloutPolicy(ViewPolicy):
     """Adapter: the rollout reference (:mod:`mooncake_gym.analysis.rollout`) over the baseline
-    ``policy`` with look-ahead ``horizon``, acting on an env with snapshots (``PrefillRouting-v0``):
-    its trials run on the env's simulator, which each decision leaves as it found it. A
-    reference row, not a deployable router (it reads the trace's future requests)."""
+    ``policy`` with look-ahead ``horizon``, acting on an env with snapshots (``PrefillRouting-v0``
+    and ``-v1`` over a routing rule; ``OverloadAdmission-v1`` and ``Conductor-v1``'s admission over
+    an admission rule): its trials (:func:`~mooncake_gym.analysis.rollout.env_trials`) run on the
+    env's simulator, which each decision leaves as it found it. A reference row, not a deployable
+    policy (it reads the trace's future requests)."""
 
     kind = "reference"
 
@@ -83,13 +85,8 @@ class RolloutPolicy(ViewPolicy):
         self._decider = None  # (the base rule answers the views of the trials, in Python or on the engine)
 
     def act(self, env: gym.Env, obs) -> int:
-        base = env.unwrapped
-        sim = getattr(base, "sim", None)
-        if not hasattr(sim, "snapshot"):
-            raise ValueError(f"rollout: {env.spec.id if env.spec else type(base).__name__}'s simulator has no "
-                             "snapshot(); the rollout reference needs one (PrefillRouting-v0)")
-        route, _ = rollout_route(sim, self.policy, self.horizon)
-        return base.encode_action(route)
+        tried, costs = env_trials(env, self.policy, self.horizon)
+        return tried[best_trial(costs)]
 
 
 class ModelPolicy:

@@ -16,8 +16,8 @@ import math
 from dataclasses import dataclass, field
 
 from mooncake_gym.agents import available, card, load_agent
-from mooncake_gym.analysis.rollout import DEFAULT_HORIZON, check_horizon, rollout_name
-from mooncake_gym.baselines import ROUTING_POLICIES
+from mooncake_gym.analysis.rollout import check_horizon, default_horizon, rollout_name
+from mooncake_gym.baselines import ADMISSION_V1_POLICIES, POLICIES, ROUTING_POLICIES
 from mooncake_gym.evaluation import problems
 from mooncake_gym.evaluation.episodes import check_model_fits, evaluate, ModelPolicy, RolloutPolicy
 from mooncake_gym.evaluation.scenarios import TRACE_ARGUMENTS, get_scenario, SCENARIOS
@@ -376,49 +376,55 @@ def agents_fitting(setting: Setting, agents: dict) -> dict:
     return out
 
 
-def parse_rollout(text: str) -> tuple[str, int]:
-    """``BASE[:H]`` of ``--rollout``: a routing baseline and the look-ahead (default
-    :data:`~mooncake_gym.analysis.rollout.DEFAULT_HORIZON`)."""
+def parse_rollout(text: str) -> tuple[str, int | None]:
+    """``BASE[:H]`` of ``--rollout``: a routing baseline (routing scenarios) or an admission one
+    (admission and Conductor scenarios) and the look-ahead (None where not given: the problem's
+    default, :func:`~mooncake_gym.analysis.rollout.default_horizon`)."""
     base, sep, h = str(text).partition(":")
-    if base not in ROUTING_POLICIES:
-        raise ValueError(f"--rollout: expected BASE[:H] with BASE a routing baseline ({', '.join(sorted(ROUTING_POLICIES))}), "
-                         f"got {text!r}")
+    if base not in ROUTING_POLICIES and base not in ADMISSION_V1_POLICIES:
+        raise ValueError(f"--rollout: expected BASE[:H] with BASE a routing baseline ({', '.join(sorted(ROUTING_POLICIES))}) "
+                         f"or an admission one ({', '.join(sorted(ADMISSION_V1_POLICIES))}), got {text!r}")
     try:
-        horizon = check_horizon(int(h)) if sep else DEFAULT_HORIZON
+        horizon = check_horizon(int(h)) if sep else None
     except ValueError:
         raise ValueError(f"--rollout: expected BASE[:H] with H an integer in [0, 10000], got {text!r}") from None
     return base, horizon
 
 
 #: The problems whose scenarios the rollout reference runs on (mooncake_gym.analysis.rollout).
-ROLLOUT_PROBLEMS = ("routing", "routing-cluster")
+ROLLOUT_PROBLEMS = ("routing", "routing-cluster", "admission-v1")
 
 
-def rollout_unsupported(setting: Setting) -> str | None:
-    """Why the rollout reference cannot run on ``setting`` (None: it can)."""
+def rollout_unsupported(setting: Setting, base: str | None = None) -> str | None:
+    """Why the rollout reference (over baseline ``base``, if given) cannot run on ``setting`` (None: it can)."""
     if setting.problem not in ROLLOUT_PROBLEMS:
-        return f"the rollout reference routes prefill requests ({', '.join(ROLLOUT_PROBLEMS)} scenarios), not {setting.problem}"
+        return f"the rollout reference runs on {', '.join(ROLLOUT_PROBLEMS)} scenarios, not {setting.problem}"
     if not as_observation(setting.env_kwargs.get("observation")).exact:
         return "the rollout reference needs the exact observation (its trials read the simulator's true state)"
+    own = POLICIES[problems.get(setting.problem).baselines]
+    if base is not None and base not in own:
+        return f"{base} is not a baseline of its problem ({setting.problem}: {', '.join(sorted(own))})"
     return None
 
 
 def rollout_policies(setting: Setting, rollouts, tuned: list) -> dict:
     """The rollout reference rows (``--rollout BASE[:H]``: :class:`~mooncake_gym.evaluation.episodes.RolloutPolicy`)
-    of a routing scenario's setting (the toy's or the cluster's) on the exact observation (the
-    trials need the simulator's snapshots and its true state): each over BASE with the knobs of its
-    tuned document if one is given (``tuned``), else its defaults. Elsewhere a ``ValueError`` saying
-    why (:func:`rollout_unsupported`)."""
-    if not rollouts:
-        return {}
-    why = rollout_unsupported(setting)
-    if why is not None:
-        raise ValueError(f"--rollout: no rollout row on {setting.scenario or setting.label}: {why}")
+    of a routing scenario's setting (the toy's or the cluster's), or of an admission or Conductor
+    scenario's, on the exact observation (the trials need the simulator's snapshots and its true
+    state): each over BASE (a baseline of the setting's problem) with the knobs of its tuned document
+    if one is given (``tuned``), else its defaults. Elsewhere a ``ValueError`` saying why
+    (:func:`rollout_unsupported`)."""
     out = {}
+    problem = problems.get(setting.problem) if rollouts else None
     for base, horizon in rollouts:
+        why = rollout_unsupported(setting, base)
+        if why is not None:
+            raise ValueError(f"--rollout: no rollout row on {setting.scenario or setting.label}: {why}")
         doc = next((d for d in tuned if d["env"] == setting.problem and d["policy"] == base), None)
-        rule = problems.get(setting.problem).policy(base, **(doc["knobs"] if doc else {})).policy
-        policy = RolloutPolicy(rule, horizon, rollout_name(tuned_name(doc) if doc else base, horizon))
+        rule = problem.policy(base, **(doc["knobs"] if doc else {}))
+        horizon = default_horizon(setting.problem) if horizon is None else horizon
+        policy = RolloutPolicy(rule.policy, horizon, rollout_name(tuned_name(doc) if doc else base, horizon))
+        policy.env_kwargs = rule.env_kwargs  # (e.g. the oracle's output length for context_oracle)
         out[policy.name] = policy
     return out
 
@@ -452,11 +458,12 @@ def compare_scenarios(names="all", seeds: int = DEFAULT_SEEDS, trace=None, agent
         s = scenario_setting(sc, **own)
         s.trace = sc.trace_check(trace if own else None)
         docs = [d for d in tuned or [] if d.get("scenario") in (None, sc.name)]
-        if rollouts and names == "all" and rollout_unsupported(s) is not None:  # (named, it is an error)
-            skipped.append(f"{sc.name}: no rollout row, {rollout_unsupported(s)}")
-            rows = {}
-        else:
-            rows = rollout_policies(s, rollouts, docs)
+        fitting = rollouts
+        if rollouts and names == "all":  # (named, a rollout that cannot run is an error)
+            fitting = [r for r in rollouts if rollout_unsupported(s, r[0]) is None]
+            skipped += [f"{sc.name}: no rollout row over {r[0]}, {rollout_unsupported(s, r[0])}"
+                        for r in rollouts if r not in fitting]
+        rows = rollout_policies(s, fitting, docs)
         plan.append((s, {**with_tuned(policies_for(s.problem, agents_fitting(s, agents), sc.name), s.problem, docs),
                          **rows}))
     run_plan(plan, seed_list, progress, threads, workers=workers)
