@@ -93,10 +93,13 @@ def prefill_fields(f: PrefillTime) -> dict:
 PREFILL_PROBES = ((1000, 0), (1000, 512), (20000, 1536), (9000, 8192))
 
 
+@functools.lru_cache(maxsize=8)
 def prefill_disagrees(f: PrefillTime) -> str | None:
     """Why the engine's prefill time is not ``f``'s (a field it does not know, or another value at
     one of :data:`PREFILL_PROBES`: the cost model changed and the engine's arithmetic must follow),
-    or None. The run then stays on the reference."""
+    or None. The run then stays on the reference. Answered once per ``PrefillTime`` object (its
+    constants are a frozen cost model's; an environment's every episode asks again about the same
+    one, and the realistic model's probes cost about 0.1 ms in Python)."""
     fields = prefill_fields(f)
     for n, h in PREFILL_PROBES:
         if native.prefill_s(fields, n, h) != f(n, h):

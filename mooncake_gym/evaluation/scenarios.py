@@ -328,16 +328,26 @@ _add(Scenario("routing-cluster-trace-window", "routing-cluster", "mooncake_gym/P
 # (log-normal error, sigma 0.5). The metric is token goodput without the drain (docs/envs/
 # overload_admission_v1.md). reset(options={"trace": T}) replays a given trace instead (load NaN).
 _ADMISSION = {"preset": "mooncake-overload", "episode_requests": 3000, "prediction": True, "prediction_sigma": 0.5}
+# Difficulty (docs/leaderboard.md, 10 held-out seeds; docs/admission-v1.md for the rollout reference,
+# Bertsekas' rollout over the best rule to the episode's end, 2 held-out seeds): x the best rule's goodput.
+_ADMISSION_DIFFICULTY = {
+    1.5: "the bound is 1.20x the best rule's token goodput (rollout reference not measured)",
+    2.0: "the bound is 1.38x the best rule's token goodput, the rollout reference (over the best rule, "
+         "to the episode's end) 1.024x",
+    3.0: "the bound is 1.64x the best rule's token goodput, the rollout reference (over the best rule, "
+         "to the episode's end) 1.048x"}
 for _load, _text in ((1.5, "one and a half times"), (2.0, "twice"), (3.0, "three times")):
     _add(Scenario(f"admission-load{_load:g}", "admission", "mooncake_gym/OverloadAdmission-v1",
                   {**_ADMISSION, "load": _load},
                   f"16 prefill + 1 decode A800 nodes (LLaMA2-70B) offered {_text} the measured saturation "
-                  "throughput; output-length prediction with log-normal error sigma 0.5.",
+                  f"throughput; output-length prediction with log-normal error sigma 0.5; "
+                  f"{_ADMISSION_DIFFICULTY[_load]}.",
                   reset_options=("trace",)))
 _add(Scenario("admission-tight-slo", "admission", "mooncake_gym/OverloadAdmission-v1",
               {**_ADMISSION, "preset": "mooncake-overload-tight", "load": 2.0},
               "admission-load2 with a TTFT SLO of 8 s instead of 30 s (preset mooncake-overload-tight): "
-              "long prompts cannot meet it, and queueing prefill costs sooner.",
+              "long prompts cannot meet it, and queueing prefill costs sooner; the bound is 1.37x the best rule's "
+              "token goodput (rollout reference not measured).",
               reset_options=("trace",)))
 
 # --- the Conductor environment (all three decisions)
@@ -346,5 +356,7 @@ _add(Scenario("conductor-mooncake", "conductor", "mooncake_gym/Conductor-v1",
                "prediction_sigma": 0.5},
               "Mooncake's testbed (8 prefill + 8 decode A800 nodes, LLaMA2-70B) at 1.5 times the measured "
               "saturation throughput (the prefill pool saturates first); one agent admits, routes the "
-              "prefill (and pull) and picks the decode instance; output-length prediction, sigma 0.5.",
+              "prefill (and pull) and picks the decode instance; output-length prediction, sigma 0.5; the bound "
+              "is 1.12x the best rule's token goodput, the rollout reference over the best rule's admission "
+              "(to the episode's end, default route and decode) 1.016x on one held-out seed.",
               reset_options=("trace",)))
