@@ -89,6 +89,24 @@ def soft_targets(costs: np.ndarray, tau: float) -> np.ndarray:
     return (w / w.sum(axis=1, keepdims=True)).astype(np.float32)
 
 
+
+def scenario_mix(scenario, overrides) -> tuple[list, list, str, list]:
+    """A scenario name or a list of them (a mix) with ``overrides`` (None, one dict for all, or one
+    dict per scenario) as ``(names, scenarios, env id, each scenario's env kwargs)``; the scenarios
+    of a mix must share one env id."""
+    names = [scenario] if isinstance(scenario, str) else list(scenario)
+    if not names:
+        raise ValueError("scenario: expected a scenario name or a non-empty list of them, got []")
+    if overrides is None or isinstance(overrides, dict):
+        overrides = [overrides or {}] * len(names)
+    if len(overrides) != len(names):
+        raise ValueError(f"overrides: expected one dict per scenario ({len(names)}), got {len(overrides)}")
+    scs = [get_scenario(n) for n in names]
+    env_id = scs[0].base_env_id
+    if any(s.base_env_id != env_id for s in scs):
+        raise ValueError(f"scenario: expected scenarios of one env id, got {sorted({s.base_env_id for s in scs})}")
+    return names, scs, env_id, [s.config(**o) for s, o in zip(scs, overrides)]
+
 def expert_iteration(scenario, out, base, horizon: int = DEFAULT_HORIZON, rounds: int = 3, episodes: int = 4,
                      epochs: int = 30, select_seeds=range(900, 904), wrappers=(RoutingRelativeFeatures,),
                      seed: int = 0, name: str = "expert_routing", lr: float = 1e-3, net_arch=None,
@@ -122,18 +140,7 @@ def expert_iteration(scenario, out, base, horizon: int = DEFAULT_HORIZON, rounds
     if not (isinstance(tau, (int, float)) and tau >= 0):
         raise ValueError(f"tau: expected a time >= 0 s, got {tau!r}")
     single = isinstance(scenario, str)
-    names = [scenario] if single else list(scenario)
-    if not names:
-        raise ValueError("scenario: expected a scenario name or a non-empty list of them, got []")
-    if overrides is None or isinstance(overrides, dict):
-        overrides = [overrides or {}] * len(names)
-    if len(overrides) != len(names):
-        raise ValueError(f"overrides: expected one dict per scenario ({len(names)}), got {len(overrides)}")
-    scs = [get_scenario(n) for n in names]
-    env_id = scs[0].base_env_id
-    if any(s.base_env_id != env_id for s in scs):
-        raise ValueError(f"scenario: expected scenarios of one env id, got {sorted({s.base_env_id for s in scs})}")
-    all_kwargs = [s.config(**o) for s, o in zip(scs, overrides)]
+    names, scs, env_id, all_kwargs = scenario_mix(scenario, overrides)
     if max(select_seeds) >= 1000 or rounds * episodes > 900:
         raise ValueError("select_seeds, rounds x episodes: expert iteration uses training seeds below 1,000 only")
     torch.set_num_threads(1)
@@ -264,16 +271,7 @@ def fine_tune(student, scenario, out, base, reward: str = "ttft", timesteps: int
     :func:`expert_iteration`; ``overrides`` then one dict per scenario): ``envs`` vector envs of each,
     checkpoints chosen by :func:`~mooncake_gym.agents.warmstart.selection_score`. Returns the card."""
     agent = load(student)
-    names = [scenario] if isinstance(scenario, str) else list(scenario)
-    if overrides is None or isinstance(overrides, dict):
-        overrides = [overrides or {}] * len(names)
-    if len(overrides) != len(names):
-        raise ValueError(f"overrides: expected one dict per scenario ({len(names)}), got {len(overrides)}")
-    scs = [get_scenario(n) for n in names]
-    env_id = scs[0].base_env_id
-    if any(s.base_env_id != env_id for s in scs):
-        raise ValueError(f"scenario: expected scenarios of one env id, got {sorted({s.base_env_id for s in scs})}")
-    all_kwargs = [s.config(**o) for s, o in zip(scs, overrides)]
+    names, scs, env_id, all_kwargs = scenario_mix(scenario, overrides)
     if env_id.endswith("-v0"):
         for k in all_kwargs:
             k["reward"] = reward
