@@ -12,15 +12,20 @@ import pytest
 
 import mooncake_gym  # noqa: F401  (registers the ids)
 
-BENCH_ENVS = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_envs.py"
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def load_benchmark(name: str):
+    """The script ``benchmarks/NAME.py`` as a module (the benchmarks are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(f"{name}_under_test", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="module")
 def bench_envs():
-    spec = importlib.util.spec_from_file_location("bench_envs_under_test", BENCH_ENVS)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_envs")
 
 
 @pytest.mark.parametrize("env_id", ["mooncake_gym/PrefillRouting-v1", "mooncake_gym/Conductor-v1"])
@@ -73,15 +78,9 @@ def test_bench_json_prints_one_json_document(capsys):
 
 
 # --- the PPO benchmark's phases and the ceiling its update cost sets (benchmarks/bench_training.py) ---
-BENCH_TRAINING = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_training.py"
-
-
 @pytest.fixture(scope="module")
 def bench_training():
-    spec = importlib.util.spec_from_file_location("bench_training_under_test", BENCH_TRAINING)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_training")
 
 
 def test_training_ceiling_is_the_single_envs_whole_cost_over_the_update(bench_training):
